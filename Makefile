@@ -1,0 +1,51 @@
+# lmedge — the two commands a newcomer needs: `make demo` and `make test`.
+# Everything else (the virtualenv, the Go-built test servers) is set up by them.
+
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+TOOLS   ?= .tools
+export LMEDGE_TOOLS_DIR ?= $(CURDIR)/$(TOOLS)
+
+.PHONY: install tools test test-unit lint typecheck demo bench crds clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Re-install only when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Test servers built from the Go module proxy, cached under $(TOOLS)/ (git-ignored).
+tools:
+	bash tools/build-ferretdb.sh
+	@if [ -f tools/build-k8s.sh ]; then bash tools/build-k8s.sh; fi
+	@if [ -f tools/build-helm.sh ]; then bash tools/build-helm.sh; fi
+
+test: install tools
+	$(BIN)/pytest
+
+test-unit: install
+	$(BIN)/pytest tests/unit
+
+lint: install
+	$(BIN)/ruff check lmedge tests
+	$(BIN)/ruff format --check lmedge
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+demo: install
+	$(BIN)/lmedge demo
+
+bench: install tools
+	$(BIN)/pytest -m bench -p no:cacheprovider -s benchmarks
+
+crds: install
+	$(BIN)/lmedge crds
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache reports

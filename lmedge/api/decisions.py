@@ -1,0 +1,128 @@
+"""What the three agents decide, and the audit envelope around every decision.
+
+The decision models use lists of small objects rather than maps keyed by
+node or LM name: strict JSON-Schema structured output (OpenAI `strict: true`)
+cannot express open-keyed maps, and the same schema is what the LLM sees.
+Shape is checked here; feasibility (sums, capacities, GPU-only) is checked in
+`lmedge.api.feasibility`, which reports every violation at once.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Generic, Literal, TypeVar
+
+from pydantic import Field
+
+from lmedge.api.base import WireModel
+
+Mode = Literal["gpu", "cpu", "off"]
+AgentKind = Literal["planner", "scheduler", "deployer"]
+#: `llm`: an LLM produced it; `rule`: a deterministic plugin; `fallback`: a replacement.
+Source = Literal["llm", "rule", "fallback"]
+Outcome = Literal["accepted", "replaced"]
+
+
+class RouteWeight(WireModel):
+    node: str = Field(description="Destination node name.")
+    p: float = Field(ge=0, le=1, description="Share of this LM's traffic sent to the node.")
+
+
+class LMRouting(WireModel):
+    lm: str = Field(description="LM service name.")
+    weights: list[RouteWeight] = Field(description="Weights over feasible nodes, summing to 1.")
+
+
+class NodeRole(WireModel):
+    node: str = Field(description="Worker node name.")
+    lms: list[str] = Field(description="LM services this node is expected to host.")
+
+
+class MacroPolicy(WireModel):
+    """Tier-1 output, once per epoch: routing probabilities per LM + node role intent."""
+
+    routing: list[LMRouting]
+    roles: list[NodeRole]
+    rationale: str = Field(default="", description="One or two sentences on why.")
+
+    def weights(self) -> dict[str, dict[str, float]]:
+        """Routing probabilities as {lm: {node: p}}."""
+        return {r.lm: {w.node: w.p for w in r.weights} for r in self.routing}
+
+    def role_map(self) -> dict[str, list[str]]:
+        """Node role intent as {node: [lm, ...]}."""
+        return {r.node: list(r.lms) for r in self.roles}
+
+
+class Route(WireModel):
+    origin: str = Field(description="Node where the requests arrived.")
+    lm: str = Field(description="LM service (request class) of the requests.")
+    destination: str = Field(description="Node that will serve them.")
+
+
+class RoutingMap(WireModel):
+    """Tier-2 router output, every slot: (origin, LM) -> destination."""
+
+    routes: list[Route]
+
+    def lookup(self) -> dict[tuple[str, str], str]:
+        return {(r.origin, r.lm): r.destination for r in self.routes}
+
+
+class LMPlacement(WireModel):
+    lm: str = Field(description="LM service name.")
+    mode: Mode = Field(description="gpu, cpu or off.")
+    cpu_cores: float = Field(ge=0, description="CPU cores (requests = limits); 0 when off.")
+    vgpus: int = Field(ge=0, description="vGPUs (nvidia.com/gpu); 0 unless mode is gpu.")
+
+
+class Placement(WireModel):
+    """Tier-2 deployer output for one node, every slot."""
+
+    node: str
+    lms: list[LMPlacement]
+
+    def by_lm(self) -> dict[str, LMPlacement]:
+        return {p.lm: p for p in self.lms}
+
+    def active(self) -> dict[str, LMPlacement]:
+        return {p.lm: p for p in self.lms if p.mode != "off"}
+
+
+T = TypeVar("T", MacroPolicy, RoutingMap, Placement)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Decision(WireModel, Generic[T]):
+    """The audit envelope: a decided value plus how it came to be.
+
+    Plugins fill `value`, `source`, `policy` and, for LLM agents, `raw`,
+    `parsed`, `validated`, `violations`, `tokens_*` and `model`. The controller
+    (the runner, not the plugin) stamps `run`, `epoch`, `slot`, `latency_s` and
+    `sim_time_s`, validates, and when it replaces the value sets
+    `outcome="replaced"` and keeps the violations that caused it.
+    """
+
+    agent: AgentKind
+    policy: str = Field(description="Plugin that produced the value, e.g. agentic-router.")
+    source: Source
+    value: T
+    run: str = ""
+    epoch: int = Field(default=0, ge=0)
+    slot: int = Field(default=0, ge=0)
+    node: str | None = None
+    raw: str | None = Field(default=None, description="Raw LLM output, verbatim.")
+    parsed: bool = True
+    validated: bool = True
+    outcome: Outcome = "accepted"
+    violations: list[str] = Field(default_factory=list)
+    error: str | None = Field(default=None, description="Why a call failed, if it did.")
+    latency_s: float = Field(default=0.0, ge=0, description="Wall time to decide.")
+    tokens_in: int = Field(default=0, ge=0)
+    tokens_out: int = Field(default=0, ge=0)
+    model: str | None = None
+    sim_time_s: float = Field(default=0.0, ge=0, description="Run clock at decision time.")
+    created_at: datetime = Field(default_factory=_utcnow)

@@ -1,0 +1,267 @@
+"""Feasibility of decisions against the cluster (DESIGN.md, paper §III).
+
+Each `check_*` returns *every* violation, each a sentence a person (or an LLM
+asked to retry) understands; an empty list means feasible. Shape errors are
+pydantic's job; these are the cross-object rules:
+
+- macro policy: weights >= 0 summing to 1 over the LM's feasible nodes, no
+  weight on a node that cannot host the LM (GPU-only LMs on GPU nodes only),
+  role sets that fit the node's capacity;
+- routing map: a destination for every (origin, LM) pair with arrivals, on a
+  worker that can host the LM;
+- placement: modes the hardware allows, and per-node sums
+  sum G_ni <= G_n, sum C_ni <= C_n, sum M_i <= M_n, sum V_i^min <= V_n.
+
+Memory is checked with the *deployment* memory (what a pod requests on the
+cluster), not the paper's minimum: a placement that passes here is one the
+Kubernetes scheduler will also admit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lmedge.api.decisions import LMPlacement, MacroPolicy, Placement, RoutingMap
+from lmedge.api.observations import Arrival, ClusterContext, NodeInfo, ServiceInfo
+
+SUM_TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def check_macro_policy(policy: MacroPolicy, ctx: ClusterContext) -> list[Violation]:
+    out: list[Violation] = []
+    seen_lms: set[str] = set()
+    for i, r in enumerate(policy.routing):
+        path = f"routing[{i}]"
+        if not ctx.has_service(r.lm):
+            out.append(Violation(path, f"unknown LM {r.lm!r}; known: {', '.join(ctx.lm_names)}"))
+            continue
+        if r.lm in seen_lms:
+            out.append(Violation(path, f"LM {r.lm!r} appears more than once"))
+        seen_lms.add(r.lm)
+        feasible = set(ctx.feasible_nodes(r.lm))
+        total = 0.0
+        for j, w in enumerate(r.weights):
+            wpath = f"{path}.weights[{j}]"
+            if not ctx.has_node(w.node):
+                out.append(Violation(wpath, f"unknown node {w.node!r}"))
+            elif w.node not in feasible and w.p > 0:
+                out.append(Violation(wpath, _why_not_host(ctx, w.node, r.lm)))
+            total += w.p
+        if abs(total - 1.0) > SUM_TOLERANCE:
+            out.append(Violation(path, f"weights of {r.lm!r} sum to {total:.4f}, not 1"))
+    for lm in ctx.lm_names:
+        if lm not in seen_lms and ctx.feasible_nodes(lm):
+            out.append(Violation("routing", f"no routing weights for LM {lm!r}"))
+    for i, role in enumerate(policy.roles):
+        path = f"roles[{i}]"
+        if not ctx.has_node(role.node):
+            out.append(Violation(path, f"unknown node {role.node!r}"))
+            continue
+        unknown = [lm for lm in role.lms if not ctx.has_service(lm)]
+        out.extend(Violation(path, f"unknown LM {lm!r}") for lm in unknown)
+        lms = [lm for lm in role.lms if ctx.has_service(lm)]
+        for lm in lms:
+            if not ctx.can_host(role.node, lm):
+                out.append(Violation(path, _why_not_host(ctx, role.node, lm)))
+        hostable = [lm for lm in lms if ctx.can_host(role.node, lm)]
+        out.extend(_role_capacity(ctx, role.node, hostable, path))
+    return out
+
+
+def _role_capacity(ctx: ClusterContext, node: str, lms: list[str], path: str) -> list[Violation]:
+    """A role set must fit concurrently: memory, and vRAM/vGPUs for GPU-only LMs."""
+    spec = ctx.node(node).spec
+    mem = sum(ctx.service(lm).spec.deployment_memory_gib for lm in lms)
+    out: list[Violation] = []
+    if mem > spec.memory_gib + 1e-9:
+        out.append(
+            Violation(
+                path,
+                f"LMs {', '.join(lms)} need {mem:g} GiB together; {node} has {spec.memory_gib:g}",
+            )
+        )
+    gpu_only = [lm for lm in lms if ctx.service(lm).spec.runs_on == "gpu-only"]
+    if len(gpu_only) > spec.total_vgpus:
+        out.append(
+            Violation(
+                path,
+                f"{len(gpu_only)} GPU-only LMs but {node} has {spec.total_vgpus} vGPUs",
+            )
+        )
+    return out
+
+
+def _why_not_host(ctx: ClusterContext, node: str, lm: str) -> str:
+    n, s = ctx.node(node).spec, ctx.service(lm).spec
+    if n.role != "worker":
+        return f"{node} is a control node and hosts no LMs"
+    if s.runs_on == "gpu-only" and not n.has_gpu:
+        return f"{lm} runs on GPU only and {node} has no GPU"
+    if s.deployment_memory_gib > n.memory_gib:
+        return f"{lm} needs {s.deployment_memory_gib:g} GiB memory; {node} has {n.memory_gib:g}"
+    return f"{lm} does not fit on {node}"
+
+
+def check_routing_map(
+    routing: RoutingMap, ctx: ClusterContext, arrivals: Sequence[Arrival]
+) -> list[Violation]:
+    out: list[Violation] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(routing.routes):
+        path = f"routes[{i}]"
+        key = (r.origin, r.lm)
+        if key in seen:
+            out.append(Violation(path, f"({r.origin}, {r.lm}) is routed twice"))
+        seen[key] = i
+        if not ctx.has_node(r.origin):
+            out.append(Violation(path, f"unknown origin node {r.origin!r}"))
+        if not ctx.has_service(r.lm):
+            out.append(Violation(path, f"unknown LM {r.lm!r}"))
+            continue
+        if not ctx.has_node(r.destination):
+            out.append(Violation(path, f"unknown destination node {r.destination!r}"))
+        elif not ctx.can_host(r.destination, r.lm):
+            out.append(Violation(path, _why_not_host(ctx, r.destination, r.lm)))
+    for a in arrivals:
+        if a.requests > 0 and (a.origin, a.lm) not in seen and ctx.feasible_nodes(a.lm):
+            out.append(Violation("routes", f"no destination for ({a.origin}, {a.lm})"))
+    return out
+
+
+def check_placement(
+    placement: Placement, node: NodeInfo, services: Iterable[ServiceInfo]
+) -> list[Violation]:
+    svc = {s.name: s for s in services}
+    spec = node.spec
+    out: list[Violation] = []
+    if placement.node != node.name:
+        out.append(Violation("node", f"placement is for {placement.node!r}, not {node.name!r}"))
+    if spec.role != "worker" and placement.active():
+        out.append(Violation("lms", f"{node.name} is a control node and hosts no LMs"))
+    seen: set[str] = set()
+    for i, p in enumerate(placement.lms):
+        path = f"lms[{i}]"
+        if p.lm in seen:
+            out.append(Violation(path, f"{p.lm!r} placed twice"))
+        seen.add(p.lm)
+        if p.lm not in svc:
+            out.append(Violation(path, f"unknown LM {p.lm!r}"))
+            continue
+        out.extend(Violation(path, m) for m in _lm_rules(p, svc[p.lm], node))
+    active = [p for p in placement.lms if p.mode != "off" and p.lm in svc]
+    cpu = sum(p.cpu_cores for p in active)
+    vgpus = sum(p.vgpus for p in active)
+    mem = sum(svc[p.lm].spec.deployment_memory_gib for p in active)
+    vram = sum(svc[p.lm].spec.min_vram_gib for p in active if p.mode == "gpu")
+    for what, used, cap, unit in (
+        ("CPU cores", cpu, spec.cpu_cores, ""),
+        ("memory", mem, spec.memory_gib, " GiB"),
+        ("vGPUs", float(vgpus), float(spec.total_vgpus), ""),
+        ("vRAM", vram, spec.total_vram_gib, " GiB"),
+    ):
+        if used > cap + 1e-9:
+            out.append(Violation("lms", f"{what}: {used:g}{unit} placed, {node.name} has {cap:g}"))
+    return out
+
+
+def _lm_rules(p: LMPlacement, s: ServiceInfo, node: NodeInfo) -> list[str]:
+    out: list[str] = []
+    if p.mode == "off":
+        if p.cpu_cores or p.vgpus:
+            out.append(f"{p.lm} is off but holds {p.cpu_cores:g} cores / {p.vgpus} vGPUs")
+        return out
+    if p.cpu_cores <= 0:
+        out.append(f"{p.lm} is {p.mode} with no CPU cores")
+    if p.mode == "cpu":
+        if s.spec.runs_on == "gpu-only":
+            out.append(f"{p.lm} runs on GPU only; mode cpu is not allowed")
+        if p.vgpus:
+            out.append(f"{p.lm} in cpu mode must hold 0 vGPUs, not {p.vgpus}")
+    else:
+        if not node.spec.has_gpu:
+            out.append(f"{node.name} has no GPU; {p.lm} cannot run in gpu mode")
+        if p.vgpus < 1:
+            out.append(f"{p.lm} in gpu mode needs at least 1 vGPU")
+        if p.vgpus > s.spec.max_vgpus:
+            out.append(f"{p.lm} may take at most {s.spec.max_vgpus} vGPUs, not {p.vgpus}")
+    return out
+
+
+def nearest_feasible(
+    placement: Placement,
+    node: NodeInfo,
+    services: Sequence[ServiceInfo],
+    priority: dict[str, float] | None = None,
+) -> Placement:
+    """Map a placement to the closest feasible one in the node's action space.
+
+    Per LM: fix the mode the hardware cannot run (gpu-only on CPU -> off; gpu
+    on a GPU-less node -> cpu when allowed), clamp vGPUs to [1, max] and cores
+    to [default-ish, node]; then, while the node's sums are exceeded, shrink
+    vGPUs and finally switch off the lowest-`priority` LMs (ties: later in the
+    list first). Unknown LMs are dropped; missing LMs are added as off.
+    """
+    svc = {s.name: s for s in services}
+    spec = node.spec
+    prio = priority or {}
+    fixed: dict[str, LMPlacement] = {}
+    for p in placement.lms:
+        if p.lm not in svc or p.lm in fixed:
+            continue
+        fixed[p.lm] = _fix_one(p, svc[p.lm], node)
+    for name in svc:
+        fixed.setdefault(name, LMPlacement(lm=name, mode="off", cpu_cores=0, vgpus=0))
+    if spec.role != "worker":
+        fixed = {k: _off(k) for k in fixed}
+    order = sorted(
+        (p for p in fixed.values() if p.mode != "off"),
+        key=lambda p: (prio.get(p.lm, 0.0), -list(fixed).index(p.lm)),
+    )
+    result = Placement(node=node.name, lms=[fixed[k] for k in svc])
+    while check_placement(result, node, services):
+        shrinkable = [p for p in order if p.mode == "gpu" and fixed[p.lm].vgpus > 1]
+        if shrinkable and _sum_vgpus(fixed) > spec.total_vgpus:
+            lm = shrinkable[0].lm
+            fixed[lm] = fixed[lm].model_copy(update={"vgpus": fixed[lm].vgpus - 1})
+        elif order:
+            victim = order.pop(0)
+            fixed[victim.lm] = _off(victim.lm)
+        else:
+            break
+        result = Placement(node=node.name, lms=[fixed[k] for k in svc])
+    return result
+
+
+def _off(lm: str) -> LMPlacement:
+    return LMPlacement(lm=lm, mode="off", cpu_cores=0, vgpus=0)
+
+
+def _sum_vgpus(fixed: dict[str, LMPlacement]) -> int:
+    return sum(p.vgpus for p in fixed.values() if p.mode == "gpu")
+
+
+def _fix_one(p: LMPlacement, s: ServiceInfo, node: NodeInfo) -> LMPlacement:
+    spec = node.spec
+    mode = p.mode
+    if mode == "gpu" and not spec.has_gpu:
+        mode = "cpu" if s.spec.runs_on == "cpu-or-gpu" else "off"
+    if mode == "cpu" and s.spec.runs_on == "gpu-only":
+        mode = "gpu" if spec.has_gpu else "off"
+    if mode == "off":
+        return _off(p.lm)
+    cores = p.cpu_cores if p.cpu_cores > 0 else s.spec.default_cpu_cores
+    cores = min(cores, spec.cpu_cores)
+    vgpus = 0
+    if mode == "gpu":
+        vgpus = min(max(p.vgpus, 1), s.spec.max_vgpus, spec.total_vgpus)
+    return LMPlacement(lm=p.lm, mode=mode, cpu_cores=cores, vgpus=vgpus)

@@ -1,0 +1,125 @@
+"""The plugin and backend protocols every policy and world implements.
+
+A *policy* is a Planner + Router + Deployer. Policies are pure: they take an
+observation and return a `Decision`; no I/O and no wall clock, so the same
+objects run in the emulator and on the cluster. Learning policies (PerLLM's
+bandits) receive completed requests through `observe`.
+
+A `ClusterBackend` is one world (emulated or Kubernetes). The controller loop
+drives it through this protocol only, so it cannot tell the two apart; the
+backend's `clock` is the injected time source (SimPy virtual time or the wall
+clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from pydantic import Field
+
+from lmedge.api.base import WireModel
+from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
+from lmedge.api.observations import (
+    Arrival,
+    ClusterContext,
+    NodeObservation,
+    PlanningObservation,
+    SlotObservation,
+    Snapshot,
+)
+from lmedge.api.records import NodeTelemetry, RequestRecord
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """Tier 1: once per epoch, a macro policy."""
+
+    name: str
+
+    def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]: ...
+
+
+@runtime_checkable
+class Router(Protocol):
+    """Tier 2: every slot, a routing map for the (origin, LM) pairs with arrivals."""
+
+    name: str
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]: ...
+
+
+@runtime_checkable
+class Deployer(Protocol):
+    """Tier 2: every slot and node, a placement of LMs on that node."""
+
+    name: str
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]: ...
+
+
+@runtime_checkable
+class FeedbackConsumer(Protocol):
+    """Optional: a plugin that learns from completed requests (delayed rewards)."""
+
+    def observe(self, records: Sequence[RequestRecord]) -> None: ...
+
+
+class Clock(Protocol):
+    """Seconds since the run started; virtual in the emulator, wall time on a cluster."""
+
+    def now(self) -> float: ...
+
+    def sleep_until(self, t: float) -> None:
+        """Return when the clock reads `t` (the emulator runs its events up to `t`)."""
+        ...
+
+
+class ActuationResult(WireModel):
+    """What applying a placement did on one node."""
+
+    node: str
+    started: list[str] = Field(default_factory=list)
+    stopped: list[str] = Field(default_factory=list)
+    resized: list[str] = Field(default_factory=list)
+    voided: list[str] = Field(
+        default_factory=list,
+        description="Resource-adding actions voided because a pod on the node was pending.",
+    )
+    errors: list[str] = Field(default_factory=list)
+
+
+class ClusterBackend(Protocol):
+    """One world the control plane drives: the emulator or a Kubernetes cluster."""
+
+    clock: Clock
+
+    def context(self) -> ClusterContext:
+        """Static nodes, services and loop constants."""
+        ...
+
+    def snapshot(self, slot: int) -> Snapshot:
+        """Per-node per-LM backlog, instances and headroom, now."""
+        ...
+
+    def arrivals(self, slot: int) -> list[Arrival]:
+        """The (origin, LM) pairs expected to receive requests in `slot`."""
+        ...
+
+    def publish_routing(self, slot: int, routing: RoutingMap) -> None:
+        """Install the map used for requests arriving during `slot`."""
+        ...
+
+    def apply_placement(self, placement: Placement) -> ActuationResult:
+        """Start, stop or resize model instances on one node (the pending rule applies)."""
+        ...
+
+    def drain_records(self) -> list[RequestRecord]:
+        """Requests finished (served or timed out) since the last call."""
+        ...
+
+    def telemetry(self) -> list[NodeTelemetry]:
+        """Current resource-use snapshot per node."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,211 @@
+"""What each agent sees. Only system telemetry: never a user's prompt text.
+
+`ClusterContext` is the static part (capacities, LM footprints, constraints);
+`Snapshot` the live state at the end of the previous slot; the three
+observation types are what the Planner, Router and Deployer receive.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field
+
+from lmedge.api.base import WireModel
+from lmedge.api.decisions import MacroPolicy, Placement
+from lmedge.api.resources import EdgeNodeSpec, LMServiceSpec
+
+
+class NodeInfo(WireModel):
+    name: str
+    spec: EdgeNodeSpec
+
+
+class ServiceInfo(WireModel):
+    name: str
+    spec: LMServiceSpec
+
+    def serves_class(self, request_class: str) -> bool:
+        return request_class == self.name or request_class in self.spec.serves
+
+
+class ClusterContext(WireModel):
+    """Static cluster description plus the control-loop constants."""
+
+    nodes: list[NodeInfo]
+    services: list[ServiceInfo]
+    tau_s: float = Field(default=900.0, gt=0, description="Request deadline (paper: 900 s).")
+    lam: float = Field(default=0.5, ge=0, le=1, description="Objective weight lambda.")
+    slot_s: float = Field(default=30.0, gt=0, description="Slot length (paper: 30 s).")
+    epoch_slots: int = Field(default=50, ge=1, description="Slots per epoch (paper: 50).")
+
+    @cached_property
+    def _nodes(self) -> dict[str, NodeInfo]:
+        return {n.name: n for n in self.nodes}
+
+    @cached_property
+    def _services(self) -> dict[str, ServiceInfo]:
+        return {s.name: s for s in self.services}
+
+    def node(self, name: str) -> NodeInfo:
+        return self._nodes[name]
+
+    def service(self, name: str) -> ServiceInfo:
+        return self._services[name]
+
+    def has_node(self, name: str) -> bool:
+        return name in self._nodes
+
+    def has_service(self, name: str) -> bool:
+        return name in self._services
+
+    @cached_property
+    def workers(self) -> list[NodeInfo]:
+        """Nodes that may host LMs, in manifest order."""
+        return [n for n in self.nodes if n.spec.role == "worker"]
+
+    @cached_property
+    def lm_names(self) -> list[str]:
+        return [s.name for s in self.services]
+
+    def can_host(self, node: str, lm: str) -> bool:
+        """Whether `lm` could run alone on `node` at all (role, GPU, memory, vRAM, cores)."""
+        n, s = self.node(node).spec, self.service(lm).spec
+        if n.role != "worker" or s.deployment_memory_gib > n.memory_gib:
+            return False
+        if n.has_gpu and s.min_vram_gib <= n.total_vram_gib:
+            return True
+        return s.runs_on == "cpu-or-gpu" and s.default_cpu_cores <= n.cpu_cores
+
+    def feasible_nodes(self, lm: str) -> list[str]:
+        """Workers that could host `lm`; routing weight may only go to these."""
+        return [n.name for n in self.workers if self.can_host(n.name, lm)]
+
+    def deadline_s(self, lm: str) -> float:
+        return self.service(lm).spec.deadline_s or self.tau_s
+
+
+class InstanceState(WireModel):
+    """A model instance (pod) on a node."""
+
+    lm: str
+    mode: Literal["gpu", "cpu"]
+    cpu_cores: float = Field(ge=0)
+    vgpus: int = Field(ge=0)
+    status: Literal["pending", "ready"] = Field(
+        description="pending: starting (cold start, pod not ready); ready: serving."
+    )
+
+
+class NodeState(WireModel):
+    """One node at the end of the previous slot."""
+
+    name: str
+    backlog: dict[str, int] = Field(
+        default_factory=dict, description="Q_ni: prompts waiting or in service per LM."
+    )
+    instances: list[InstanceState] = Field(default_factory=list)
+    free_cpu_cores: float = 0.0
+    free_memory_gib: float = 0.0
+    free_vgpus: int = 0
+    free_vram_gib: float = 0.0
+    gpu_util: float = Field(default=0.0, ge=0, le=1)
+    cpu_util: float = Field(default=0.0, ge=0, le=1)
+
+    @property
+    def pending(self) -> bool:
+        """True while any instance on the node is still starting (the pending rule)."""
+        return any(i.status == "pending" for i in self.instances)
+
+    def instance(self, lm: str) -> InstanceState | None:
+        return next((i for i in self.instances if i.lm == lm), None)
+
+
+class Snapshot(WireModel):
+    slot: int = Field(ge=0)
+    time_s: float = Field(ge=0)
+    nodes: list[NodeState]
+
+    def node(self, name: str) -> NodeState:
+        return next(n for n in self.nodes if n.name == name)
+
+
+class Arrival(WireModel):
+    """Requests of one LM arriving at one origin during the slot."""
+
+    origin: str
+    lm: str
+    requests: int = Field(ge=0)
+    prompts: int = Field(ge=0)
+
+
+class LMStats(WireModel):
+    lm: str
+    arrivals: int = Field(ge=0, description="Requests A_i.")
+    successes: int = Field(ge=0, description="Successful requests S_i.")
+    success_ratio: float | None = Field(description="rho_i; None when A_i = 0.")
+    mean_latency_s: float | None = Field(description="Success-only mean latency.")
+
+
+class EpochMetrics(WireModel):
+    """The paper's metrics over one window (an epoch, usually)."""
+
+    per_lm: list[LMStats]
+    requests: int = Field(ge=0)
+    successes: int = Field(ge=0)
+    mean_latency_s: float | None
+    jain: float | None
+    f_norm: float | None
+    t_norm: float | None
+    objective: float | None
+    off_role_ratio: float = Field(default=0.0, ge=0, le=1)
+    conflict_ratio: float = Field(default=0.0, ge=0, le=1)
+
+
+class MemoryCase(WireModel):
+    """One epoch remembered by the planner: traffic mix, policy and outcome."""
+
+    run: str = ""
+    epoch: int = Field(ge=0)
+    traffic: dict[str, int] = Field(description="Prompts per LM in the epoch.")
+    policy: MacroPolicy
+    metrics: EpochMetrics
+    objective: float | None
+
+
+class PlanningObservation(WireModel):
+    """o^G_e = (C, H_e, M_{e-1}, Pi_{e-1}) plus the random-policy baseline."""
+
+    epoch: int = Field(ge=0)
+    context: ClusterContext
+    baseline: EpochMetrics | None = None
+    last: EpochMetrics | None = None
+    previous: MacroPolicy | None = None
+    memory: list[MemoryCase] = Field(default_factory=list)
+    traffic: dict[str, int] = Field(default_factory=dict, description="Prompts per LM last epoch.")
+
+
+class SlotObservation(WireModel):
+    """What the router sees at the start of slot t."""
+
+    slot: int = Field(ge=0)
+    epoch: int = Field(ge=0)
+    context: ClusterContext
+    macro: MacroPolicy | None
+    snapshot: Snapshot
+    arrivals: list[Arrival]
+
+
+class NodeObservation(WireModel):
+    """What one node's deployer sees: its own node only."""
+
+    slot: int = Field(ge=0)
+    epoch: int = Field(ge=0)
+    node: NodeInfo
+    services: list[ServiceInfo]
+    roles: list[str] = Field(description="LMs the planner intends this node to host.")
+    state: NodeState
+    previous: Placement | None = None
+    tau_s: float = 900.0
+    slot_s: float = 30.0

@@ -1,0 +1,63 @@
+"""Records of what happened: one per prompt set, node telemetry, memory cases."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from lmedge.api.base import WireModel
+
+RequestOutcome = Literal["success", "timeout"]
+
+
+class RequestRecord(WireModel):
+    """One request (a set of K prompts for one LM) and its four stage timings.
+
+    `conflict` is True when the request reached a destination where its LM was
+    not active on arrival (an inactive-target conflict); it may still succeed
+    if the LM is activated there before the deadline. A timed-out request keeps
+    the stage times reached by the deadline, so latency is `tau` for it.
+    """
+
+    id: str
+    run: str = ""
+    lm: str
+    origin: str
+    destination: str
+    prompts: int = Field(ge=0)
+    prompts_done: int = Field(default=0, ge=0)
+    slot: int = Field(ge=0)
+    submit_s: float = Field(ge=0, description="Submit time on the run clock, seconds.")
+    uplink_s: float = Field(default=0.0, ge=0)
+    queue_s: float = Field(default=0.0, ge=0, description="Waiting, including cold start.")
+    inference_s: float = Field(default=0.0, ge=0)
+    downlink_s: float = Field(default=0.0, ge=0)
+    outcome: RequestOutcome
+    conflict: bool = False
+    mode: Literal["gpu", "cpu", "none"] = Field(
+        default="none", description="Where it was served; none if it never ran."
+    )
+
+    @property
+    def latency_s(self) -> float:
+        """End-to-end latency T_q = uplink + queue + inference + downlink."""
+        return self.uplink_s + self.queue_s + self.inference_s + self.downlink_s
+
+    @property
+    def done_s(self) -> float:
+        return self.submit_s + self.latency_s
+
+
+class NodeTelemetry(WireModel):
+    """A snapshot of one node's resource use (from exporters or the emulator)."""
+
+    run: str = ""
+    node: str
+    time_s: float = Field(ge=0)
+    cpu_util: float = Field(ge=0, le=1)
+    memory_util: float = Field(ge=0, le=1)
+    gpu_util: list[float] = Field(default_factory=list)
+    vram_used_gib: list[float] = Field(default_factory=list)
+    source: Literal["emulator", "exporter", "prometheus"] = "emulator"
+    extra: dict[str, float] = Field(default_factory=dict)

@@ -1,0 +1,167 @@
+"""Specs of the two custom resources: `LMService` and `EdgeNode` (group lmedge.io).
+
+These are the single source of truth for the CRD schemas (`lmedge crds`), the
+emulator's cluster (`examples/*` are the same YAML a user applies) and the
+static context every agent sees. Units are in field names (`_gib`, `_s`,
+`_mbps`) so nobody has to guess.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
+
+API_GROUP = "lmedge.io"
+API_VERSION = "v1alpha1"
+
+Modality = Literal[
+    "text-to-text",
+    "image-to-text",
+    "text-to-image",
+    "image-to-image",
+    "audio-to-text",
+    "text-to-audio",
+]
+#: Where an LM can run. `gpu-only` models (image generation, BLIP) are never placed on CPU.
+RunsOn = Literal["gpu-only", "cpu-or-gpu"]
+
+
+class ServiceProfile(SpecModel):
+    """Profiled cost of one prompt, used by planners, the MILP and the emulator.
+
+    `gpu_seconds_per_prompt` is the uncontended service time of one busy instance
+    holding one vGPU; `cpu_seconds_per_prompt` the time on `defaultCpuCores`
+    cores. Payload sizes drive the uplink/downlink delays (text vs images).
+    """
+
+    gpu_seconds_per_prompt: PosFloat = Field(
+        description="Seconds per prompt on one uncontended vGPU.", examples=[5.2]
+    )
+    cpu_seconds_per_prompt: PosFloat | None = Field(
+        default=None,
+        description="Seconds per prompt on the default CPU cores; required for cpu-or-gpu LMs.",
+        examples=[8.2],
+    )
+    request_kib: NonNegFloat = Field(
+        default=1.0, description="Uplink payload per prompt in KiB (text ~1, image ~200)."
+    )
+    response_kib: NonNegFloat = Field(
+        default=1.0, description="Downlink payload per prompt in KiB (text ~1, image ~500)."
+    )
+
+
+class LMServiceSpec(SpecModel):
+    """One LM service: a model image and what it needs to run."""
+
+    model: str = Field(min_length=1, description="Model id, e.g. gpt2.", examples=["gpt2"])
+    modality: Modality = Field(description="Input-to-output modality of the service.")
+    image: str = Field(min_length=1, description="Container image of the model server.")
+    deployment_memory_gib: PosFloat = Field(
+        description="Memory request=limit of a model pod, GiB.", examples=[3.0]
+    )
+    min_memory_gib: PosFloat = Field(
+        description="Minimum memory the model needs to load, GiB.", examples=[1.2]
+    )
+    min_vram_gib: NonNegFloat = Field(
+        default=0.0, description="Minimum GPU memory when placed on GPU, GiB."
+    )
+    runs_on: RunsOn = Field(description="gpu-only, or cpu-or-gpu.")
+    default_cpu_cores: PosFloat = Field(
+        default=4.0, description="CPU cores of a pod unless a deployer decides otherwise."
+    )
+    max_vgpus: int = Field(default=2, ge=1, le=16, description="Most vGPUs one pod may take.")
+    deadline_s: PosFloat | None = Field(
+        default=None, description="Per-service deadline; the cluster-wide tau when unset."
+    )
+    serves: list[K8sName] = Field(
+        default_factory=list,
+        description=(
+            "Request classes this LM can serve besides its own name, e.g. two text "
+            "LMs both serving class `chat` (model routing)."
+        ),
+    )
+    quality: float | None = Field(
+        default=None, ge=0, le=1, description="Prior answer quality in [0, 1] for model routing."
+    )
+    profile: ServiceProfile
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> LMServiceSpec:
+        if self.min_memory_gib > self.deployment_memory_gib:
+            raise ValueError(
+                f"minMemoryGib ({self.min_memory_gib}) must not exceed "
+                f"deploymentMemoryGib ({self.deployment_memory_gib})"
+            )
+        if self.runs_on == "cpu-or-gpu" and self.profile.cpu_seconds_per_prompt is None:
+            raise ValueError("a cpu-or-gpu service needs profile.cpuSecondsPerPrompt")
+        return self
+
+
+class GPUSpec(SpecModel):
+    """One physical GPU."""
+
+    model: str = Field(default="generic", description="GPU model, e.g. NVIDIA-A5000.")
+    vram_gib: PosFloat = Field(description="GPU memory, GiB.", examples=[24.0])
+
+
+class SiteLink(SpecModel):
+    """The network path from this node's site to another site."""
+
+    site: K8sName
+    bandwidth_mbps: PosFloat = Field(description="Throughput to that site, Mbit/s.")
+    latency_ms: NonNegFloat = Field(description="One-way latency to that site, ms.")
+
+
+class PowerProfile(SpecModel):
+    """Power and price of a node, for energy- and cost-aware routing (CEMA)."""
+
+    idle_watts: NonNegFloat = 50.0
+    busy_watts_per_core: NonNegFloat = 5.0
+    busy_watts_per_gpu: NonNegFloat = 230.0
+    cost_per_hour: NonNegFloat = Field(default=0.0, description="Monetary cost, any currency.")
+
+
+class EdgeNodeSpec(SpecModel):
+    """A cluster node's capacity as lmedge plans with it (named after its Node)."""
+
+    role: Literal["worker", "control"] = Field(
+        default="worker", description="Control nodes run the controller and host no LMs."
+    )
+    cpu_cores: PosFloat = Field(description="Allocatable CPU cores.", examples=[16])
+    memory_gib: PosFloat = Field(description="Allocatable memory, GiB.", examples=[24])
+    gpus: list[GPUSpec] = Field(default_factory=list, description="Physical GPUs.")
+    vgpus_per_gpu: int = Field(
+        default=1,
+        ge=1,
+        le=48,
+        description="Time-slicing replicas per GPU (NVIDIA device plugin sharing.timeSlicing).",
+    )
+    site: K8sName = Field(default="site-a", description="Location; links are per site pair.")
+    intra_site_bandwidth_mbps: PosFloat = Field(default=10_000.0)
+    intra_site_latency_ms: NonNegFloat = Field(default=0.5)
+    links: list[SiteLink] = Field(default_factory=list, description="Paths to other sites.")
+    power: PowerProfile | None = None
+
+    @property
+    def total_vgpus(self) -> int:
+        return len(self.gpus) * self.vgpus_per_gpu
+
+    @property
+    def total_vram_gib(self) -> float:
+        return sum(g.vram_gib for g in self.gpus)
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpus)
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> EdgeNodeSpec:
+        sites = [link.site for link in self.links]
+        if len(sites) != len(set(sites)):
+            raise ValueError("links name the same site more than once")
+        if self.site in sites:
+            raise ValueError(f"links must not include the node's own site {self.site!r}")
+        return self

@@ -1,0 +1,61 @@
+"""The `lmedge` command line.
+
+Each command group lives in its own module exposing `register(app)`; they are
+listed once in `COMMAND_MODULES`. `main()` turns every `UserError` into one
+line on stderr and exit code 2 — users never see a traceback for a mistake.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+from rich.console import Console
+
+from lmedge.errors import LmedgeError, UserError
+
+COMMAND_MODULES = [
+    "lmedge.cli.crds",
+]
+
+app = typer.Typer(
+    name="lmedge",
+    help="Control plane for serving many language models on edge GPU clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err_console = Console(stderr=True)
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `lmedge` console script."""
+    _register_all()
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except LmedgeError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,4 @@
+"""Shared pytest configuration: fixture plugins for the real test servers."""
+
+pytest_plugins = [
+]
