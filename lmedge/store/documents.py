@@ -1,0 +1,189 @@
+"""The collections, their indexes, and how a model becomes a stored document.
+
+A stored document is the model's JSON form (`model_dump(mode="json")`, exactly
+what the `$jsonSchema` generated from the model describes) plus a few store
+fields, all prefixed with `_` except `latency_s`:
+
+* `_id`: the natural key (request id, run id, run:node:time, run:epoch) or a
+  UUID chosen *before* the write is buffered, so a replayed batch is recognised
+  by the server as already present instead of duplicated;
+* `_seq`: nanoseconds since the epoch at creation, strictly increasing within a
+  process; "latest" means highest `_seq`;
+* `_stored_at`: a BSON date, the anchor of the telemetry TTL index;
+* `latency_s` (requests only): the derived end-to-end latency, stored so the
+  server can aggregate it and people can query it in mongosh.
+
+Reading strips the store fields and validates with the same model.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from pydantic import BaseModel, Field
+
+from lmedge.api.base import WireModel
+from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
+from lmedge.api.observations import MemoryCase
+from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.store.schema import bson_schema
+
+__all__ = [
+    "COLLECTIONS",
+    "DECISION_COLLECTIONS",
+    "DECISION_MODELS",
+    "AnyDecision",
+    "CollectionSpec",
+    "Index",
+    "RunInfo",
+    "from_document",
+    "to_document",
+]
+
+AnyDecision = Decision[MacroPolicy] | Decision[RoutingMap] | Decision[Placement]
+
+
+class RunInfo(WireModel):
+    """One run of the control loop (emulated or on a cluster)."""
+
+    id: str = Field(min_length=1, description="Run identifier, unique in the store.")
+    scenario: str = Field(description="Scenario or cluster name.")
+    policy: str = Field(description="Policy profile, e.g. MA or PerLLM.")
+    seed: int | None = Field(default=None, description="Random seed; None on a real cluster.")
+    started: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    backend: str = Field(default="emulated", description="emulated or kubernetes.")
+
+
+@dataclass(frozen=True)
+class Index:
+    """A secondary index: `keys` as (field, 1 | -1) pairs."""
+
+    keys: tuple[tuple[str, int], ...]
+    name: str
+    #: Seconds after `keys[0]` (a BSON date) when the server deletes the document.
+    expire_after_s: int | None = None
+
+
+@dataclass(frozen=True)
+class CollectionSpec:
+    """A collection: its name, document model, indexes and store-added fields."""
+
+    name: str
+    model: type[BaseModel]
+    indexes: tuple[Index, ...] = ()
+    #: Store fields beyond the model, as `$jsonSchema` properties.
+    extra_properties: Mapping[str, Any] = field(default_factory=dict)
+
+    def validator(self) -> dict[str, Any]:
+        """The `$jsonSchema` validator of this collection's documents."""
+        return bson_schema(self.model, extra_properties=self.extra_properties)
+
+
+_STORE_FIELDS: Final[dict[str, Any]] = {
+    "_id": {"bsonType": "string"},
+    "_seq": {"bsonType": "long"},
+    "_stored_at": {"bsonType": "date"},
+}
+_DECISION_INDEXES = (
+    Index((("run", 1), ("epoch", 1), ("slot", 1), ("node", 1)), "run_epoch_slot_node"),
+    Index((("_seq", -1),), "latest"),
+)
+
+#: The three decision kinds, one collection each, keyed by `Decision.agent`.
+DECISION_COLLECTIONS: Final[dict[str, str]] = {
+    "planner": "macro_policies",
+    "scheduler": "routing_maps",
+    "deployer": "deployments",
+}
+DECISION_MODELS: Final[dict[str, type[BaseModel]]] = {
+    "planner": Decision[MacroPolicy],
+    "scheduler": Decision[RoutingMap],
+    "deployer": Decision[Placement],
+}
+
+
+def telemetry_ttl_index(expire_after_s: int) -> Index:
+    """The TTL index deleting telemetry `expire_after_s` seconds after it was stored."""
+    return Index((("_stored_at", 1),), "expire", expire_after_s=expire_after_s)
+
+
+COLLECTIONS: Final[dict[str, CollectionSpec]] = {
+    **{
+        name: CollectionSpec(
+            name, DECISION_MODELS[agent], _DECISION_INDEXES, extra_properties=_STORE_FIELDS
+        )
+        for agent, name in DECISION_COLLECTIONS.items()
+    },
+    "requests": CollectionSpec(
+        "requests",
+        RequestRecord,
+        (
+            Index((("run", 1), ("submit_s", 1)), "run_submit"),
+            Index((("run", 1), ("lm", 1), ("outcome", 1)), "run_lm_outcome"),
+        ),
+        extra_properties={**_STORE_FIELDS, "latency_s": {"bsonType": ["double", "int", "long"]}},
+    ),
+    "telemetry": CollectionSpec(
+        "telemetry",
+        NodeTelemetry,
+        (
+            Index((("node", 1), ("time_s", 1)), "node_time"),
+            Index((("run", 1), ("node", 1), ("time_s", 1)), "run_node_time"),
+        ),
+        extra_properties=_STORE_FIELDS,
+    ),
+    "memory": CollectionSpec(
+        "memory",
+        MemoryCase,
+        (Index((("run", 1), ("objective", -1)), "run_objective"),),
+        extra_properties=_STORE_FIELDS,
+    ),
+    "runs": CollectionSpec(
+        "runs", RunInfo, (Index((("started", -1),), "started"),), extra_properties=_STORE_FIELDS
+    ),
+}
+
+_seq_lock = threading.Lock()
+_last_seq = 0
+
+
+def next_seq() -> int:
+    """Nanoseconds since the epoch, strictly increasing within this process."""
+    global _last_seq
+    with _seq_lock:
+        _last_seq = max(_last_seq + 1, time.time_ns())
+        return _last_seq
+
+
+def document_id(model: BaseModel) -> str:
+    """The `_id` of a model's document: its natural key, else a fresh UUID."""
+    if isinstance(model, RequestRecord | RunInfo):
+        return model.id
+    if isinstance(model, NodeTelemetry):
+        return f"{model.run}:{model.node}:{model.time_s!r}"
+    if isinstance(model, MemoryCase):
+        return f"{model.run}:{model.epoch}"
+    return uuid.uuid4().hex
+
+
+def to_document(model: BaseModel) -> dict[str, Any]:
+    """The stored document of `model` (its JSON form plus the store fields)."""
+    doc = model.model_dump(mode="json")
+    if isinstance(model, RequestRecord):
+        doc["latency_s"] = model.latency_s
+    doc["_id"] = document_id(model)
+    doc["_seq"] = next_seq()
+    doc["_stored_at"] = datetime.now(UTC)
+    return doc
+
+
+def from_document(model: type[BaseModel], doc: Mapping[str, Any]) -> Any:
+    """Validate a stored document back into `model`, ignoring the store fields."""
+    data = {k: v for k, v in doc.items() if not k.startswith("_") and k != "latency_s"}
+    return model.model_validate(data)

@@ -1,0 +1,73 @@
+"""Where the store lives: one setting, parsed in one place.
+
+The setting comes from `--store`, else the `LMEDGE_STORE` environment variable,
+else the default embedded directory. Accepted forms:
+
+* `mongodb://host:port/db?...` or `mongodb+srv://...`: a MongoDB-protocol server
+  (MongoDB, FerretDB); the database defaults to `lmedge`;
+* `embedded:///abs/dir`, `embedded://rel/dir`, or a plain directory path: the
+  embedded on-disk store (MontyDB over SQLite) for single-machine runs.
+
+This module only classifies the string; it neither imports a driver nor touches
+the disk, so it is cheap to call from argument parsing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lmedge.errors import StoreError
+
+__all__ = ["DEFAULT_STORE", "STORE_ENV", "StoreLocation", "parse_store_location"]
+
+#: Environment variable naming the store when `--store` is not given.
+STORE_ENV = "LMEDGE_STORE"
+#: Default store: an embedded directory under the current working directory.
+DEFAULT_STORE = "./.lmedge/store"
+_EMBEDDED_SCHEME = "embedded://"
+_HINT = "use mongodb://host:port/db, embedded:///path/to/dir or a directory path"
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A parsed store setting: which backend, and its URI or directory."""
+
+    kind: Literal["mongodb", "embedded"]
+    #: The MongoDB URI, verbatim (kind == "mongodb").
+    uri: str = ""
+    #: The embedded store directory (kind == "embedded").
+    path: Path | None = None
+
+    def describe(self) -> str:
+        """A short human-readable name for messages (no credentials)."""
+        if self.kind == "embedded":
+            return f"embedded store {self.path}"
+        rest = self.uri.split("://", 1)[1]
+        hosts = rest.rsplit("@", 1)[-1].split("/", 1)[0].split("?", 1)[0]
+        return f"MongoDB at {hosts}"
+
+
+def parse_store_location(uri: str | None) -> StoreLocation:
+    """Classify a store setting; `None` falls back to `$LMEDGE_STORE`, then the default.
+
+    Raises `StoreError` for an empty string or a URI scheme lmedge cannot use.
+    """
+    if uri is None:
+        uri = os.environ.get(STORE_ENV) or DEFAULT_STORE
+    text = uri.strip()
+    if not text:
+        raise StoreError(f"the store setting is empty; {_HINT}")
+    if text.startswith(("mongodb://", "mongodb+srv://")):
+        return StoreLocation(kind="mongodb", uri=text)
+    if text.startswith(_EMBEDDED_SCHEME):
+        rest = text[len(_EMBEDDED_SCHEME) :]
+        if not rest or rest == "/":
+            raise StoreError(f"store URI {text!r} names no directory; {_HINT}")
+        return StoreLocation(kind="embedded", path=Path(rest).expanduser())
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise StoreError(f"unsupported store URI scheme {scheme!r} in {text!r}; {_HINT}")
+    return StoreLocation(kind="embedded", path=Path(text).expanduser())

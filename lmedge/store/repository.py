@@ -1,0 +1,287 @@
+"""`Store`: the one repository of decisions, requests, telemetry, memory and runs.
+
+Callers hand it pydantic models and get pydantic models back; they never see a
+driver, a cursor or a BSON type, and the same code runs on MongoDB and on the
+embedded backend. Writes are buffered (see `lmedge.store.buffer`): a `record_*`
+call never raises because the server is down, it keeps the documents and sends
+them with a later write or `flush()`. Reads go to the server and raise
+`StoreUnavailable` when it does not answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from lmedge.api.decisions import AgentKind
+from lmedge.api.observations import LMStats, MemoryCase
+from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.errors import StoreError, StoreUnavailable
+from lmedge.store.backends import Backend
+from lmedge.store.buffer import BufferStats, WriteBuffer
+from lmedge.store.documents import (
+    COLLECTIONS,
+    DECISION_COLLECTIONS,
+    DECISION_MODELS,
+    AnyDecision,
+    RunInfo,
+    from_document,
+    to_document,
+)
+
+__all__ = ["Store", "StoreOptions", "StoreStatus"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Tuning of a `Store`; the defaults suit both the emulator and a cluster."""
+
+    #: Documents held in memory while the server is unreachable before the
+    #: oldest spill to disk. 100,000 request records are about 60 MB.
+    buffer_limit: int = 100_000
+    #: Where overflow is spilled; default `./.lmedge/spill`.
+    spill_dir: Path = Path(".lmedge/spill")
+    #: Documents per insert; MontyDB commits one SQLite transaction per batch.
+    batch_size: int = 500
+    #: After a failed flush, automatic flushes (on `record_*`) wait this long so
+    #: that each write does not pay the server-selection timeout again. Seconds.
+    retry_interval_s: float = 2.0
+    #: Telemetry is deleted this long after it is stored, where the server has
+    #: TTL indexes. Seconds; default 7 days.
+    telemetry_ttl_s: int = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class StoreStatus:
+    """A summary for `lmedge store status` and the operator's health check."""
+
+    backend: str
+    where: str
+    counts: dict[str, int]
+    latest_run: RunInfo | None
+    validators: bool
+    ttl: bool
+    buffer: BufferStats
+
+
+class Store:
+    """Repository over one backend. Build it with `lmedge.store.open_store`."""
+
+    def __init__(self, backend: Backend, options: StoreOptions | None = None) -> None:
+        self.options = options or StoreOptions()
+        self._backend = backend
+        prefix = hashlib.sha1(backend.where.encode()).hexdigest()[:12]
+        self._buffer = WriteBuffer(
+            limit=self.options.buffer_limit, spill_dir=self.options.spill_dir, prefix=prefix
+        )
+        self._retry_at = 0.0
+        self._state = threading.Lock()
+
+    @property
+    def backend(self) -> str:
+        """`mongodb` or `embedded`."""
+        return self._backend.kind
+
+    @property
+    def where(self) -> str:
+        """Where the data lives, for messages."""
+        return self._backend.where
+
+    def ensure_schema(self) -> None:
+        """Create collections and indexes; validators and TTL where supported."""
+        self._backend.ensure(list(COLLECTIONS.values()), self.options.telemetry_ttl_s)
+
+    # -- writes ---------------------------------------------------------------
+
+    def record_run(self, run: RunInfo) -> None:
+        """Register a run (idempotent: the first registration of an id wins)."""
+        self._write("runs", [to_document(run)])
+
+    def record_decision(self, decision: AnyDecision) -> None:
+        """Store one decision in its agent's collection."""
+        self._write(DECISION_COLLECTIONS[decision.agent], [to_document(decision)])
+
+    def record_requests(self, records: Iterable[RequestRecord]) -> None:
+        """Store request records (idempotent by `RequestRecord.id`)."""
+        self._write("requests", [to_document(r) for r in records])
+
+    def record_telemetry(self, snapshots: Iterable[NodeTelemetry]) -> None:
+        """Store node telemetry snapshots (expiring where the server has TTL)."""
+        self._write("telemetry", [to_document(s) for s in snapshots])
+
+    def record_memory(self, case: MemoryCase) -> None:
+        """Store one episodic memory case (idempotent by run and epoch)."""
+        self._write("memory", [to_document(case)])
+
+    def flush(self) -> None:
+        """Send everything buffered now; raise `StoreUnavailable` if the server is down."""
+        try:
+            self._buffer.flush(self._backend.insert)
+        except StoreUnavailable:
+            with self._state:
+                self._retry_at = time.monotonic() + self.options.retry_interval_s
+            raise
+        with self._state:
+            self._retry_at = 0.0
+
+    def buffer_stats(self) -> BufferStats:
+        """Counters of documents waiting, spilled, replayed and dropped."""
+        return self._buffer.stats()
+
+    def close(self) -> None:
+        """Flush; if the server is down, spill what waits to disk. Then disconnect."""
+        try:
+            self.flush()
+        except StoreUnavailable as exc:
+            self._buffer.spill_all()
+            log.warning(
+                "store closed with unsent writes spilled to %s: %s", self._buffer.spill_path, exc
+            )
+        finally:
+            self._backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self, collection: str, docs: Sequence[dict[str, Any]]) -> None:
+        size = self.options.batch_size
+        for start in range(0, len(docs), size):
+            self._buffer.add(collection, docs[start : start + size])
+        with self._state:
+            waiting = time.monotonic() < self._retry_at
+        if waiting:
+            return
+        try:
+            self.flush()
+        except StoreUnavailable as exc:
+            stats = self._buffer.stats()
+            log.warning(
+                "store: %s; %d documents buffered, %d spilled", exc, stats.pending, stats.spilled
+            )
+
+    # -- reads ------------------------------------------------------------------
+
+    def decisions(
+        self,
+        *,
+        agent: AgentKind | None = None,
+        run: str | None = None,
+        epoch: int | None = None,
+        slot: int | None = None,
+        node: str | None = None,
+        limit: int = 20,
+    ) -> list[AnyDecision]:
+        """The latest decisions matching every given filter, newest first."""
+        if limit < 1:
+            raise StoreError(f"limit must be at least 1, got {limit}")
+        query = _filter(run=run, epoch=epoch, slot=slot, node=node)
+        agents = [agent] if agent else list(DECISION_COLLECTIONS)
+        found: list[tuple[int, AnyDecision]] = []
+        for kind in agents:
+            model = DECISION_MODELS[kind]
+            for doc in self._backend.find(
+                DECISION_COLLECTIONS[kind], query, sort=[("_seq", -1)], limit=limit
+            ):
+                found.append((int(doc["_seq"]), cast(AnyDecision, from_document(model, doc))))
+        found.sort(key=lambda item: item[0], reverse=True)
+        if not found:
+            self._check_run(run)
+        return [d for _, d in found[:limit]]
+
+    def requests(self, run: str, *, lm: str | None = None) -> Iterator[RequestRecord]:
+        """Request records of `run` in submit order (streamed)."""
+        self._check_run(run)
+        query = _filter(run=run, lm=lm)
+        for doc in self._backend.find("requests", query, sort=[("submit_s", 1), ("_id", 1)]):
+            yield cast(RequestRecord, from_document(RequestRecord, doc))
+
+    def lm_stats(self, run: str) -> list[LMStats]:
+        """Per-LM arrivals, successes, success ratio and success-only mean latency."""
+        self._check_run(run)
+        groups = self._backend.group("requests", {"run": run}, ("lm", "outcome"), "latency_s")
+        per_lm: dict[str, list[float]] = {}
+        for (lm, outcome), (n, latency) in groups.items():
+            acc = per_lm.setdefault(str(lm), [0, 0, 0.0])
+            acc[0] += n
+            if outcome == "success":
+                acc[1] += n
+                acc[2] += latency
+        return [
+            LMStats(
+                lm=lm,
+                arrivals=int(arrivals),
+                successes=int(successes),
+                success_ratio=successes / arrivals if arrivals else None,
+                mean_latency_s=latency / successes if successes else None,
+            )
+            for lm, (arrivals, successes, latency) in sorted(per_lm.items())
+        ]
+
+    def telemetry(
+        self, *, node: str | None = None, run: str | None = None, limit: int = 100
+    ) -> list[NodeTelemetry]:
+        """The latest telemetry snapshots (by `time_s`), newest first."""
+        query = _filter(node=node, run=run)
+        docs = self._backend.find("telemetry", query, sort=[("time_s", -1)], limit=limit)
+        return [cast(NodeTelemetry, from_document(NodeTelemetry, d)) for d in docs]
+
+    def memory_cases(self, *, run: str | None = None, limit: int = 10) -> list[MemoryCase]:
+        """Episodic memory, best objective first (cases without one come last)."""
+        query = _filter(run=run)
+        docs = self._backend.find(
+            "memory", query, sort=[("objective", -1), ("epoch", -1)], limit=limit
+        )
+        return [cast(MemoryCase, from_document(MemoryCase, d)) for d in docs]
+
+    def runs(self, *, limit: int = 50) -> list[RunInfo]:
+        """Registered runs, most recently started first; raises on an empty store."""
+        docs = list(self._backend.find("runs", {}, sort=[("started", -1)], limit=limit))
+        if not docs:
+            self._raise_empty()
+        return [cast(RunInfo, from_document(RunInfo, d)) for d in docs]
+
+    def status(self) -> StoreStatus:
+        """Documents per collection and the latest run; raises on an empty store."""
+        counts = {name: self._backend.count(name, {}) for name in COLLECTIONS}
+        if not any(counts.values()):
+            self._raise_empty()
+        latest = next(iter(self._backend.find("runs", {}, sort=[("started", -1)], limit=1)), None)
+        return StoreStatus(
+            backend=self.backend,
+            where=self.where,
+            counts=counts,
+            latest_run=cast(RunInfo, from_document(RunInfo, latest)) if latest else None,
+            validators=self._backend.validators,
+            ttl=self._backend.ttl,
+            buffer=self._buffer.stats(),
+        )
+
+    def _check_run(self, run: str | None) -> None:
+        """Explain an empty answer: an unknown run or an empty store is a user error."""
+        if run is None or self._backend.count("runs", {"_id": run}):
+            return
+        known = [d["_id"] for d in self._backend.find("runs", {}, projection={"_id": 1})]
+        if not known and not any(self._backend.count(c, {}) for c in COLLECTIONS):
+            self._raise_empty()
+        if known and self._backend.count("requests", {"run": run}) == 0:
+            shown = ", ".join(sorted(known)[:5]) + (", ..." if len(known) > 5 else "")
+            raise StoreError(f"no run {run!r} in {self.where} (runs: {shown})")
+
+    def _raise_empty(self) -> None:
+        raise StoreError(f"{self.where} is empty: no run has been recorded there yet")
+
+
+def _filter(**fields: object) -> dict[str, Any]:
+    """An equality filter on the fields that are not None."""
+    return {k: v for k, v in fields.items() if v is not None}
