@@ -17,9 +17,7 @@ from pydantic.alias_generators import to_camel
 #: A Kubernetes object name (RFC 1123 label), as used for nodes and LM services.
 K8sName = Annotated[
     str,
-    StringConstraints(
-        min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-    ),
+    StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
 ]
 
 NonNegFloat = Annotated[float, Field(ge=0)]

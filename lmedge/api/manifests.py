@@ -71,7 +71,9 @@ def parse_resources(
         if kind not in KINDS:
             continue
         if d.get("apiVersion") != API:
-            raise ManifestError(source, "apiVersion", f"expected {API!r}, got {d.get('apiVersion')!r}")
+            raise ManifestError(
+                source, "apiVersion", f"expected {API!r}, got {d.get('apiVersion')!r}"
+            )
         meta = d.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
         if not isinstance(name, str) or not _valid_name(name):
@@ -109,7 +111,9 @@ def _no_duplicates(
     seen: set[str] = set()
     for n in names:
         if n in seen:
-            raise ManifestError(str(next(iter(source_of), ("?",))[0]), f"{kind}/{n}", "defined twice")
+            raise ManifestError(
+                str(next(iter(source_of), ("?",))[0]), f"{kind}/{n}", "defined twice"
+            )
         seen.add(n)
 
 

@@ -1,0 +1,1 @@
+"""The Kubernetes backend: the same ClusterBackend as the emulator, on real pods."""

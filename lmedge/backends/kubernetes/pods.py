@@ -1,0 +1,211 @@
+"""Model pods from placements, and the actions that reconcile a node to one.
+
+Pure functions, no API calls: the backend and the node agent call them and
+then talk to the API server. One LM per pod, pinned to its node with
+`spec.nodeName`; CPU requests = limits as decided; memory = the service's
+deployment memory; `nvidia.com/gpu` = vGPUs. The pod name carries a short hash
+of (mode, cores, vGPUs), so a resize is a new pod (created after the old one
+is deleted) and re-applying the same placement yields the same names: nothing
+changes, which makes actuation idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmedge.api import LMPlacement, Placement, ServiceInfo
+
+GPU_RESOURCE = "nvidia.com/gpu"
+LABEL_LM = "lmedge.io/lm"
+LABEL_NODE = "lmedge.io/node"
+LABEL_MODE = "lmedge.io/mode"
+ANNOTATION_HASH = "lmedge.io/placement-hash"
+MODEL_PORT = 8000
+PROGRESS_HOST_PATH = "/var/lib/lmedge/progress"
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    """The parts of a live pod the reconciler needs."""
+
+    name: str
+    lm: str
+    node: str
+    placement_hash: str
+    phase: str
+    ready: bool
+    deleting: bool = False
+
+    @property
+    def pending(self) -> bool:
+        """Starting and not yet serving: the pending rule looks at these."""
+        return not self.deleting and not self.ready and self.phase in ("Pending", "Running")
+
+
+@dataclass
+class NodeActions:
+    """What to do on one node to reach a placement."""
+
+    create: list[LMPlacement] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    voided: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+def placement_hash(p: LMPlacement) -> str:
+    key = f"{p.mode}/{p.cpu_cores:g}/{p.vgpus}"
+    return hashlib.sha256(key.encode()).hexdigest()[:6]
+
+
+def pod_name(lm: str, node: str, p: LMPlacement) -> str:
+    base = f"{lm}-{node}"
+    if len(base) > 50:
+        base = base[:43] + "-" + hashlib.sha256(base.encode()).hexdigest()[:6]
+    return f"{base}-{placement_hash(p)}"
+
+
+def _cpu_quantity(cores: float) -> str:
+    millis = round(cores * 1000)
+    return f"{millis // 1000}" if millis % 1000 == 0 else f"{millis}m"
+
+
+def _mem_quantity(gib: float) -> str:
+    return f"{round(gib * 1024)}Mi"
+
+
+def model_pod(
+    service: ServiceInfo,
+    placement: LMPlacement,
+    node: str,
+    namespace: str,
+    owner_uid: str | None = None,
+    extra_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Pod manifest serving `service` on `node` with `placement`'s resources."""
+    spec = service.spec
+    resources: dict[str, str] = {
+        "cpu": _cpu_quantity(placement.cpu_cores),
+        "memory": _mem_quantity(spec.deployment_memory_gib),
+    }
+    if placement.mode == "gpu":
+        resources[GPU_RESOURCE] = str(placement.vgpus)
+    labels = {
+        "app.kubernetes.io/name": "lmedge-model",
+        "app.kubernetes.io/instance": service.name,
+        "app.kubernetes.io/component": "model-server",
+        "app.kubernetes.io/part-of": "lmedge",
+        "app.kubernetes.io/managed-by": "lmedge-node-agent",
+        LABEL_LM: service.name,
+        LABEL_NODE: node,
+        LABEL_MODE: placement.mode,
+        **(extra_labels or {}),
+    }
+    metadata: dict[str, Any] = {
+        "name": pod_name(service.name, node, placement),
+        "namespace": namespace,
+        "labels": labels,
+        "annotations": {ANNOTATION_HASH: placement_hash(placement)},
+    }
+    if owner_uid:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "lmedge.io/v1alpha1",
+                "kind": "LMService",
+                "name": service.name,
+                "uid": owner_uid,
+                "controller": True,
+                "blockOwnerDeletion": False,
+            }
+        ]
+    probe = {"periodSeconds": 2, "failureThreshold": 3}
+    container = {
+        "name": "model-server",
+        "image": spec.image,
+        "args": [
+            "model-server",
+            "--lm",
+            service.name,
+            "--model",
+            spec.model,
+            "--modality",
+            spec.modality,
+            "--device",
+            "cuda" if placement.mode == "gpu" else "cpu",
+            "--port",
+            str(MODEL_PORT),
+            "--progress-dir",
+            "/progress",
+        ],
+        "ports": [{"name": "http", "containerPort": MODEL_PORT}],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, **probe},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "initialDelaySeconds": 30,
+            **probe,
+        },
+        "volumeMounts": [{"name": "progress", "mountPath": "/progress"}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 10,
+            "containers": [container],
+            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+            "volumes": [
+                {
+                    "name": "progress",
+                    "hostPath": {
+                        "path": f"{PROGRESS_HOST_PATH}/{service.name}",
+                        "type": "DirectoryOrCreate",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def plan_node(
+    desired: Placement, observed: Sequence[ObservedPod], services: Iterable[str]
+) -> NodeActions:
+    """Actions turning the node's observed model pods into `desired`.
+
+    Pods whose LM is off, or whose resources differ, are deleted; missing
+    ones are created. The pending rule (paper §V-D2): while any pod on the
+    node is still pending, creations — resource-adding actions — are voided;
+    deletions still go ahead. Pods already being deleted are ignored, and a
+    duplicate pod for one LM (e.g. left by a crash mid-slot) is deleted.
+    """
+    known = set(services)
+    actions = NodeActions()
+    live = [p for p in observed if not p.deleting and p.node == desired.node]
+    want = {p.lm: p for p in desired.lms if p.mode != "off" and p.lm in known}
+    kept: set[str] = set()
+    for pod in sorted(live, key=lambda p: (p.lm, not p.ready, p.name)):
+        target = want.get(pod.lm)
+        if target is None or pod.placement_hash != placement_hash(target) or pod.lm in kept:
+            actions.delete.append(pod.name)
+        else:
+            kept.add(pod.lm)
+            actions.unchanged.append(pod.lm)
+    pending = any(p.pending for p in live if p.name not in actions.delete)
+    for lm, target in want.items():
+        if lm in kept:
+            continue
+        if pending:
+            actions.voided.append(lm)
+        else:
+            actions.create.append(target)
+    return actions
