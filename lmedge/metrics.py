@@ -1,0 +1,447 @@
+"""The paper's metrics (§III, §VI-B): success, fairness, latency, the objective,
+inactive-target conflicts (Table II), reconfiguration rates (Table III) and the
+agent audit counts.
+
+Everything here is a pure function of records and decisions, so the emulator,
+the controller on a real cluster and offline analysis of a store compute the
+same numbers. It deliberately reads nothing from the store and knows nothing
+about time: windows are counted in slots, from `RequestRecord.slot` (the slot
+the request arrived in).
+
+Definitions (paper Eq. 1-6, 10):
+
+- delta_q = 1 when the request was served by an active LM at its destination
+  within its deadline. The component that writes a `RequestRecord` decides
+  this; here a record with ``outcome == "success"`` *is* a success.
+- A_i requests of LM i, S_i successes, rho_i = S_i / A_i.
+- Jain F = (sum rho)^2 / (I sum rho^2) over the I LM types with arrivals in the
+  window; F_norm = (F - 1/I) / (1 - 1/I).
+- T_norm = mean over successful q of T_q / tau_i(q).
+- J = lam * T_norm + (1 - lam) * (1 - F_norm), lam = 0.5; lower is better.
+
+Degenerate cases are decided once, in `fairness` and `t_norm`, and documented
+there; every window with at least one request has a defined objective.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import Field
+
+from lmedge.api.base import WireModel
+from lmedge.api.decisions import Decision, Placement
+from lmedge.api.observations import ClusterContext, EpochMetrics, LMStats
+from lmedge.api.records import RequestRecord
+
+#: Objective weight lambda between latency and unfairness (paper: 0.5).
+LAMBDA = 0.5
+#: Request deadline tau in seconds (paper: 900 s).
+TAU_S = 900.0
+
+
+def is_success(record: RequestRecord) -> bool:
+    """delta_q: the record's producer already checked "LM active and T_q <= tau"."""
+    return record.outcome == "success"
+
+
+def jain(ratios: Sequence[float]) -> float | None:
+    """Jain's index F = (sum x)^2 / (n sum x^2) in [1/n, 1].
+
+    None for an empty sequence, and for an all-zero one where the formula is
+    0/0 (`fairness` decides what that means for the objective).
+    """
+    n = len(ratios)
+    squares = sum(x * x for x in ratios)
+    if n == 0 or squares == 0:
+        return None
+    return min(1.0, sum(ratios) ** 2 / (n * squares))
+
+
+def fairness(ratios: Sequence[float]) -> tuple[float | None, float | None]:
+    """(F, F_norm) over the success ratios of the LM types that had arrivals.
+
+    - no types: (None, None) — there is nothing to be fair about;
+    - every ratio 0 (nothing served): F is 0/0. We report F = 1/I, the minimum
+      of the index, and F_norm = 0, i.e. the worst fairness: a window in which
+      no type is served must not look fair to the objective (equal starvation
+      is not a fair service);
+    - I = 1: F = 1 and F_norm is 0/0. One type cannot be treated unfairly
+      relative to others, so F_norm = 1 (0 if it got nothing, as above);
+    - all ratios equal and > 0: F = 1, F_norm = 1.
+    """
+    n = len(ratios)
+    if n == 0:
+        return None, None
+    f = jain(ratios)
+    if f is None:
+        return 1.0 / n, 0.0
+    if n == 1:
+        return f, 1.0
+    f_norm = (f - 1.0 / n) / (1.0 - 1.0 / n)
+    return f, min(1.0, max(0.0, f_norm))
+
+
+def t_norm(latencies: Sequence[float], deadlines: Sequence[float]) -> float:
+    """T_norm: the mean of T_q / tau over successful requests.
+
+    Defined as 1.0 when there is no success (the paper's formula is 0/0):
+    a success never exceeds its deadline, so 1 is the worst value T_norm can
+    take, and an objective that rewarded serving nobody with a *low* latency
+    term would be perverse. Callers with no requests at all get None from
+    `window_metrics` instead.
+    """
+    if len(latencies) != len(deadlines):
+        raise ValueError("latencies and deadlines differ in length")
+    if not latencies:
+        return 1.0
+    return sum(t / d for t, d in zip(latencies, deadlines, strict=True)) / len(latencies)
+
+
+def objective(t_norm_value: float, f_norm_value: float, lam: float = LAMBDA) -> float:
+    """J = lam T_norm + (1 - lam)(1 - F_norm); lower is better, in [0, 1]."""
+    return lam * t_norm_value + (1.0 - lam) * (1.0 - f_norm_value)
+
+
+def _deadline(lm: str, tau_s: float, deadlines: Mapping[str, float] | None) -> float:
+    if deadlines and lm in deadlines:
+        return deadlines[lm]
+    return tau_s
+
+
+def window_metrics(
+    records: Iterable[RequestRecord],
+    lms: Sequence[str],
+    *,
+    tau_s: float = TAU_S,
+    lam: float = LAMBDA,
+    deadlines: Mapping[str, float] | None = None,
+    cross_node_only: bool = True,
+) -> EpochMetrics:
+    """The paper's metrics over one window of records.
+
+    `lms` is the LM list of the cluster context: every listed LM appears in
+    `per_lm` (with `success_ratio=None` when it had no arrivals); an LM found
+    only in the records is appended after them, so no request is dropped.
+    LMs without arrivals are left out of the Jain index: rho_i = S_i/A_i is
+    undefined for them and counting them as 0 (or 1) would report an
+    unfairness (or a fairness) no request experienced.
+
+    `deadlines` maps an LM to its own deadline (LMService `deadlineS`); others
+    use `tau_s`. With no request at all every aggregate is None.
+    `conflict_ratio` follows `conflicts` (cross-node requests by default).
+    """
+    recs = list(records)
+    order = list(dict.fromkeys([*lms, *sorted({r.lm for r in recs} - set(lms))]))
+    arrivals: dict[str, int] = dict.fromkeys(order, 0)
+    successes: dict[str, int] = dict.fromkeys(order, 0)
+    latency_sum: dict[str, float] = dict.fromkeys(order, 0.0)
+    ok_latencies: list[float] = []
+    ok_deadlines: list[float] = []
+    for r in recs:
+        arrivals[r.lm] += 1
+        if is_success(r):
+            t = r.latency_s
+            successes[r.lm] += 1
+            latency_sum[r.lm] += t
+            ok_latencies.append(t)
+            ok_deadlines.append(_deadline(r.lm, tau_s, deadlines))
+    per_lm = [
+        LMStats(
+            lm=lm,
+            arrivals=arrivals[lm],
+            successes=successes[lm],
+            success_ratio=successes[lm] / arrivals[lm] if arrivals[lm] else None,
+            mean_latency_s=latency_sum[lm] / successes[lm] if successes[lm] else None,
+        )
+        for lm in order
+    ]
+    conflicts = conflict_stats(
+        recs, tau_s=tau_s, deadlines=deadlines, cross_node_only=cross_node_only
+    )
+    if not recs:
+        return EpochMetrics(
+            per_lm=per_lm,
+            requests=0,
+            successes=0,
+            mean_latency_s=None,
+            jain=None,
+            f_norm=None,
+            t_norm=None,
+            objective=None,
+        )
+    f, f_n = fairness([s.success_ratio for s in per_lm if s.success_ratio is not None])
+    tn = t_norm(ok_latencies, ok_deadlines)
+    assert f_n is not None  # at least one LM had arrivals
+    return EpochMetrics(
+        per_lm=per_lm,
+        requests=len(recs),
+        successes=len(ok_latencies),
+        mean_latency_s=sum(ok_latencies) / len(ok_latencies) if ok_latencies else None,
+        jain=f,
+        f_norm=f_n,
+        t_norm=tn,
+        objective=objective(tn, f_n, lam),
+        conflict_ratio=conflicts.ratio or 0.0,
+    )
+
+
+class SegmentMetrics(WireModel):
+    """A segment cut into fixed windows, plus the segment as one window.
+
+    `overall` pools every record of the segment; the `window_mean_*` fields
+    average the per-window values that are defined, which is how the paper
+    reports "mean Jain's index" and "mean latency across the windows" (Fig. 6).
+    """
+
+    window_slots: int = Field(ge=1)
+    start_slot: int = Field(ge=0)
+    end_slot: int = Field(ge=0, description="First slot after the segment.")
+    windows: list[EpochMetrics]
+    overall: EpochMetrics
+    window_mean_jain: float | None
+    window_mean_latency_s: float | None
+    window_mean_objective: float | None
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def segment_metrics(
+    records: Iterable[RequestRecord],
+    lms: Sequence[str],
+    window_slots: int,
+    *,
+    start_slot: int = 0,
+    end_slot: int | None = None,
+    tau_s: float = TAU_S,
+    lam: float = LAMBDA,
+    deadlines: Mapping[str, float] | None = None,
+) -> SegmentMetrics:
+    """Per-window metrics over [start_slot, end_slot) and the whole segment.
+
+    Windows are [start + k w, start + (k+1) w); the last one may be shorter.
+    Empty windows are kept (all aggregates None) so that window k always
+    covers the same slots across policies. Records outside the segment are
+    ignored. `end_slot` defaults to one past the last record's slot.
+    """
+    if window_slots < 1:
+        raise ValueError("window_slots must be at least 1")
+    recs = [r for r in records if r.slot >= start_slot]
+    end = (
+        end_slot
+        if end_slot is not None
+        else max((r.slot for r in recs), default=start_slot - 1) + 1
+    )
+    end = max(end, start_slot)
+    recs = [r for r in recs if r.slot < end]
+    count = -(-(end - start_slot) // window_slots)
+    buckets: list[list[RequestRecord]] = [[] for _ in range(count)]
+    for r in recs:
+        buckets[(r.slot - start_slot) // window_slots].append(r)
+    kw: dict[str, Any] = {"tau_s": tau_s, "lam": lam, "deadlines": deadlines}
+    windows = [window_metrics(b, lms, **kw) for b in buckets]
+    return SegmentMetrics(
+        window_slots=window_slots,
+        start_slot=start_slot,
+        end_slot=end,
+        windows=windows,
+        overall=window_metrics(recs, lms, **kw),
+        window_mean_jain=_mean(w.jain for w in windows),
+        window_mean_latency_s=_mean(w.mean_latency_s for w in windows),
+        window_mean_objective=_mean(w.objective for w in windows),
+    )
+
+
+def context_segment_metrics(
+    records: Iterable[RequestRecord], ctx: ClusterContext, window_slots: int | None = None
+) -> SegmentMetrics:
+    """`segment_metrics` with the LM list, tau, lambda, deadlines and epoch of `ctx`."""
+    return segment_metrics(
+        records,
+        ctx.lm_names,
+        window_slots or ctx.epoch_slots,
+        tau_s=ctx.tau_s,
+        lam=ctx.lam,
+        deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
+    )
+
+
+class ConflictStats(WireModel):
+    """Inactive-target conflicts (paper Table II).
+
+    A conflict is a request that reached a destination where its LM was not
+    active on arrival (`RequestRecord.conflict`). Like the paper, only
+    cross-node requests (origin != destination) are considered unless
+    `scope` is `all`. Queue delay is `queue_s`, except that a timed-out
+    request counts its deadline tau, so unresolved conflicts carry their cost.
+    """
+
+    scope: Literal["cross-node", "all"]
+    requests: int = Field(ge=0, description="Requests in scope.")
+    conflicts: int = Field(ge=0)
+    ratio: float | None = Field(description="conflicts / requests; None without requests.")
+    conflict_queue_delay_s: float | None
+    non_conflict_queue_delay_s: float | None
+    conflict_timeout_ratio: float | None = Field(description="Timed out among conflicts.")
+
+
+def conflict_stats(
+    records: Iterable[RequestRecord],
+    *,
+    tau_s: float = TAU_S,
+    deadlines: Mapping[str, float] | None = None,
+    cross_node_only: bool = True,
+) -> ConflictStats:
+    """Table II over `records`; see `ConflictStats`."""
+    n = c = timeouts = 0
+    delay_c: list[float] = []
+    delay_n: list[float] = []
+    for r in records:
+        if cross_node_only and r.origin == r.destination:
+            continue
+        n += 1
+        delay = r.queue_s if is_success(r) else _deadline(r.lm, tau_s, deadlines)
+        if r.conflict:
+            c += 1
+            timeouts += not is_success(r)
+            delay_c.append(delay)
+        else:
+            delay_n.append(delay)
+    return ConflictStats(
+        scope="cross-node" if cross_node_only else "all",
+        requests=n,
+        conflicts=c,
+        ratio=c / n if n else None,
+        conflict_queue_delay_s=_mean(delay_c),
+        non_conflict_queue_delay_s=_mean(delay_n),
+        conflict_timeout_ratio=timeouts / c if c else None,
+    )
+
+
+class LMReconfiguration(WireModel):
+    """Activation / deactivation events of one LM (or `*` for all LMs)."""
+
+    lm: str
+    activations: int = Field(ge=0)
+    deactivations: int = Field(ge=0)
+    activations_per_100: float | None
+    deactivations_per_100: float | None
+
+
+class ReconfigurationStats(WireModel):
+    """Deployment reconfiguration frequency (paper Table III).
+
+    An event is an inactive-to-active (activation) or active-to-inactive
+    (deactivation) change of one LM between consecutive placements of the
+    same node; active means mode gpu or cpu, and an LM a placement omits is
+    off. Rates are per 100 node-slot decisions (all placements given, as the
+    paper divides by its 19,404 decisions, not its 19,374 transitions). A
+    gpu<->cpu switch is neither event. `set_change_ratio` is the share of
+    consecutive transitions whose active set changed.
+    """
+
+    decisions: int = Field(ge=0)
+    transitions: int = Field(ge=0)
+    per_lm: list[LMReconfiguration]
+    total: LMReconfiguration
+    set_changes: int = Field(ge=0)
+    set_change_ratio: float | None
+
+
+def reconfiguration_stats(
+    placements: Iterable[Placement], lms: Sequence[str] = ()
+) -> ReconfigurationStats:
+    """Table III from the accepted placements in chronological order.
+
+    Placements of different nodes may be interleaved; they are grouped by
+    `Placement.node`, keeping the given order within a node. The first
+    placement of a node starts its sequence and is not an event. `lms` lists
+    LMs to report even with no events; others appear as they are seen.
+    """
+    last: dict[str, frozenset[str]] = {}
+    on: dict[str, int] = defaultdict(int)
+    off: dict[str, int] = defaultdict(int)
+    seen: dict[str, None] = dict.fromkeys(lms)
+    decisions = transitions = set_changes = 0
+    for p in placements:
+        decisions += 1
+        active = frozenset(p.active())
+        for x in p.lms:
+            seen.setdefault(x.lm, None)
+        prev = last.get(p.node)
+        last[p.node] = active
+        if prev is None:
+            continue
+        transitions += 1
+        set_changes += active != prev
+        for lm in active - prev:
+            on[lm] += 1
+        for lm in prev - active:
+            off[lm] += 1
+
+    def row(lm: str, a: int, d: int) -> LMReconfiguration:
+        return LMReconfiguration(
+            lm=lm,
+            activations=a,
+            deactivations=d,
+            activations_per_100=100.0 * a / decisions if decisions else None,
+            deactivations_per_100=100.0 * d / decisions if decisions else None,
+        )
+
+    return ReconfigurationStats(
+        decisions=decisions,
+        transitions=transitions,
+        per_lm=[row(lm, on[lm], off[lm]) for lm in seen],
+        total=row("*", sum(on.values()), sum(off.values())),
+        set_changes=set_changes,
+        set_change_ratio=set_changes / transitions if transitions else None,
+    )
+
+
+class AuditCounts(WireModel):
+    """How the decisions of one agent (and source, or `*` for all) fared.
+
+    `calls` counts decisions; `parsed`/`validated` those whose output parsed
+    and passed validation; `accepted`/`replaced` the final outcome; `errors`
+    those that recorded a failed call.
+    """
+
+    agent: str
+    source: str
+    calls: int = Field(ge=0)
+    parsed: int = Field(ge=0)
+    validated: int = Field(ge=0)
+    accepted: int = Field(ge=0)
+    replaced: int = Field(ge=0)
+    errors: int = Field(ge=0)
+
+
+def audit_counts(decisions: Iterable[Decision[Any]]) -> list[AuditCounts]:
+    """Counts per (agent, source) and per agent over all sources (`source="*"`).
+
+    Rows are sorted by agent (planner, scheduler, deployer) then source, the
+    `*` row first within an agent. Agents with no decision are absent.
+    """
+    keys = ("calls", "parsed", "validated", "accepted", "replaced", "errors")
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for d in decisions:
+        flags = (
+            1,
+            d.parsed,
+            d.validated,
+            d.outcome == "accepted",
+            d.outcome == "replaced",
+            d.error is not None,
+        )
+        for key in ((d.agent, d.source), (d.agent, "*")):
+            row = counts.setdefault(key, dict.fromkeys(keys, 0))
+            for k, flag in zip(keys, flags, strict=True):
+                row[k] += int(flag)
+    agent_rank = {"planner": 0, "scheduler": 1, "deployer": 2}
+    order = sorted(counts, key=lambda k: (agent_rank.get(k[0], 3), k[0], k[1] != "*", k[1]))
+    return [AuditCounts(agent=a, source=s, **counts[(a, s)]) for a, s in order]
