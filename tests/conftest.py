@@ -1,4 +1,5 @@
 """Shared pytest configuration: fixture plugins for the real test servers."""
 
 pytest_plugins = [
+    "tests.fixtures.ferretdb",
 ]

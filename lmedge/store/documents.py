@@ -185,5 +185,10 @@ def to_document(model: BaseModel) -> dict[str, Any]:
 
 def from_document(model: type[BaseModel], doc: Mapping[str, Any]) -> Any:
     """Validate a stored document back into `model`, ignoring the store fields."""
-    data = {k: v for k, v in doc.items() if not k.startswith("_") and k != "latency_s"}
+    derived = _DERIVED.get(model, ())
+    data = {k: v for k, v in doc.items() if not k.startswith("_") and k not in derived}
     return model.model_validate(data)
+
+
+#: Fields the store adds to a model's document (not model fields), per model.
+_DERIVED: Final[dict[type[BaseModel], tuple[str, ...]]] = {RequestRecord: ("latency_s",)}
