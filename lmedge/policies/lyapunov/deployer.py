@@ -1,0 +1,272 @@
+"""Lyapunov drift-plus-penalty deployer (paper §VI, the deployer of RL/AL/LL/MAL/PerLLM).
+
+Per node and slot it picks, among the node's feasible actions `a` (per LM: off,
+cpu with the default cores, or gpu with 1..max vGPUs), the one maximizing
+
+    score(a) = sum_i Q_ni * mu_ni(a) - V * (C_gpu(a) + C_churn(a))
+
+    mu_ni(a)  = alpha_gpu_i * v_i^beta * f_gpu(eta_gpu(a))           i on gpu with v_i vGPUs
+              = alpha_cpu_i * f_cpu(eta_cpu(a)) * f_mem(eta_mem(a))  i on cpu
+              = 0                                                    i off
+    C_gpu(a)  = pi(eta_gpu(a)) * N_GPU(a),  pi(eta) = p0 + p1 eta + p2 eta^2
+    C_churn(a)= lambda_churn * sum_i |1[i active in a] - 1[i active now]| * (1 + kappa Q_ni)
+
+See README.md for the choices the paper leaves open (f, pi, eta). It does not
+look at the planner's role intent: the paper's Lyapunov baselines deploy from
+local queues alone, which is what separates MAL from MA.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from lmedge.api import (
+    ClusterContext,
+    Decision,
+    LMPlacement,
+    Mode,
+    NodeInfo,
+    NodeObservation,
+    Placement,
+    ServiceInfo,
+    check_placement,
+    nearest_feasible,
+)
+from lmedge.policies.lyapunov.params import PluginParams, parse_params
+
+NAME = "lyapunov"
+#: The paper's slot length (s); with it the default alphas are the paper's calibrated ones.
+PAPER_SLOT_S = 30.0
+
+
+class LyapunovParams(PluginParams):
+    """Drift-plus-penalty coefficients; defaults are the paper's calibrated set."""
+
+    v: float = Field(default=1.0, ge=0, description="V: weight of cost against backlog reward.")
+    p0: float = Field(default=0.0, ge=0, description="GPU price intercept per vGPU.")
+    p1: float = Field(default=0.15, ge=0, description="GPU price slope in eta_gpu.")
+    p2: float = Field(default=0.30, ge=0, description="GPU price curvature in eta_gpu^2.")
+    lambda_churn: float = Field(default=0.10, ge=0, description="Cost per activation change.")
+    kappa: float = Field(default=1.0, ge=0, description="Backlog weight of the churn cost.")
+    alpha_gpu: dict[str, float] = Field(
+        default_factory=dict,
+        description="Prompts per slot on GPU per LM; default slot_s / gpuSecondsPerPrompt.",
+    )
+    alpha_cpu: dict[str, float] = Field(
+        default_factory=dict,
+        description="Prompts per slot on CPU per LM; default slot_s / cpuSecondsPerPrompt.",
+    )
+    cpu_contention: float = Field(
+        default=0.25, ge=0, description="gamma of f(eta) = 1/(1 + gamma eta) for CPU and memory."
+    )
+    vgpu_speedup: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="beta: rate grows as vGPUs^beta; 0 = time-slicing adds no share.",
+    )
+    max_enumeration: int = Field(
+        default=4096, ge=1, description="Exhaustive search up to this many actions, else local."
+    )
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One LM's action: mode, cores, vGPUs, and the resources it takes."""
+
+    mode: Mode
+    cores: float
+    vgpus: int
+    memory: float
+    vram: float
+
+    @property
+    def active(self) -> bool:
+        return self.mode != "off"
+
+
+_OFF = _Option("off", 0.0, 0, 0.0, 0.0)
+
+
+def contention(eta: float, gamma: float) -> float:
+    """f(eta) = 1 / (1 + gamma * eta): 1 on an idle node, 1/(1+gamma) fully allocated."""
+    return 1.0 / (1.0 + gamma * eta)
+
+
+def default_alphas(
+    services: Sequence[ServiceInfo], slot_s: float = PAPER_SLOT_S
+) -> tuple[dict[str, float], dict[str, float]]:
+    """alpha per LM from the profile: prompts one busy instance completes per slot."""
+    gpu = {s.name: slot_s / s.spec.profile.gpu_seconds_per_prompt for s in services}
+    cpu = {
+        s.name: (
+            slot_s / s.spec.profile.cpu_seconds_per_prompt
+            if s.spec.runs_on == "cpu-or-gpu" and s.spec.profile.cpu_seconds_per_prompt
+            else 0.0
+        )
+        for s in services
+    }
+    return gpu, cpu
+
+
+class LyapunovDeployer:
+    """The `lyapunov` deployer plugin (pure; no state between slots)."""
+
+    name = NAME
+
+    def __init__(self, params: LyapunovParams) -> None:
+        self.params = params
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]:
+        placement = self.best_placement(obs)
+        return Decision[Placement](
+            agent="deployer", policy=NAME, source="rule", value=placement, node=obs.node.name
+        )
+
+    # -- the search ----------------------------------------------------------
+
+    def best_placement(self, obs: NodeObservation) -> Placement:
+        node, services = obs.node, obs.services
+        if node.spec.role != "worker":
+            return Placement(node=node.name, lms=[_lm(s.name, _OFF) for s in services])
+        scorer = _Scorer(self.params, obs)
+        choices = [self._options(node, s, scorer, i) for i, s in enumerate(services)]
+        size = math.prod(len(c) for c in choices)
+        if size <= self.params.max_enumeration:
+            best = scorer.exhaustive(choices)
+        else:
+            best = scorer.local_search(choices)
+        placement = Placement(
+            node=node.name, lms=[_lm(s.name, o) for s, o in zip(services, best, strict=True)]
+        )
+        if check_placement(placement, node, services):
+            # Unreachable while `_Scorer.feasible` mirrors check_placement; kept as a guard.
+            return nearest_feasible(placement, node, services)
+        return placement
+
+    def _options(self, node: NodeInfo, s: ServiceInfo, scorer: _Scorer, i: int) -> list[_Option]:
+        """The LM's candidate actions, minus those that can never be optimal."""
+        spec, lm = node.spec, s.spec
+        cores = lm.default_cpu_cores
+        active: list[_Option] = []
+        fits = cores <= spec.cpu_cores and lm.deployment_memory_gib <= spec.memory_gib
+        if fits and spec.has_gpu and lm.min_vram_gib <= spec.total_vram_gib:
+            top = min(lm.max_vgpus, spec.total_vgpus)
+            # With beta = 0 more vGPUs buy no service rate, only price and contention.
+            top = top if self.params.vgpu_speedup > 0 else 1
+            active += [
+                _Option("gpu", cores, v, lm.deployment_memory_gib, lm.min_vram_gib)
+                for v in range(1, top + 1)
+            ]
+        if fits and lm.runs_on == "cpu-or-gpu" and scorer.alpha_cpu[i] > 0:
+            active.append(_Option("cpu", cores, 0, lm.deployment_memory_gib, 0.0))
+        if scorer.queue[i] > 0:
+            return [_OFF, *active]
+        if not scorer.was_active[i]:
+            # No backlog: activating earns nothing and pays churn, so off dominates.
+            return [_OFF]
+        # No backlog but running: off (pays churn) or the cheapest way to keep it.
+        cheapest = min(active, key=lambda o: (o.vgpus, o.cores), default=None)
+        return [_OFF] if cheapest is None else [_OFF, cheapest]
+
+
+class _Scorer:
+    """Evaluates complete actions on one node; holds the node's budgets and queues."""
+
+    def __init__(self, params: LyapunovParams, obs: NodeObservation) -> None:
+        self.p = params
+        spec = obs.node.spec
+        gpu_default, cpu_default = default_alphas(obs.services, obs.slot_s)
+        names = [s.name for s in obs.services]
+        self.alpha_gpu = [params.alpha_gpu.get(n, gpu_default[n]) for n in names]
+        self.alpha_cpu = [params.alpha_cpu.get(n, cpu_default[n]) for n in names]
+        self.queue = [float(obs.state.backlog.get(n, 0)) for n in names]
+        running = {i.lm for i in obs.state.instances}
+        self.was_active = [n in running for n in names]
+        self.cap_cores, self.cap_mem = spec.cpu_cores, spec.memory_gib
+        self.cap_vgpus, self.cap_vram = spec.total_vgpus, spec.total_vram_gib
+        self.gamma_gpu = float(spec.vgpus_per_gpu - 1)
+
+    def feasible(self, action: Sequence[_Option]) -> bool:
+        return (
+            sum(o.cores for o in action) <= self.cap_cores + 1e-9
+            and sum(o.memory for o in action) <= self.cap_mem + 1e-9
+            and sum(o.vgpus for o in action) <= self.cap_vgpus
+            and sum(o.vram for o in action if o.mode == "gpu") <= self.cap_vram + 1e-9
+        )
+
+    def score(self, action: Sequence[_Option]) -> float:
+        p = self.p
+        n_gpu = sum(o.vgpus for o in action)
+        eta_gpu = n_gpu / self.cap_vgpus if self.cap_vgpus else 0.0
+        eta_cpu = sum(o.cores for o in action) / self.cap_cores
+        eta_mem = sum(o.memory for o in action) / self.cap_mem
+        f_gpu = contention(eta_gpu, self.gamma_gpu)
+        f_cpu = contention(eta_cpu, p.cpu_contention) * contention(eta_mem, p.cpu_contention)
+        reward = 0.0
+        churn = 0.0
+        for i, o in enumerate(action):
+            if o.mode == "gpu":
+                reward += self.queue[i] * self.alpha_gpu[i] * (o.vgpus**p.vgpu_speedup) * f_gpu
+            elif o.mode == "cpu":
+                reward += self.queue[i] * self.alpha_cpu[i] * f_cpu
+            if o.active != self.was_active[i]:
+                churn += 1.0 + p.kappa * self.queue[i]
+        price = p.p0 + p.p1 * eta_gpu + p.p2 * eta_gpu * eta_gpu
+        return reward - p.v * (price * n_gpu + p.lambda_churn * churn)
+
+    def exhaustive(self, choices: Sequence[Sequence[_Option]]) -> tuple[_Option, ...]:
+        """Best feasible action; ties go to the first enumerated (fewest resources)."""
+        best: tuple[_Option, ...] = tuple(_OFF for _ in choices)
+        best_score = self.score(best)
+        for action in itertools.product(*choices):
+            if self.feasible(action):
+                s = self.score(action)
+                if s > best_score + 1e-12:
+                    best, best_score = action, s
+        return best
+
+    def local_search(self, choices: Sequence[Sequence[_Option]]) -> tuple[_Option, ...]:
+        """Best-improvement single-LM moves from the all-off action until none improves.
+
+        Used when the action space is too large to enumerate (many LMs with
+        backlog); it finds a 1-move local optimum, which for the separable part
+        of the score (backlog reward and churn) is the greedy knapsack order.
+        """
+        current = [_OFF for _ in choices]
+        current_score = self.score(current)
+        for _ in range(4 * len(choices) + 1):
+            move: tuple[int, _Option] | None = None
+            move_score = current_score
+            for i, options in enumerate(choices):
+                keep = current[i]
+                for o in options:
+                    if o == keep:
+                        continue
+                    current[i] = o
+                    if self.feasible(current):
+                        s = self.score(current)
+                        if s > move_score + 1e-12:
+                            move, move_score = (i, o), s
+                current[i] = keep
+            if move is None:
+                break
+            current[move[0]] = move[1]
+            current_score = move_score
+        return tuple(current)
+
+
+def _lm(name: str, o: _Option) -> LMPlacement:
+    return LMPlacement(lm=name, mode=o.mode, cpu_cores=o.cores, vgpus=o.vgpus)
+
+
+def build(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> LyapunovDeployer:
+    """Factory: validated parameters -> deployer. `context` and `seed` are unused (pure, exact)."""
+    del context, seed
+    return LyapunovDeployer(parse_params(LyapunovParams, params, NAME))

@@ -1,0 +1,215 @@
+"""The Lyapunov deployer: table-driven cases on the paper's testbed, plus a brute-force
+cross-check of the optimum against an independent implementation of the score."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from lmedge.api import (
+    ClusterContext,
+    LMPlacement,
+    NodeInfo,
+    NodeObservation,
+    Placement,
+    ServiceInfo,
+    check_placement,
+)
+from lmedge.errors import ConfigError
+from lmedge.policies.lyapunov import LyapunovParams, build, default_alphas
+from tests.unit.policies.lyapunov.scenario import node_obs, paper_testbed
+
+
+def modes(p: Placement) -> dict[str, str]:
+    return {x.lm: x.mode for x in p.lms}
+
+
+def test_default_alphas_are_the_papers_calibrated_weights() -> None:
+    gpu, cpu = default_alphas(paper_testbed().services, 30.0)
+    assert [round(gpu[f"lm{i}"], 2) for i in range(1, 5)] == [5.80, 7.19, 5.61, 3.02]
+    assert [round(cpu[f"lm{i}"], 2) for i in range(1, 5)] == [3.68, 1.00, 0.0, 0.0]
+
+
+CASES: list[tuple[str, str, dict[str, int], dict[str, str], dict[str, str]]] = [
+    # id, node, backlog, running, expected modes
+    (
+        "idle-stays-off",
+        "worker-2",
+        {},
+        {},
+        {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "off"},
+    ),
+    (
+        "lm4-backlog",
+        "worker-2",
+        {"lm4": 10},
+        {},
+        {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "gpu"},
+    ),
+    (
+        "two-vgpus-go-to-the-fastest-gpu-gains",
+        "worker-2",
+        {"lm1": 10, "lm2": 10, "lm3": 10, "lm4": 10},
+        {},
+        {"lm1": "cpu", "lm2": "gpu", "lm3": "gpu", "lm4": "off"},
+    ),
+    (
+        # Two pods on one time-sliced GPU split it, so a deep LM4 queue takes it alone.
+        "a-deep-lm4-queue-takes-the-gpu-alone",
+        "worker-2",
+        {"lm1": 10, "lm2": 10, "lm3": 10, "lm4": 60},
+        {},
+        {"lm1": "cpu", "lm2": "cpu", "lm3": "off", "lm4": "gpu"},
+    ),
+    (
+        "cpu-only-node-never-places-gpu-only-lms",
+        "worker-1",
+        {"lm1": 5, "lm2": 5, "lm3": 50, "lm4": 50},
+        {},
+        {"lm1": "cpu", "lm2": "cpu", "lm3": "off", "lm4": "off"},
+    ),
+    (
+        "running-without-backlog-is-kept-on-cpu-not-churned",
+        "worker-2",
+        {},
+        {"lm1": "cpu"},
+        {"lm1": "cpu", "lm2": "off", "lm3": "off", "lm4": "off"},
+    ),
+    (
+        "idle-gpu-only-lm-is-stopped-when-its-vgpu-costs-more-than-churn",
+        "worker-2",
+        {},
+        {"lm3": "gpu"},
+        {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "off"},
+    ),
+    (
+        "control-node-hosts-nothing",
+        "control",
+        {"lm1": 9},
+        {},
+        {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "off"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("node", "backlog", "running", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_placement_cases(
+    node: str, backlog: dict[str, int], running: dict[str, str], expected: dict[str, str]
+) -> None:
+    obs = node_obs(node, backlog, running)
+    decision = build(paper_testbed(), 0, {}).place(obs)
+    assert decision.source == "rule" and decision.policy == "lyapunov" and decision.node == node
+    assert modes(decision.value) == expected
+    assert check_placement(decision.value, obs.node, obs.services) == []
+
+
+def reference_score(p: LyapunovParams, obs: NodeObservation, action: list[LMPlacement]) -> float:
+    """Independent transcription of the README formula."""
+    spec = obs.node.spec
+    gpu_a, cpu_a = default_alphas(obs.services, obs.slot_s)
+    q = {s.name: obs.state.backlog.get(s.name, 0) for s in obs.services}
+    mem = {s.name: s.spec.deployment_memory_gib for s in obs.services}
+    was = {i.lm for i in obs.state.instances}
+    n_gpu = sum(a.vgpus for a in action)
+    eta_g = n_gpu / spec.total_vgpus if spec.total_vgpus else 0.0
+    eta_c = sum(a.cpu_cores for a in action) / spec.cpu_cores
+    eta_m = sum(mem[a.lm] for a in action if a.mode != "off") / spec.memory_gib
+    f_g = 1 / (1 + (spec.vgpus_per_gpu - 1) * eta_g)
+    f_c = 1 / (1 + p.cpu_contention * eta_c) / (1 + p.cpu_contention * eta_m)
+    total = 0.0
+    for a in action:
+        if a.mode == "gpu":
+            total += q[a.lm] * gpu_a[a.lm] * a.vgpus**p.vgpu_speedup * f_g
+        elif a.mode == "cpu":
+            total += q[a.lm] * cpu_a[a.lm] * f_c
+        if (a.mode != "off") != (a.lm in was):
+            total -= p.v * p.lambda_churn * (1 + p.kappa * q[a.lm])
+    return total - p.v * (p.p0 + p.p1 * eta_g + p.p2 * eta_g**2) * n_gpu
+
+
+def all_actions(node: NodeInfo, services: list[ServiceInfo]) -> list[list[LMPlacement]]:
+    per_lm = []
+    for s in services:
+        opts = [LMPlacement(lm=s.name, mode="off", cpu_cores=0, vgpus=0)]
+        opts.append(LMPlacement(lm=s.name, mode="cpu", cpu_cores=4, vgpus=0))
+        opts += [LMPlacement(lm=s.name, mode="gpu", cpu_cores=4, vgpus=v) for v in (1, 2)]
+        per_lm.append(opts)
+    out = []
+    for combo in itertools.product(*per_lm):
+        if not check_placement(Placement(node=node.name, lms=list(combo)), node, services):
+            out.append(list(combo))
+    return out
+
+
+BRUTE = [
+    ("w6-mixed", "worker-6", {"lm1": 3, "lm2": 8, "lm3": 1, "lm4": 7}, {"lm2": "cpu"}, {}),
+    (
+        "w6-speedup",
+        "worker-6",
+        {"lm1": 3, "lm2": 8, "lm3": 20, "lm4": 7},
+        {},
+        {"vgpu_speedup": 0.7},
+    ),
+    (
+        "w3-pricey",
+        "worker-3",
+        {"lm1": 2, "lm3": 2},
+        {"lm4": "gpu"},
+        {"p0": 3.0, "lambda_churn": 2.0},
+    ),
+    ("w1-cpu", "worker-1", {"lm1": 30, "lm2": 1}, {"lm2": "cpu"}, {"cpu_contention": 2.0}),
+    (
+        "w2-local-search",
+        "worker-2",
+        {"lm1": 4, "lm2": 9, "lm3": 6, "lm4": 12},
+        {"lm1": "gpu"},
+        {"max_enumeration": 1},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("node", "backlog", "running", "params"), [b[1:] for b in BRUTE], ids=[b[0] for b in BRUTE]
+)
+def test_matches_brute_force_optimum(
+    node: str, backlog: dict[str, int], running: dict[str, str], params: dict[str, Any]
+) -> None:
+    ctx: ClusterContext = paper_testbed()
+    obs = node_obs(node, backlog, running)
+    p = LyapunovParams(**params)
+    chosen = build(ctx, 0, params).place(obs).value
+    best = max(reference_score(p, obs, a) for a in all_actions(obs.node, obs.services))
+    assert reference_score(p, obs, chosen.lms) == pytest.approx(best, abs=1e-9)
+
+
+def test_many_lms_use_local_search_and_stay_feasible() -> None:
+    base = paper_testbed()
+    clones = []
+    for k in range(16):
+        s = base.services[k % 4]
+        clones.append(ServiceInfo(name=f"m{k}", spec=s.spec))
+    ctx = ClusterContext(nodes=base.nodes, services=clones)
+    obs = node_obs("worker-6", {f"m{k}": k + 1 for k in range(16)}, ctx=ctx)
+    placement = build(ctx, 0, {}).place(obs).value
+    assert check_placement(placement, obs.node, obs.services) == []
+    assert sum(1 for p in placement.lms if p.mode != "off") == 4  # 16 cores / 4 cores each
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"v": -1}, {"gamma": 1.0}, {"alpha_gpu": {"lm1": "fast"}}, {"vgpu_speedup": 2}],
+    ids=["negative-v", "unknown-key", "bad-alpha", "speedup-above-one"],
+)
+def test_bad_params_are_rejected_loudly(params: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="invalid parameters for lyapunov"):
+        build(paper_testbed(), 0, params)
+
+
+def test_alpha_override_changes_the_choice() -> None:
+    obs = node_obs("worker-2", {"lm1": 10, "lm2": 10, "lm3": 10, "lm4": 10})
+    boosted = build(paper_testbed(), 0, {"alpha_gpu": {"lm4": 40.0}}).place(obs).value
+    assert modes(boosted)["lm4"] == "gpu"
