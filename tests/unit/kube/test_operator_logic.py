@@ -15,6 +15,15 @@ from lmedge.operator.logic import (
     parse_spec,
 )
 
+VALID_SERVICE = {
+    "model": "gpt2",
+    "modality": "text-to-text",
+    "image": "img:1",
+    "deploymentMemoryGib": 3,
+    "minMemoryGib": 1,
+    "runsOn": "gpu-only",
+    "profile": {"gpuSecondsPerPrompt": 5},
+}
 DUAL = EdgeNodeSpec(
     cpu_cores=16, memory_gib=24, gpus=[GPUSpec(vram_gib=24), GPUSpec(vram_gib=24)], vgpus_per_gpu=2
 )
@@ -50,7 +59,7 @@ def test_status_condition_reflects_problems() -> None:
 
 def test_parse_spec_names_the_field() -> None:
     with pytest.raises(ManifestError, match=r"LMService/lm9\.spec\.runsOn"):
-        parse_spec(LMServiceSpec, {"model": "m", "runsOn": "tpu"}, "LMService", "lm9")
+        parse_spec(LMServiceSpec, {**VALID_SERVICE, "runsOn": "tpu"}, "LMService", "lm9")
 
 
 def test_lmservice_status_counts_ready_pods_per_node() -> None:
