@@ -1,0 +1,79 @@
+"""Turning a profile name (or three plugin names) into the plugins of one run.
+
+The loop needs one planner, one router and one deployer *per worker node*:
+the deployment agents are per node in the paper (a DaemonSet on a cluster),
+and a separate instance per node keeps a seeded plugin deterministic even
+when the loop runs the deployers concurrently. Each instance gets its own
+seed derived from the run seed and its role, so no two share a random stream
+and adding a node does not reshuffle the others.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmedge.api import ClusterContext, Deployer, Planner, Router
+from lmedge.controller.catalog import (
+    BuildContext,
+    Profile,
+    build_deployer,
+    build_planner,
+    build_router,
+    profile,
+)
+
+
+def derive_seed(seed: int, role: str) -> int:
+    """A stable 31-bit seed for one plugin instance, from the run seed and its role."""
+    return zlib.crc32(f"{seed}:{role}".encode()) & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """A profile name, with optional per-tier overrides and plugin parameters."""
+
+    profile: str | None = None
+    planner: str | None = None
+    router: str | None = None
+    deployer: str | None = None
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def resolve(self) -> Profile:
+        """The effective planner/router/deployer names (raises `ConfigError` if unknown)."""
+        base = profile(self.profile) if self.profile else profile("rr")
+        name = self.profile or "custom"
+        planner = self.planner or base.planner
+        router = self.router or base.router
+        deployer = self.deployer or base.deployer
+        if (planner, router, deployer) != (base.planner, base.router, base.deployer):
+            name = f"{name}[{planner}/{router}/{deployer}]"
+        return Profile(name, planner, router, deployer, base.summary)
+
+
+@dataclass
+class PolicyPlugins:
+    """The plugin instances of one run."""
+
+    name: str
+    planner: Planner
+    router: Router
+    deployers: dict[str, Deployer]
+
+
+def build_plugins(choice: PolicyChoice, ctx: ClusterContext, seed: int) -> PolicyPlugins:
+    """Build every plugin of `choice` for `ctx`; bad names or parameters raise `ConfigError`."""
+    p = choice.resolve()
+
+    def bc(kind: str, role: str) -> BuildContext:
+        return BuildContext(ctx, derive_seed(seed, role), choice.params.get(kind, {}))
+
+    planner = build_planner(p.planner, bc("planner", "planner"))
+    router = build_router(p.router, bc("router", "router"))
+    deployers = {
+        n.name: build_deployer(p.deployer, bc("deployer", f"deployer:{n.name}"))
+        for n in ctx.workers
+    }
+    return PolicyPlugins(p.name, planner, router, deployers)

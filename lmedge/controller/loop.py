@@ -1,0 +1,449 @@
+"""The slot/epoch control loop (DESIGN.md "Control loop", paper Fig. 4).
+
+One `ControlLoop` drives one `ClusterBackend` with one set of plugins. Per
+slot t (length `ClusterContext.slot_s`):
+
+1. snapshot S_t (the state at the end of t-1) and the slot's arrivals;
+2. at an epoch boundary (every `epoch_slots` slots) the planner, with the
+   static context, the random-policy baseline, the last epoch's metrics, the
+   previous macro policy, episodic memory and the traffic per LM; validated
+   with `check_macro_policy`, replaced by the random baseline when invalid;
+3. the router; validated with `check_routing_map`, replaced by local routing;
+   the map is published;
+4. one deployer per worker node, given its role intent; validated with
+   `check_placement`, mapped to `nearest_feasible` (outcome `replaced`,
+   violations kept), else a feasible fallback; then actuated;
+5. the clock advances to the slot end (the emulator runs its events); the
+   finished requests are drained, stored in one batch with the slot's
+   decisions, and fed to plugins implementing `FeedbackConsumer`;
+6. at an epoch end, `EpochMetrics` over the requests finished in the epoch
+   and a `MemoryCase`.
+
+Contracts for plugin authors:
+
+- Plugins are pure and never read a clock: the loop stamps every `Decision`
+  with run, epoch, slot, node, `latency_s` (wall time of the call, measured
+  with `time.perf_counter`) and `sim_time_s` (the backend clock).
+- A plugin that raises, or returns something that is not a `Decision` of the
+  right kind, is replaced by the fallback and audited with the error; the
+  loop never crashes on a plugin.
+- Deployers run in a thread pool (one thread per worker node, capped at
+  `max_workers`) when any of them has a true `io_bound` attribute, e.g. an
+  LLM agent waiting on HTTP; otherwise sequentially, which is faster for
+  pure rules. Either way results are collected in node order.
+- Feedback: the planner and router receive every finished request; a node's
+  deployer receives those whose destination is its node.
+
+The loop knows only `lmedge.api` protocols and the store, so the Kubernetes
+path reuses it unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from lmedge.api import (
+    ActuationResult,
+    Arrival,
+    ClusterBackend,
+    ClusterContext,
+    Decision,
+    Deployer,
+    EpochMetrics,
+    FeedbackConsumer,
+    MacroPolicy,
+    MemoryCase,
+    NodeInfo,
+    NodeObservation,
+    Placement,
+    PlanningObservation,
+    RequestRecord,
+    RoutingMap,
+    SlotObservation,
+    Snapshot,
+    Violation,
+    check_macro_policy,
+    check_placement,
+    check_routing_map,
+    nearest_feasible,
+)
+from lmedge.api.decisions import AgentKind
+from lmedge.controller.assembly import PolicyPlugins, derive_seed
+from lmedge.controller.fallbacks import (
+    fallback_macro_policy,
+    fallback_placement,
+    fallback_routing,
+)
+from lmedge.metrics import window_metrics
+from lmedge.store import Store
+
+log = logging.getLogger(__name__)
+
+V = TypeVar("V", MacroPolicy, RoutingMap, Placement)
+
+#: Most deployer threads, whatever the node count: LLM endpoints throttle anyway.
+MAX_DEPLOYER_THREADS = 16
+#: Memory cases handed to the planner (best objective first).
+MEMORY_CASES = 5
+
+
+@dataclass
+class SlotTiming:
+    """Wall time spent deciding in one slot (seconds); not part of any result JSON."""
+
+    slot: int
+    planner_s: float = 0.0
+    router_s: float = 0.0
+    deployers_s: float = 0.0
+    decide_s: float = 0.0
+    store_s: float = 0.0
+
+
+@dataclass
+class RunResult:
+    """Everything a run produced, for metrics, reports and tests."""
+
+    run_id: str
+    policy: str
+    context: ClusterContext
+    slots: int
+    records: list[RequestRecord] = field(default_factory=list)
+    epochs: list[EpochMetrics] = field(default_factory=list)
+    decisions: list[Decision[Any]] = field(default_factory=list)
+    placements: list[Placement] = field(default_factory=list)
+    actuations: list[ActuationResult] = field(default_factory=list)
+    timings: list[SlotTiming] = field(default_factory=list)
+
+
+class ControlLoop:
+    """Drives `backend` with `plugins` slot by slot; see the module docstring."""
+
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        plugins: PolicyPlugins,
+        *,
+        run_id: str,
+        seed: int = 0,
+        store: Store | None = None,
+        baseline: EpochMetrics | None = None,
+        memory: Sequence[MemoryCase] = (),
+        max_workers: int = MAX_DEPLOYER_THREADS,
+        keep_decisions: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.plugins = plugins
+        self.ctx = backend.context()
+        self.run_id = run_id
+        self.store = store
+        self.baseline = baseline
+        self._memory: list[MemoryCase] = list(memory)
+        self._fallback_rng = random.Random(derive_seed(seed, "fallback-planner"))
+        self._macro: MacroPolicy | None = None
+        self._placements: dict[str, Placement] = {}
+        self._epoch_records: list[RequestRecord] = []
+        self._epoch_traffic: dict[str, int] = {}
+        self._last_traffic: dict[str, int] = {}
+        self._last_metrics: EpochMetrics | None = None
+        self._keep_decisions = keep_decisions
+        self._workers = [n for n in self.ctx.workers if n.name in plugins.deployers]
+        io_bound = any(getattr(d, "io_bound", False) for d in plugins.deployers.values())
+        threads = min(max(len(self._workers), 1), max_workers)
+        self._pool = ThreadPoolExecutor(threads, "deployer") if io_bound else None
+        self.result = RunResult(run_id, plugins.name, self.ctx, 0)
+
+    # -- the loop ---------------------------------------------------------------
+
+    def run(self, slots: int, on_slot: Callable[[int], None] | None = None) -> RunResult:
+        """Run `slots` slots from slot 0 and return what happened."""
+        try:
+            for t in range(slots):
+                self.step(t)
+                if on_slot is not None:
+                    on_slot(t)
+        finally:
+            self.close()
+        return self.result
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def step(self, slot: int) -> None:
+        """One slot: decide, actuate, advance the clock, record."""
+        ctx = self.ctx
+        epoch = slot // ctx.epoch_slots
+        timing = SlotTiming(slot)
+        started = time.perf_counter()
+        snapshot = self.backend.snapshot(slot)
+        arrivals = self.backend.arrivals(slot)
+        decisions: list[Decision[Any]] = []
+        if slot % ctx.epoch_slots == 0:
+            d_plan = self._plan(epoch, slot)
+            timing.planner_s = d_plan.latency_s
+            decisions.append(d_plan)
+        d_route = self._route(epoch, slot, snapshot, arrivals)
+        timing.router_s = d_route.latency_s
+        decisions.append(d_route)
+        self.backend.publish_routing(slot, d_route.value)
+        d_places = self._deploy(epoch, slot, snapshot)
+        timing.deployers_s = sum(d.latency_s for d in d_places)
+        decisions.extend(d_places)
+        timing.decide_s = time.perf_counter() - started
+        for d in d_places:
+            self._placements[d.value.node] = d.value
+            self.result.placements.append(d.value)
+            self.result.actuations.append(self.backend.apply_placement(d.value))
+        for a in arrivals:
+            self._epoch_traffic[a.lm] = self._epoch_traffic.get(a.lm, 0) + a.prompts
+
+        self.backend.clock.sleep_until((slot + 1) * ctx.slot_s)
+        records = self.backend.drain_records()
+        for r in records:
+            if not r.run:
+                r.run = self.run_id
+        stored = time.perf_counter()
+        self._record(records, decisions)
+        timing.store_s = time.perf_counter() - stored
+        self._feedback(records)
+        self._epoch_records.extend(records)
+        self.result.records.extend(records)
+        if self._keep_decisions:
+            self.result.decisions.extend(decisions)
+        self.result.timings.append(timing)
+        self.result.slots = slot + 1
+        if (slot + 1) % ctx.epoch_slots == 0:
+            self._end_epoch(epoch)
+
+    # -- the three tiers ----------------------------------------------------------
+
+    def _plan(self, epoch: int, slot: int) -> Decision[MacroPolicy]:
+        obs = PlanningObservation(
+            epoch=epoch,
+            context=self.ctx,
+            baseline=self.baseline,
+            last=self._last_metrics,
+            previous=self._macro,
+            memory=self._memory_cases(),
+            traffic=dict(sorted(self._last_traffic.items())),
+        )
+        planner = self.plugins.planner
+        d = self._call("planner", planner.name, MacroPolicy, lambda: planner.plan(obs))
+        d = self._validate(
+            d,
+            check=lambda v: check_macro_policy(v, self.ctx),
+            repair=None,
+            fallback=lambda: fallback_macro_policy(self.ctx, self._fallback_rng),
+        )
+        self._macro = d.value
+        return self._stamp(d, epoch, slot, None)
+
+    def _route(
+        self, epoch: int, slot: int, snapshot: Snapshot, arrivals: list[Arrival]
+    ) -> Decision[RoutingMap]:
+        obs = SlotObservation(
+            slot=slot,
+            epoch=epoch,
+            context=self.ctx,
+            macro=self._macro,
+            snapshot=snapshot,
+            arrivals=arrivals,
+        )
+        router = self.plugins.router
+        d = self._call("scheduler", router.name, RoutingMap, lambda: router.route(obs))
+        d = self._validate(
+            d,
+            check=lambda v: check_routing_map(v, self.ctx, arrivals),
+            repair=None,
+            fallback=lambda: fallback_routing(self.ctx, arrivals),
+        )
+        return self._stamp(d, epoch, slot, None)
+
+    def _deploy(self, epoch: int, slot: int, snapshot: Snapshot) -> list[Decision[Placement]]:
+        states = {n.name: n for n in snapshot.nodes}
+        roles = self._macro.role_map() if self._macro else {}
+
+        def one(node: NodeInfo) -> Decision[Placement]:
+            state = states.get(node.name)
+            deployer = self.plugins.deployers[node.name]
+            if state is None:
+                d = _error_decision(
+                    "deployer", deployer.name, f"no snapshot of {node.name}", Placement
+                )
+            else:
+                obs = NodeObservation(
+                    slot=slot,
+                    epoch=epoch,
+                    node=node,
+                    services=self.ctx.services,
+                    roles=roles.get(node.name, []),
+                    state=state,
+                    previous=self._placements.get(node.name),
+                    tau_s=self.ctx.tau_s,
+                    slot_s=self.ctx.slot_s,
+                )
+                d = self._call("deployer", deployer.name, Placement, lambda: _place(deployer, obs))
+            services = self.ctx.services
+            d = self._validate(
+                d,
+                check=lambda v: check_placement(v, node, services),
+                repair=lambda v: nearest_feasible(v, node, services),
+                fallback=lambda: fallback_placement(node, services, state),
+            )
+            return self._stamp(d, epoch, slot, node.name)
+
+        if self._pool is None:
+            return [one(n) for n in self._workers]
+        return list(self._pool.map(one, self._workers))
+
+    # -- calling, validating, stamping ------------------------------------------------
+
+    def _call(
+        self, agent: AgentKind, name: str, kind: type[V], call: Callable[[], Decision[V]]
+    ) -> Decision[V]:
+        """Call a plugin, timing it; a failure becomes a decision without a usable value."""
+        started = time.perf_counter()
+        try:
+            d = call()
+            if not isinstance(d, Decision) or not isinstance(d.value, kind):
+                got = type(d.value if isinstance(d, Decision) else d).__name__
+                d = _error_decision(agent, name, f"returned {got}, not a {kind.__name__}", kind)
+        except Exception as exc:  # a plugin bug must not stop the cluster
+            d = _error_decision(agent, name, f"{type(exc).__name__}: {exc}", kind)
+        return d.model_copy(update={"latency_s": time.perf_counter() - started})
+
+    def _validate(
+        self,
+        d: Decision[V],
+        *,
+        check: Callable[[V], list[Violation]],
+        repair: Callable[[V], V] | None,
+        fallback: Callable[[], V],
+    ) -> Decision[V]:
+        """Accept a feasible value; otherwise repair it, or fall back, keeping the reasons."""
+        if d.error is not None:
+            return d.model_copy(
+                update={"value": fallback(), "source": "fallback", "outcome": "replaced"}
+            )
+        found: list[str] = [str(v) for v in check(d.value)]
+        if not found:
+            return d
+        update: dict[str, Any] = {
+            "validated": False,
+            "outcome": "replaced",
+            "violations": [*d.violations, *found],
+        }
+        if repair is not None:
+            repaired = repair(d.value)
+            if not check(repaired):
+                return d.model_copy(update={**update, "value": repaired})
+        return d.model_copy(update={**update, "value": fallback(), "source": "fallback"})
+
+    def _stamp(self, d: Decision[V], epoch: int, slot: int, node: str | None) -> Decision[V]:
+        return d.model_copy(
+            update={
+                "run": self.run_id,
+                "epoch": epoch,
+                "slot": slot,
+                "node": node,
+                "sim_time_s": self.backend.clock.now(),
+            }
+        )
+
+    # -- records, feedback, epochs -------------------------------------------------
+
+    def _record(self, records: list[RequestRecord], decisions: list[Decision[Any]]) -> None:
+        if self.store is None:
+            return
+        if records:
+            self.store.record_requests(records)
+        for d in decisions:
+            self.store.record_decision(d)
+
+    def _feedback(self, records: list[RequestRecord]) -> None:
+        if not records:
+            return
+        for plugin in (self.plugins.planner, self.plugins.router):
+            if isinstance(plugin, FeedbackConsumer):
+                _observe(plugin, records)
+        for node, deployer in self.plugins.deployers.items():
+            if isinstance(deployer, FeedbackConsumer):
+                mine = [r for r in records if r.destination == node]
+                if mine:
+                    _observe(deployer, mine)
+
+    def _end_epoch(self, epoch: int) -> None:
+        ctx = self.ctx
+        metrics = window_metrics(
+            self._epoch_records,
+            ctx.lm_names,
+            tau_s=ctx.tau_s,
+            lam=ctx.lam,
+            deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
+        )
+        self.result.epochs.append(metrics)
+        if self._macro is not None:
+            case = MemoryCase(
+                run=self.run_id,
+                epoch=epoch,
+                traffic=dict(sorted(self._epoch_traffic.items())),
+                policy=self._macro,
+                metrics=metrics,
+                objective=metrics.objective,
+            )
+            self._memory.append(case)
+            if self.store is not None:
+                self.store.record_memory(case)
+        self._last_metrics = metrics
+        self._last_traffic = self._epoch_traffic
+        self._epoch_traffic = {}
+        self._epoch_records = []
+
+    def _memory_cases(self) -> list[MemoryCase]:
+        """The best remembered epochs (lowest objective first; unknown objectives last)."""
+        ranked = sorted(
+            self._memory,
+            key=lambda c: (c.objective is None, c.objective or 0.0, c.run, c.epoch),
+        )
+        return ranked[:MEMORY_CASES]
+
+
+def _place(deployer: Deployer, obs: NodeObservation) -> Decision[Placement]:
+    return deployer.place(obs)
+
+
+def _observe(plugin: FeedbackConsumer, records: list[RequestRecord]) -> None:
+    # Feedback is advisory: a learning plugin that fails to learn still serves.
+    try:
+        plugin.observe(records)
+    except Exception:
+        log.exception("feedback to %s failed", getattr(plugin, "name", type(plugin).__name__))
+
+
+def _error_decision(agent: AgentKind, name: str, error: str, kind: type[V]) -> Decision[V]:
+    """A placeholder for a failed call; `_validate` swaps in the fallback value."""
+    empty: Any
+    if kind is MacroPolicy:
+        empty = MacroPolicy(routing=[], roles=[])
+    elif kind is RoutingMap:
+        empty = RoutingMap(routes=[])
+    else:
+        empty = Placement(node="-", lms=[])
+    made: Any = Decision[kind](  # type: ignore[valid-type]
+        agent=agent,
+        policy=name,
+        source="fallback",
+        value=empty,
+        parsed=False,
+        validated=False,
+        outcome="replaced",
+        error=error,
+    )
+    return cast("Decision[V]", made)

@@ -1,0 +1,90 @@
+"""Small helpers the deterministic policies share.
+
+Kept here, not in `lmedge.api`, because they encode policy choices (what
+"nearest" means, how a role set is filled) rather than contracts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lmedge.api import ClusterContext, LMPlacement, Mode, NodeInfo, ServiceInfo
+from lmedge.errors import ConfigError
+
+#: Link classes, nearest first: the node itself, a node on the same site, a
+#: node on a site with a declared link, and any other node.
+SELF, SAME_SITE, LINKED_SITE, OTHER = 0, 1, 2, 3
+
+
+def link_class(ctx: ClusterContext, origin: str, dest: str) -> int:
+    """How far `dest` is from `origin` as a network class (lower is nearer)."""
+    if origin == dest:
+        return SELF
+    if not ctx.has_node(origin):
+        return OTHER
+    a, b = ctx.node(origin).spec, ctx.node(dest).spec
+    if a.site == b.site:
+        return SAME_SITE
+    if any(link.site == b.site for link in a.links):
+        return LINKED_SITE
+    return OTHER
+
+
+def nearest_feasible_node(ctx: ClusterContext, origin: str, lm: str) -> str | None:
+    """The origin when it can host `lm`, else the nearest feasible node by link class then name."""
+    feasible = ctx.feasible_nodes(lm)
+    if not feasible:
+        return None
+    return min(feasible, key=lambda n: (link_class(ctx, origin, n), n))
+
+
+def fits_role(ctx: ClusterContext, node: str, lms: list[str]) -> bool:
+    """Whether a role set fits the node concurrently (memory, vGPUs for GPU-only LMs).
+
+    Mirrors the role-capacity rule of `lmedge.api.check_macro_policy`.
+    """
+    spec = ctx.node(node).spec
+    mem = sum(ctx.service(lm).spec.deployment_memory_gib for lm in lms)
+    gpu_only = sum(1 for lm in lms if ctx.service(lm).spec.runs_on == "gpu-only")
+    return mem <= spec.memory_gib + 1e-9 and gpu_only <= spec.total_vgpus
+
+
+def off(lm: str) -> LMPlacement:
+    return LMPlacement(lm=lm, mode="off", cpu_cores=0, vgpus=0)
+
+
+def allowed_modes(node: NodeInfo, service: ServiceInfo) -> list[Mode]:
+    """Modes the hardware allows for this LM on this node (besides off)."""
+    modes: list[Mode] = []
+    if node.spec.role != "worker":
+        return modes
+    if node.spec.has_gpu and service.spec.min_vram_gib <= node.spec.total_vram_gib:
+        modes.append("gpu")
+    if service.spec.runs_on == "cpu-or-gpu":
+        modes.append("cpu")
+    return modes
+
+
+def weights_summing_to_one(raw: dict[str, float], digits: int = 6) -> dict[str, float]:
+    """Normalise non-negative `raw` weights to sum to exactly 1 after rounding.
+
+    Rounding keeps stored policies readable; the rounding residue goes to the
+    largest weight so the sum stays within `lmedge.api.feasibility.SUM_TOLERANCE`.
+    """
+    total = sum(raw.values())
+    if total <= 0:
+        raw = dict.fromkeys(raw, 1.0)
+        total = float(len(raw))
+    out = {k: round(v / total, digits) for k, v in raw.items()}
+    if out:
+        top = max(out, key=lambda k: (out[k], k))
+        out[top] = round(out[top] + 1.0 - sum(out.values()), digits)
+    return out
+
+
+def no_params(kind: str, name: str, params: Mapping[str, Any]) -> None:
+    """Reject parameters given to a plugin that takes none (loudly, at build time)."""
+    if params:
+        keys = ", ".join(sorted(params))
+        raise ConfigError(f"{kind} {name!r} takes no parameters; got: {keys}")
