@@ -1,0 +1,59 @@
+"""`EmulatedBackend`: the emulator behind the `ClusterBackend` protocol.
+
+The controller drives this exactly as it drives the Kubernetes backend; only
+the clock differs (`SimClock`: `sleep_until(t)` runs the emulation to `t`).
+All behaviour lives in `lmedge.sim.engine`; this adapter only fixes the
+public surface, so the engine can change without touching the controller.
+"""
+
+from __future__ import annotations
+
+from lmedge.api.decisions import Placement, RoutingMap
+from lmedge.api.interfaces import ActuationResult
+from lmedge.api.observations import Arrival, ClusterContext, Snapshot
+from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.sim.clock import SimClock
+from lmedge.sim.engine import Emulator
+from lmedge.sim.scenario import Scenario
+
+
+class EmulatedBackend:
+    """One emulated cluster: `EmulatedBackend(load_scenario(path), seed=0)`.
+
+    Same scenario + seed + decisions -> byte-identical records. Requests of
+    slot t arrive during [t * slotS, (t + 1) * slotS) and follow the routing
+    map published for slot t; pairs the map leaves out (or routes to a node
+    that cannot host the LM) go local when the origin can host the LM, else
+    to the nearest feasible worker.
+    """
+
+    def __init__(self, scenario: Scenario, seed: int = 0) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.emulator = Emulator(scenario, seed)
+        self.clock = SimClock(self.emulator.env)
+        self._context = scenario.context()
+
+    def context(self) -> ClusterContext:
+        return self._context
+
+    def snapshot(self, slot: int) -> Snapshot:
+        return self.emulator.snapshot(slot)
+
+    def arrivals(self, slot: int) -> list[Arrival]:
+        return self.emulator.arrivals(slot)
+
+    def publish_routing(self, slot: int, routing: RoutingMap) -> None:
+        self.emulator.publish_routing(slot, routing)
+
+    def apply_placement(self, placement: Placement) -> ActuationResult:
+        return self.emulator.apply_placement(placement)
+
+    def drain_records(self) -> list[RequestRecord]:
+        return self.emulator.drain_records()
+
+    def telemetry(self) -> list[NodeTelemetry]:
+        return self.emulator.telemetry()
+
+    def close(self) -> None:
+        """Nothing to release: the emulation lives in memory and ends with the object."""

@@ -1,0 +1,728 @@
+"""The discrete-event engine of the emulated edge cluster (SimPy virtual time).
+
+Entities: nodes with per-LM FIFO queues of prompt sets (jobs), at most one
+model instance (pod) per node and LM, with a mode (gpu/cpu), CPU cores and
+vGPU slots bound to physical GPUs. A request (one set of K prompts for one LM
+from one origin) travels: uplink -> queue at the destination (waiting,
+including any cold start) -> inference, one prompt at a time -> downlink.
+
+Speed: there is no SimPy process per request or prompt. Each prompt is one
+timeout whose callback carries a token; when the set of busy pods on a node
+changes, every busy pod's progress is advanced at its old rate and its
+completion rescheduled at the new one (processor sharing), and stale
+timeouts are ignored by their token.
+
+Rules the real cluster imposes and the engine reproduces:
+
+- Cold start: a started pod is *pending* for a sampled cold-start time
+  (`coldstart.py`), then serves its node's queue for its LM.
+- The pending rule: while any pod on a node is pending, actions that create a
+  pod there (start, resize, mode change) are voided; stops still apply.
+- Resizing an instance (other mode, cores or vGPUs) restarts it: on
+  Kubernetes a pod's requests are immutable, so it is a new pod with a cold start.
+- Deactivation mid-set keeps the set's progress: completed prompts stay done,
+  the in-flight prompt is lost and restarts, and the set goes back to the
+  head of its queue to resume when the LM is activated again.
+- A request routed to a node where its LM has no pod waits there and counts as
+  a conflict; it succeeds if the LM is activated before the deadline.
+- Deadline: a request not finished (downlink included) by submit + tau is
+  removed and recorded as a timeout with latency tau; the stage it was in
+  absorbs the remainder so the stages sum to tau exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Generator
+from functools import partial
+from typing import Literal
+
+import numpy as np
+import simpy
+
+from lmedge.api.decisions import LMPlacement, Placement, RoutingMap
+from lmedge.api.interfaces import ActuationResult
+from lmedge.api.observations import (
+    Arrival,
+    ClusterContext,
+    InstanceState,
+    NodeInfo,
+    NodeState,
+    ServiceInfo,
+    Snapshot,
+)
+from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.sim.coldstart import fit_truncated_lognormal
+from lmedge.sim.network import Network
+from lmedge.sim.scenario import Scenario
+from lmedge.sim.servicemodel import cpu_base_seconds, gpu_rate, lognormal_unit, slowdown
+from lmedge.sim.workload import RequestSpec, Workload
+
+COLD_STREAM = 2
+SERVICE_STREAM = 3
+
+UPLINK, QUEUED, SERVING, DOWNLINK, DONE = range(5)
+Mode = Literal["gpu", "cpu"]
+
+
+class Job:
+    """One request in flight: a set of K prompts for one LM."""
+
+    __slots__ = (
+        "conflict",
+        "deadline",
+        "dest",
+        "done",
+        "down_since",
+        "downlink_s",
+        "id",
+        "infer_s",
+        "inst",
+        "lm",
+        "mode",
+        "origin",
+        "prompts",
+        "queue_s",
+        "serve_since",
+        "slot",
+        "state",
+        "submit",
+        "uplink_s",
+        "wait_since",
+    )
+
+    def __init__(self, rid: str, r: RequestSpec, dest: str, submit: float, deadline: float) -> None:
+        self.id = rid
+        self.slot = r.slot
+        self.origin = r.origin
+        self.lm = r.lm
+        self.prompts = r.prompts
+        self.dest = dest
+        self.submit = submit
+        self.deadline = deadline
+        self.done = 0
+        self.state = UPLINK
+        self.uplink_s = 0.0
+        self.queue_s = 0.0
+        self.infer_s = 0.0
+        self.downlink_s = 0.0
+        self.wait_since = 0.0
+        self.serve_since = 0.0
+        self.down_since = 0.0
+        self.conflict = False
+        self.mode: Literal["gpu", "cpu", "none"] = "none"
+        self.inst: Instance | None = None
+
+
+class Instance:
+    """A model pod on one node."""
+
+    __slots__ = (
+        "base_s",
+        "binding",
+        "cores",
+        "job",
+        "lm",
+        "memory",
+        "mode",
+        "rate",
+        "ready",
+        "ready_at",
+        "since",
+        "token",
+        "vgpus",
+        "vram",
+        "work_left",
+    )
+
+    def __init__(
+        self,
+        lm: str,
+        mode: Mode,
+        cores: float,
+        vgpus: int,
+        binding: list[tuple[int, int]],
+        base_s: float,
+        memory: float,
+        vram: float,
+    ) -> None:
+        self.lm = lm
+        self.mode: Mode = mode
+        self.cores = cores
+        self.vgpus = vgpus
+        self.binding = binding
+        self.base_s = base_s
+        self.memory = memory
+        self.vram = vram
+        self.ready = False
+        self.ready_at = 0.0
+        self.job: Job | None = None
+        self.work_left = 0.0
+        self.rate = 0.0
+        self.since = 0.0
+        self.token = 0
+
+
+class NodeSim:
+    """One node: its queues, pods, GPU slot occupancy and utilization integrals."""
+
+    def __init__(self, info: NodeInfo, lms: list[str]) -> None:
+        self.name = info.name
+        self.info = info
+        self.spec = info.spec
+        self.queues: dict[str, deque[Job]] = {lm: deque() for lm in lms}
+        self.instances: dict[str, Instance] = {}
+        n_gpu = len(self.spec.gpus)
+        self.slots_used = [0] * n_gpu
+        self.busy_slots = [0] * n_gpu
+        self.busy_pods = [0] * n_gpu
+        self.t_last = 0.0
+        self.cpu_level = 0.0
+        self.int_cpu = 0.0
+        self.int_gpu = [0.0] * n_gpu
+        # (time, int_cpu, int_gpu) at the last read, per reader (snapshot, telemetry)
+        self.marks: dict[str, tuple[float, float, list[float]]] = {}
+
+    @property
+    def cores_used(self) -> float:
+        return sum(i.cores for i in self.instances.values())
+
+    @property
+    def memory_used(self) -> float:
+        return sum(i.memory for i in self.instances.values())
+
+    @property
+    def vram_used(self) -> float:
+        return sum(i.vram for i in self.instances.values())
+
+    @property
+    def pending(self) -> bool:
+        return any(not i.ready for i in self.instances.values())
+
+    def integrate(self, now: float) -> None:
+        dt = now - self.t_last
+        if dt > 0:
+            self.int_cpu += self.cpu_level * dt
+            for g, b in enumerate(self.busy_pods):
+                if b:
+                    self.int_gpu[g] += dt
+        self.t_last = now
+
+    def window(self, reader: str, now: float) -> tuple[float, list[float]]:
+        """Mean busy CPU cores and per-GPU busy fraction since this reader's last call."""
+        self.integrate(now)
+        t0, c0, g0 = self.marks.get(reader, (0.0, 0.0, [0.0] * len(self.int_gpu)))
+        self.marks[reader] = (now, self.int_cpu, list(self.int_gpu))
+        dt = now - t0
+        if dt <= 0:
+            busy_gpu = [1.0 if b else 0.0 for b in self.busy_pods]
+            return self.cpu_level, busy_gpu
+        return (self.int_cpu - c0) / dt, [
+            (g - g_0) / dt for g, g_0 in zip(self.int_gpu, g0, strict=True)
+        ]
+
+    def backlog(self, lm: str) -> int:
+        """Q_ni: prompts of `lm` waiting or in service here."""
+        total = sum(j.prompts - j.done for j in self.queues[lm] if j.state == QUEUED)
+        inst = self.instances.get(lm)
+        if inst is not None and inst.job is not None:
+            total += inst.job.prompts - inst.job.done
+        return total
+
+
+class Emulator:
+    """The emulated cluster for one scenario and seed, driven in virtual time.
+
+    Same scenario + seed + decisions -> identical records: every random draw
+    comes from a seeded numpy stream (workload per slot, cold starts, service
+    jitter) and every iteration order is a list or insertion-ordered dict.
+    """
+
+    def __init__(self, scenario: Scenario, seed: int) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.env = simpy.Environment()
+        self.ctx: ClusterContext = scenario.context()
+        self.em = scenario.spec.emulation
+        self.slot_s = scenario.spec.loop.slot_s
+        self.network = Network(scenario.nodes)
+        self.workload = Workload(scenario, seed)
+        self.services: dict[str, ServiceInfo] = {s.name: s for s in scenario.services}
+        lms = list(self.services)
+        self.nodes: dict[str, NodeSim] = {n.name: NodeSim(n, lms) for n in scenario.nodes}
+        cs = self.em.cold_start
+        self.cold = fit_truncated_lognormal(cs.median_s, cs.p95_s, cs.max_s)
+        self.rng_cold = np.random.default_rng([seed, COLD_STREAM])
+        self.rng_service = np.random.default_rng([seed, SERVICE_STREAM])
+        self._jitter = lognormal_unit(self.em.service_time_cv) if self.em.service_time_cv else None
+        self._routing: dict[int, dict[tuple[str, str], str]] = {}
+        self._default: dict[tuple[str, str], str] = {}
+        self._records: list[RequestRecord] = []
+        self.stats = {"submitted": 0, "prompts_done": 0, "prompts_lost": 0, "cold_starts": 0}
+        self.env.process(self._arrival_process())
+
+    # ----------------------------------------------------------------- workload
+    def arrivals(self, slot: int) -> list[Arrival]:
+        return [
+            Arrival(origin=r.origin, lm=r.lm, requests=1, prompts=r.prompts)
+            for r in self.workload.slot(slot)
+        ]
+
+    def publish_routing(self, slot: int, routing: RoutingMap) -> None:
+        table: dict[tuple[str, str], str] = {}
+        for r in routing.routes:
+            if (
+                self.ctx.has_node(r.destination)
+                and self.ctx.has_service(r.lm)
+                and self.ctx.can_host(r.destination, r.lm)
+            ):
+                table[(r.origin, r.lm)] = r.destination
+        self._routing[slot] = table
+        for old in [s for s in self._routing if s < slot - 2]:
+            del self._routing[old]
+
+    def default_destination(self, origin: str, lm: str) -> str:
+        """Local if the origin can host the LM, else the nearest feasible worker.
+
+        Nearest = lowest link latency (same site before cross site); ties go
+        to the first node in manifest order.
+        """
+        key = (origin, lm)
+        hit = self._default.get(key)
+        if hit is None:
+            if self.ctx.can_host(origin, lm):
+                hit = origin
+            else:
+                feasible = self.ctx.feasible_nodes(lm)
+                hit = min(feasible, key=lambda n: self.network.distance(origin, n))
+            self._default[key] = hit
+        return hit
+
+    def _arrival_process(self) -> Generator[simpy.Event, None, None]:
+        env = self.env
+        slot = 0
+        while True:
+            start = slot * self.slot_s
+            for r in self.workload.slot(slot):
+                ev = env.timeout(max(0.0, start + r.offset_s - env.now))
+                ev.callbacks.append(partial(self._submit, r))
+            slot += 1
+            yield env.timeout(max(0.0, slot * self.slot_s - env.now))
+
+    def _submit(self, r: RequestSpec, _ev: object = None) -> None:
+        env = self.env
+        dest = self._routing.get(r.slot, {}).get((r.origin, r.lm)) or self.default_destination(
+            r.origin, r.lm
+        )
+        now = env.now
+        tau = self.ctx.deadline_s(r.lm)
+        job = Job(f"{self.seed}-{r.slot}-{r.origin}-{r.lm}", r, dest, now, now + tau)
+        self.stats["submitted"] += 1
+        prof = self.services[r.lm].spec.profile
+        job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
+        env.timeout(tau).callbacks.append(partial(self._expire, job))
+        if job.uplink_s > 0:
+            env.timeout(job.uplink_s).callbacks.append(partial(self._arrive, job))
+        else:
+            self._arrive(job)
+
+    # -------------------------------------------------------------- job flow
+    def _arrive(self, job: Job, _ev: object = None) -> None:
+        if job.state == DONE:
+            return
+        node = self.nodes[job.dest]
+        inst = node.instances.get(job.lm)
+        job.conflict = inst is None
+        job.state = QUEUED
+        job.wait_since = self.env.now
+        node.queues[job.lm].append(job)
+        if inst is not None and inst.ready and inst.job is None and self._take_next(node, inst):
+            self._rebalance(node)
+
+    def _take_next(self, node: NodeSim, inst: Instance) -> bool:
+        """Give an idle ready pod the next job of its queue; True if it got one."""
+        q = node.queues[inst.lm]
+        while q and q[0].state != QUEUED:
+            q.popleft()
+        if not q:
+            return False
+        job = q.popleft()
+        now = self.env.now
+        job.state = SERVING
+        job.queue_s += now - job.wait_since
+        job.serve_since = now
+        job.mode = inst.mode
+        job.inst = inst
+        inst.job = job
+        self._new_prompt(inst)
+        return True
+
+    def _new_prompt(self, inst: Instance) -> None:
+        work = inst.base_s
+        if self._jitter is not None:
+            mu, sigma = self._jitter
+            work *= math.exp(mu + sigma * float(self.rng_service.standard_normal()))
+        inst.work_left = work
+        inst.since = self.env.now
+        inst.token += 1
+        if inst.rate > 0:
+            self.env.timeout(work / inst.rate).callbacks.append(
+                partial(self._prompt_done, inst, inst.token)
+            )
+
+    def _prompt_done(self, inst: Instance, token: int, _ev: object = None) -> None:
+        if token != inst.token or inst.job is None:
+            return
+        job = inst.job
+        job.done += 1
+        self.stats["prompts_done"] += 1
+        inst.work_left = 0.0
+        if job.done < job.prompts:
+            self._new_prompt(inst)
+            return
+        now = self.env.now
+        job.infer_s += now - job.serve_since
+        job.inst = None
+        inst.job = None
+        prof = self.services[job.lm].spec.profile
+        job.downlink_s = self.network.delay(job.dest, job.origin, prof.response_kib * job.prompts)
+        job.state = DOWNLINK
+        job.down_since = now
+        if job.downlink_s > 0:
+            self.env.timeout(job.downlink_s).callbacks.append(partial(self._delivered, job))
+        else:
+            self._delivered(job)
+        node = self.nodes[job.dest]
+        if not self._take_next(node, inst):
+            self._rebalance(node)
+
+    def _delivered(self, job: Job, _ev: object = None) -> None:
+        if job.state != DOWNLINK:
+            return
+        job.state = DONE
+        self._record(job, "success")
+
+    def _expire(self, job: Job, _ev: object = None) -> None:
+        if job.state == DONE:
+            return
+        now = self.env.now
+        tau = job.deadline - job.submit
+        state = job.state
+        if state == QUEUED:
+            job.queue_s += now - job.wait_since
+        elif state == SERVING:
+            job.infer_s += now - job.serve_since
+            inst = job.inst
+            job.inst = None
+            if inst is not None:
+                inst.job = None
+                inst.token += 1
+                node = self.nodes[job.dest]
+                if not self._take_next(node, inst):
+                    self._rebalance(node)
+        # the stage the request was in absorbs float drift: stages sum to tau
+        if state == UPLINK:
+            job.uplink_s, job.queue_s, job.infer_s, job.downlink_s = tau, 0.0, 0.0, 0.0
+        elif state == QUEUED:
+            job.queue_s = max(0.0, tau - job.uplink_s - job.infer_s)
+        elif state == SERVING:
+            job.infer_s = max(0.0, tau - job.uplink_s - job.queue_s)
+        else:
+            job.downlink_s = max(0.0, tau - job.uplink_s - job.queue_s - job.infer_s)
+        job.state = DONE
+        self._record(job, "timeout")
+
+    def _record(self, job: Job, outcome: Literal["success", "timeout"]) -> None:
+        self._records.append(
+            RequestRecord.model_construct(
+                id=job.id,
+                run="",
+                lm=job.lm,
+                origin=job.origin,
+                destination=job.dest,
+                prompts=job.prompts,
+                prompts_done=job.done,
+                slot=job.slot,
+                submit_s=job.submit,
+                uplink_s=job.uplink_s,
+                queue_s=job.queue_s,
+                inference_s=job.infer_s,
+                downlink_s=job.downlink_s,
+                outcome=outcome,
+                conflict=job.conflict,
+                mode=job.mode,
+            )
+        )
+
+    def drain_records(self) -> list[RequestRecord]:
+        out, self._records = self._records, []
+        return out
+
+    # ------------------------------------------------------------ contention
+    def _rebalance(self, node: NodeSim) -> None:
+        """Recompute every busy pod's rate on `node` after its busy set changed."""
+        now = self.env.now
+        node.integrate(now)
+        busy = [i for i in node.instances.values() if i.ready and i.job is not None]
+        n_gpu = len(node.busy_slots)
+        busy_slots = [0] * n_gpu
+        busy_pods = [0] * n_gpu
+        cpu_cores = 0.0
+        cpu_level = 0.0
+        for i in busy:
+            if i.mode == "gpu":
+                for g, s in i.binding:
+                    busy_slots[g] += s
+                    busy_pods[g] += 1
+                cpu_level += self.em.gpu_host_cores
+            else:
+                cpu_cores += i.cores
+                cpu_level += i.cores
+        node.busy_slots, node.busy_pods = busy_slots, busy_pods
+        node.cpu_level = min(cpu_level, node.spec.cpu_cores)
+        em = self.em
+        f_cpu = slowdown(em.cpu_slowdown, cpu_cores / node.spec.cpu_cores) * slowdown(
+            em.memory_slowdown, node.memory_used / node.spec.memory_gib
+        )
+        for i in busy:
+            if i.mode == "gpu":
+                rate = gpu_rate(
+                    i.binding, busy_slots, busy_pods, node.spec.vgpus_per_gpu, em.gpu_slowdown
+                )
+            else:
+                rate = f_cpu
+            if rate == i.rate:
+                continue
+            if i.rate > 0:
+                i.work_left = max(0.0, i.work_left - i.rate * (now - i.since))
+            i.rate = rate
+            i.since = now
+            i.token += 1
+            self.env.timeout(i.work_left / rate).callbacks.append(
+                partial(self._prompt_done, i, i.token)
+            )
+
+    # ------------------------------------------------------------- actuation
+    def apply_placement(self, placement: Placement) -> ActuationResult:
+        """Start, stop or resize pods on one node (see the module docstring for the rules)."""
+        res = ActuationResult(node=placement.node)
+        node = self.nodes.get(placement.node)
+        if node is None:
+            res.errors.append(f"unknown node {placement.node!r}")
+            return res
+        pending = node.pending
+        starts: list[LMPlacement] = []
+        for p in placement.lms:
+            if p.lm not in self.services:
+                res.errors.append(f"unknown LM {p.lm!r}")
+                continue
+            cur = node.instances.get(p.lm)
+            if p.mode == "off":
+                if cur is not None:
+                    self._stop(node, cur)
+                    res.stopped.append(p.lm)
+                continue
+            if cur is not None and (cur.mode, cur.cores, cur.vgpus) == _shape(p):
+                continue
+            if pending:
+                res.voided.append(p.lm)
+                continue
+            why = self._invalid(node, p)
+            if why:
+                res.errors.append(why)
+                continue
+            starts.append(p)
+        for p in starts:
+            cur = node.instances.get(p.lm)
+            why = self._misfit(node, p, releasing=cur)
+            if why:
+                res.errors.append(why)
+                continue
+            if cur is not None:
+                self._stop(node, cur)
+                res.resized.append(p.lm)
+            else:
+                res.started.append(p.lm)
+            self._start(node, p)
+        return res
+
+    def _invalid(self, node: NodeSim, p: LMPlacement) -> str:
+        svc = self.services[p.lm].spec
+        if node.spec.role != "worker":
+            return f"{node.name} is a control node and hosts no LMs"
+        if p.cpu_cores <= 0:
+            return f"{p.lm}: {p.mode} mode needs CPU cores"
+        if p.mode == "cpu" and svc.runs_on == "gpu-only":
+            return f"{p.lm} runs on GPU only"
+        if p.mode == "gpu" and not node.spec.has_gpu:
+            return f"{node.name} has no GPU for {p.lm}"
+        if p.mode == "gpu" and not 1 <= p.vgpus <= svc.max_vgpus:
+            return f"{p.lm} needs 1..{svc.max_vgpus} vGPUs in gpu mode, not {p.vgpus}"
+        if p.mode == "cpu" and p.vgpus:
+            return f"{p.lm} in cpu mode must hold 0 vGPUs"
+        return ""
+
+    def _misfit(self, node: NodeSim, p: LMPlacement, releasing: Instance | None) -> str:
+        svc = self.services[p.lm].spec
+        spec = node.spec
+        cores = node.cores_used - (releasing.cores if releasing else 0.0)
+        mem = node.memory_used - (releasing.memory if releasing else 0.0)
+        slots = sum(node.slots_used) - (releasing.vgpus if releasing else 0)
+        vram = node.vram_used - (releasing.vram if releasing else 0.0)
+        need_vram = svc.min_vram_gib if p.mode == "gpu" else 0.0
+        vg = p.vgpus if p.mode == "gpu" else 0
+        if cores + p.cpu_cores > spec.cpu_cores + 1e-9:
+            return f"{p.lm}: {p.cpu_cores:g} cores do not fit on {node.name}"
+        if mem + svc.deployment_memory_gib > spec.memory_gib + 1e-9:
+            return f"{p.lm}: {svc.deployment_memory_gib:g} GiB memory does not fit on {node.name}"
+        if slots + vg > spec.total_vgpus:
+            return f"{p.lm}: {vg} vGPUs do not fit on {node.name}"
+        if vram + need_vram > spec.total_vram_gib + 1e-9:
+            return f"{p.lm}: {need_vram:g} GiB vRAM does not fit on {node.name}"
+        return ""
+
+    def _bind(self, node: NodeSim, vgpus: int) -> list[tuple[int, int]]:
+        per = node.spec.vgpus_per_gpu
+        taken: dict[int, int] = {}
+        used = list(node.slots_used)
+        for _ in range(vgpus):
+            free = [(per - u, g) for g, u in enumerate(used) if u < per]
+            if self.em.gpu_binding == "spread":
+                g = max(free, key=lambda fg: (fg[0], -fg[1]))[1]
+            else:
+                g = min(free, key=lambda fg: (fg[0], fg[1]))[1]
+            used[g] += 1
+            taken[g] = taken.get(g, 0) + 1
+        return sorted(taken.items())
+
+    def _start(self, node: NodeSim, p: LMPlacement) -> None:
+        svc = self.services[p.lm].spec
+        mode: Mode = "gpu" if p.mode == "gpu" else "cpu"
+        if mode == "gpu":
+            binding = self._bind(node, p.vgpus)
+            base = svc.profile.gpu_seconds_per_prompt
+            vram = svc.min_vram_gib
+        else:
+            binding = []
+            cpu_s = svc.profile.cpu_seconds_per_prompt or svc.profile.gpu_seconds_per_prompt
+            base = cpu_base_seconds(
+                cpu_s, svc.default_cpu_cores, p.cpu_cores, self.em.cpu_parallel_fraction
+            )
+            vram = 0.0
+        inst = Instance(
+            p.lm,
+            mode,
+            p.cpu_cores,
+            p.vgpus if mode == "gpu" else 0,
+            binding,
+            base,
+            svc.deployment_memory_gib,
+            vram,
+        )
+        for g, s in binding:
+            node.slots_used[g] += s
+        node.instances[p.lm] = inst
+        cold = self.cold.sample(self.rng_cold)
+        self.stats["cold_starts"] += 1
+        inst.ready_at = self.env.now + cold
+        self.env.timeout(cold).callbacks.append(partial(self._ready, node, inst, inst.token))
+        self._rebalance(node)
+
+    def _ready(self, node: NodeSim, inst: Instance, token: int, _ev: object = None) -> None:
+        if token != inst.token or node.instances.get(inst.lm) is not inst:
+            return
+        inst.ready = True
+        if self._take_next(node, inst):
+            self._rebalance(node)
+
+    def _stop(self, node: NodeSim, inst: Instance) -> None:
+        job = inst.job
+        if job is not None:
+            # the in-flight prompt is lost and restarts; completed prompts stay done
+            now = self.env.now
+            job.infer_s += now - job.serve_since
+            job.state = QUEUED
+            job.wait_since = now
+            job.inst = None
+            node.queues[job.lm].appendleft(job)
+            self.stats["prompts_lost"] += 1
+        inst.job = None
+        inst.token += 1
+        inst.rate = 0.0
+        for g, s in inst.binding:
+            node.slots_used[g] -= s
+        del node.instances[inst.lm]
+        self._rebalance(node)
+
+    # ------------------------------------------------------------ observation
+    def snapshot(self, slot: int) -> Snapshot:
+        now = self.env.now
+        return Snapshot(
+            slot=slot,
+            time_s=now,
+            nodes=[self._node_state(n, now) for n in self.nodes.values()],
+        )
+
+    def _node_state(self, node: NodeSim, now: float) -> NodeState:
+        cpu, gpus = node.window("snapshot", now)
+        spec = node.spec
+        return NodeState.model_construct(
+            name=node.name,
+            backlog={lm: node.backlog(lm) for lm in node.queues},
+            instances=[
+                InstanceState.model_construct(
+                    lm=i.lm,
+                    mode=i.mode,
+                    cpu_cores=i.cores,
+                    vgpus=i.vgpus,
+                    status="ready" if i.ready else "pending",
+                )
+                for i in node.instances.values()
+            ],
+            free_cpu_cores=max(0.0, spec.cpu_cores - node.cores_used),
+            free_memory_gib=max(0.0, spec.memory_gib - node.memory_used),
+            free_vgpus=max(0, spec.total_vgpus - sum(node.slots_used)),
+            free_vram_gib=max(0.0, spec.total_vram_gib - node.vram_used),
+            gpu_util=_clip(sum(gpus) / len(gpus)) if gpus else 0.0,
+            cpu_util=_clip(cpu / spec.cpu_cores),
+        )
+
+    def telemetry(self) -> list[NodeTelemetry]:
+        now = self.env.now
+        out: list[NodeTelemetry] = []
+        for node in self.nodes.values():
+            cpu, gpus = node.window("telemetry", now)
+            spec = node.spec
+            vram = [0.0] * len(spec.gpus)
+            for i in node.instances.values():
+                for g, s in i.binding:
+                    vram[g] += i.vram * s / max(i.vgpus, 1)
+            out.append(
+                NodeTelemetry(
+                    node=node.name,
+                    time_s=now,
+                    cpu_util=_clip(cpu / spec.cpu_cores),
+                    memory_util=_clip(node.memory_used / spec.memory_gib),
+                    gpu_util=[_clip(g) for g in gpus],
+                    vram_used_gib=vram,
+                    source="emulator",
+                    extra={
+                        "backlog_prompts": float(sum(node.backlog(lm) for lm in node.queues)),
+                        "instances": float(len(node.instances)),
+                    },
+                )
+            )
+        return out
+
+    def run_until(self, t: float) -> None:
+        if t > self.env.now:
+            self.env.run(until=t)
+
+
+def _shape(p: LMPlacement) -> tuple[str, float, int]:
+    return (p.mode, p.cpu_cores, p.vgpus if p.mode == "gpu" else 0)
+
+
+def _clip(x: float) -> float:
+    return 0.0 if x < 0 else 1.0 if x > 1 else x

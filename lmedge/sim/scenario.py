@@ -1,0 +1,363 @@
+"""Scenarios: the cluster manifests plus the emulation and workload parameters.
+
+A scenario is a folder holding `nodes.yaml` (EdgeNode), `services.yaml`
+(LMService) -- the same YAML a user applies to a cluster -- and
+`scenario.yaml` (`kind: Scenario`): the control-loop constants, the
+emulator's physical parameters and the workload. Every parameter documents
+its source: the paper, DESIGN.md, or "assumption".
+
+Loading validates everything up front and turns each problem into one
+`ManifestError` naming the file and field, or an `InfeasibleScenarioError`
+when an LM fits on no node. This module does not emulate anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
+from lmedge.api.manifests import API, format_validation_error, load_resources
+from lmedge.api.observations import ClusterContext, NodeInfo, ServiceInfo
+from lmedge.errors import InfeasibleScenarioError, ManifestError
+
+SCENARIO_FILE = "scenario.yaml"
+
+
+class LoopSpec(SpecModel):
+    """Control-loop constants shared by the controller and the emulator."""
+
+    slot_s: PosFloat = Field(default=30.0, description="Slot length, s. Paper §V-D: 30 s.")
+    epoch_slots: int = Field(default=50, ge=1, description="Slots per epoch. Paper §VI: 50.")
+    tau_s: PosFloat = Field(default=900.0, description="Request deadline tau, s. Paper §III: 900.")
+    lam: float = Field(
+        default=0.5, ge=0, le=1, description="Objective weight lambda. Paper §III: 0.5."
+    )
+    slots: int = Field(
+        default=200,
+        ge=1,
+        description="Default run length when the caller gives none. Paper §VI: 200-slot segments.",
+    )
+
+
+class ColdStartSpec(SpecModel):
+    """Pod start + model load until the first inference (truncated lognormal)."""
+
+    median_s: PosFloat = Field(default=9.34, description="Paper §V-D (80 measurements).")
+    p95_s: PosFloat = Field(default=12.23, description="Paper §V-D.")
+    max_s: PosFloat = Field(default=13.58, description="Paper §V-D; samples never exceed it.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ColdStartSpec:
+        if not self.median_s < self.p95_s < self.max_s:
+            raise ValueError("need medianS < p95S < maxS")
+        return self
+
+
+class SlowdownSpec(SpecModel):
+    """The utilization slowdown f(eta) = 1 / (1 + beta * max(0, eta - eta0)).
+
+    The paper's mu_ni = alpha_i f(eta) (Eq. 13) omits f's form (DESIGN.md asks
+    for a documented choice): no slowdown below the knee eta0, then a linear
+    rise of the service time with slope beta.
+    """
+
+    eta0: float = Field(ge=0, le=1, description="Knee: utilization below which f = 1.")
+    beta: NonNegFloat = Field(
+        description="Service-time increase per unit of utilization above eta0."
+    )
+
+
+class EmulationSpec(SpecModel):
+    """The emulator's physical model. Service times come from each LMService profile."""
+
+    cold_start: ColdStartSpec = Field(default_factory=ColdStartSpec)
+    cpu_parallel_fraction: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description=(
+            "Amdahl parallel fraction p of CPU inference: time(c) = cpuSecondsPerPrompt * "
+            "S(defaultCpuCores) / S(c), S(c) = 1 / ((1 - p) + p / c). Assumption."
+        ),
+    )
+    cpu_slowdown: SlowdownSpec = Field(
+        default_factory=lambda: SlowdownSpec(eta0=0.7, beta=0.5),
+        description="f(eta_cpu), eta_cpu = cores of busy CPU-mode pods / node cores. Assumption.",
+    )
+    memory_slowdown: SlowdownSpec = Field(
+        default_factory=lambda: SlowdownSpec(eta0=0.8, beta=0.5),
+        description="f(eta_mem), eta_mem = memory of resident pods / node memory. Assumption.",
+    )
+    gpu_slowdown: SlowdownSpec = Field(
+        default_factory=lambda: SlowdownSpec(eta0=0.5, beta=0.2),
+        description=(
+            "f(eta_gpu), eta_gpu = vGPU slots of busy pods / slots of the GPU, counted only when "
+            "two or more pods are busy on it (context-switch overhead). Assumption."
+        ),
+    )
+    gpu_host_cores: NonNegFloat = Field(
+        default=1.0,
+        description="CPU cores a busy GPU-mode pod keeps busy (tokenizer, host code). Assumption.",
+    )
+    service_time_cv: NonNegFloat = Field(
+        default=0.0,
+        description=(
+            "Coefficient of variation of per-prompt service time (lognormal, mean kept); "
+            "0 = fixed. Assumption."
+        ),
+    )
+    gpu_binding: Literal["spread", "pack"] = Field(
+        default="spread",
+        description=(
+            "How a pod's vGPUs are bound to physical GPUs: spread (the GPU with the most free "
+            "slots first) or pack (the fullest GPU that still has a free slot). Assumption."
+        ),
+    )
+
+
+class PromptRange(SpecModel):
+    """K ~ U{min..max} prompts per (origin, LM, slot); K = 0 means no request."""
+
+    min: int = Field(default=0, ge=0)
+    max: int = Field(default=8, ge=0, le=10_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PromptRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) exceeds max ({self.max})")
+        return self
+
+
+class PhaseSpec(SpecModel):
+    """A stretch of slots with its own per-LM prompt ranges (bursty traces)."""
+
+    name: str = Field(min_length=1)
+    slots: int = Field(ge=1, description="Length of the phase in slots.")
+    prompts: dict[K8sName, PromptRange] = Field(
+        default_factory=dict, description="Per-LM K ranges; LMs not named use workload.prompts."
+    )
+
+
+class WorkloadSpec(SpecModel):
+    """Arrivals: every worker (or the listed origins) is an origin; one request per LM per slot."""
+
+    prompts: PromptRange = Field(
+        default_factory=PromptRange,
+        description="K ~ U{0..8} per (origin, LM, slot). Paper §V-B: K in {0, ..., 8}.",
+    )
+    arrival_spread: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description=(
+            "Arrival offsets within a slot are U[0, arrivalSpread * slotS); 0 = all at slot start. "
+            "Assumption (the paper gives no intra-slot timing)."
+        ),
+    )
+    phases: list[PhaseSpec] = Field(
+        default_factory=list,
+        description="Consecutive phases; after the last one ends it continues. Empty = one phase.",
+    )
+    origins: list[K8sName] | None = Field(
+        default=None, description="Origin nodes; default: every worker (paper §V-B)."
+    )
+    trace: str | None = Field(
+        default=None,
+        description="A recorded trace (CSV or JSONL: slot, origin, lm, prompts, offset_s) "
+        "relative to the scenario folder; replaces the generator.",
+    )
+
+
+class ScenarioMeta(SpecModel):
+    name: K8sName
+
+
+class ScenarioSpec(SpecModel):
+    """The `scenario.yaml` document."""
+
+    api_version: Literal["lmedge.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["Scenario"]
+    metadata: ScenarioMeta
+    description: str = ""
+    nodes: str = Field(default="nodes.yaml", description="EdgeNode manifests, relative path.")
+    services: str = Field(
+        default="services.yaml", description="LMService manifests, relative path."
+    )
+    loop: LoopSpec = Field(default_factory=LoopSpec)
+    emulation: EmulationSpec = Field(default_factory=EmulationSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A loaded, validated scenario: manifests + parameters (+ the trace file, if any)."""
+
+    name: str
+    folder: Path
+    spec: ScenarioSpec
+    nodes: tuple[NodeInfo, ...]
+    services: tuple[ServiceInfo, ...]
+
+    def context(self) -> ClusterContext:
+        loop = self.spec.loop
+        return ClusterContext(
+            nodes=list(self.nodes),
+            services=list(self.services),
+            tau_s=loop.tau_s,
+            lam=loop.lam,
+            slot_s=loop.slot_s,
+            epoch_slots=loop.epoch_slots,
+        )
+
+    @property
+    def trace_path(self) -> Path | None:
+        t = self.spec.workload.trace
+        return None if t is None else self.folder / t
+
+    @property
+    def origins(self) -> list[str]:
+        w = self.spec.workload.origins
+        return list(w) if w is not None else [n.name for n in self.nodes if n.spec.role == "worker"]
+
+
+def load_scenario(path: Path, **overrides: Any) -> Scenario:
+    """Load a scenario folder (or its `scenario.yaml`), validated.
+
+    `overrides` are deep-merged into the scenario document before validation,
+    with snake_case or camelCase keys, e.g.
+    `load_scenario(p, loop={"tau_s": 60}, workload={"prompts": {"max": 2}})`.
+    A folder without `scenario.yaml` gets every default.
+    """
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    file = folder / SCENARIO_FILE if path.is_dir() else path
+    if not folder.exists():
+        raise ManifestError(str(path), "", "no such scenario folder")
+    raw: dict[str, Any]
+    if file.exists():
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as exc:
+            raise ManifestError(str(file), "", f"not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ManifestError(str(file), "", "must be a YAML mapping with kind: Scenario")
+        raw = loaded
+    else:
+        raw = {"apiVersion": API, "kind": "Scenario", "metadata": {"name": _dns(folder.name)}}
+    raw = _deep_merge(raw, _camel_keys(overrides))
+    try:
+        spec = ScenarioSpec.model_validate(raw)
+    except ValidationError as exc:
+        field, msg = format_validation_error(exc, "Scenario")
+        raise ManifestError(str(file), field, msg) from exc
+    nodes, services = _load_manifests(folder, spec)
+    scenario = Scenario(
+        name=spec.metadata.name,
+        folder=folder,
+        spec=spec,
+        nodes=tuple(nodes),
+        services=tuple(services),
+    )
+    _check(scenario, str(file))
+    return scenario
+
+
+def _load_manifests(folder: Path, spec: ScenarioSpec) -> tuple[list[NodeInfo], list[ServiceInfo]]:
+    nodes, _ = load_resources(folder / spec.nodes)
+    _, services = load_resources(folder / spec.services)
+    if not nodes:
+        raise ManifestError(str(folder / spec.nodes), "EdgeNode", "no EdgeNode manifests found")
+    if not services:
+        raise ManifestError(
+            str(folder / spec.services), "LMService", "no LMService manifests found"
+        )
+    return nodes, services
+
+
+def _check(s: Scenario, source: str) -> None:
+    ctx = s.context()
+    if not ctx.workers:
+        raise InfeasibleScenarioError(f"{s.folder / s.spec.nodes}: no worker nodes (role: worker)")
+    for svc in s.services:
+        if not ctx.feasible_nodes(svc.name):
+            raise InfeasibleScenarioError(f"{s.folder / s.spec.services}: {_why_nowhere(svc)}")
+    lm_names = set(ctx.lm_names)
+    for i, phase in enumerate(s.spec.workload.phases):
+        for lm in phase.prompts:
+            if lm not in lm_names:
+                raise ManifestError(
+                    source, f"Scenario.workload.phases.{i}.prompts.{lm}", "unknown LMService"
+                )
+    if s.spec.workload.origins is not None:
+        for i, o in enumerate(s.spec.workload.origins):
+            if not ctx.has_node(o) or ctx.node(o).spec.role != "worker":
+                raise ManifestError(
+                    source, f"Scenario.workload.origins.{i}", f"{o!r} is not a worker"
+                )
+    trace = s.trace_path
+    if trace is not None and not trace.is_file():
+        raise ManifestError(source, "Scenario.workload.trace", f"no such file: {trace}")
+    _check_links(s)
+
+
+def _why_nowhere(svc: ServiceInfo) -> str:
+    sp = svc.spec
+    where = "a GPU node with" if sp.runs_on == "gpu-only" else "a worker with"
+    return (
+        f"LMService {svc.name} fits on no node: it needs {where} "
+        f"{sp.deployment_memory_gib:g} GiB memory"
+        + (f" and {sp.min_vram_gib:g} GiB vRAM" if sp.runs_on == "gpu-only" else "")
+    )
+
+
+def _check_links(s: Scenario) -> None:
+    """Every pair of worker sites must be joined by a link from one side or the other."""
+    links: dict[str, set[str]] = {}
+    for n in s.nodes:
+        links.setdefault(n.spec.site, set()).update(lk.site for lk in n.spec.links)
+    sites = sorted({n.spec.site for n in s.nodes if n.spec.role == "worker"})
+    for i, a in enumerate(sites):
+        for b in sites[i + 1 :]:
+            if b not in links.get(a, set()) and a not in links.get(b, set()):
+                node = next(n.name for n in s.nodes if n.spec.site == a)
+                raise ManifestError(
+                    str(s.folder / s.spec.nodes),
+                    f"EdgeNode/{node}.spec.links",
+                    f"no link between sites {a!r} and {b!r}",
+                )
+
+
+def _dns(name: str) -> str:
+    out = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+    return out or "scenario"
+
+
+def _camel(key: str) -> str:
+    if "_" not in key:
+        return key
+    head, *rest = key.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _camel_keys(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {_camel(str(k)): _camel_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel_keys(v) for v in value]
+    return value
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
