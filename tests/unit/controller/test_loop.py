@@ -1,0 +1,330 @@
+"""The control loop's validation, fallback, stamping, epoch and feedback paths.
+
+A tiny in-process backend stands in for the world: it hands out fixed
+arrivals, records what the loop actuates and turns every routed pair into
+one finished request at the slot end. It implements `ClusterBackend` in
+full; it is a test double of the emulator, not of a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmedge.api import (
+    ActuationResult,
+    Arrival,
+    ClusterContext,
+    Decision,
+    InstanceState,
+    LMPlacement,
+    MacroPolicy,
+    NodeObservation,
+    NodeState,
+    NodeTelemetry,
+    Placement,
+    PlanningObservation,
+    RequestRecord,
+    RoutingMap,
+    SlotObservation,
+    Snapshot,
+    check_macro_policy,
+    check_placement,
+)
+from lmedge.api.manifests import load_resources
+from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
+from lmedge.controller.loop import ControlLoop
+from lmedge.policies.local import local_routing
+
+TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+
+class StubBackend:
+    """Fixed arrivals; every routed request finishes successfully in its slot."""
+
+    def __init__(self, ctx: ClusterContext, running: dict[str, list[InstanceState]] | None = None):
+        self.clock = StepClock()
+        self.ctx = ctx
+        self.running = running or {}
+        self.applied: list[Placement] = []
+        self.published: list[RoutingMap] = []
+        self._pending: list[RequestRecord] = []
+
+    def context(self) -> ClusterContext:
+        return self.ctx
+
+    def snapshot(self, slot: int) -> Snapshot:
+        nodes = [
+            NodeState(name=n.name, instances=self.running.get(n.name, [])) for n in self.ctx.nodes
+        ]
+        return Snapshot(slot=slot, time_s=self.clock.now(), nodes=nodes)
+
+    def arrivals(self, slot: int) -> list[Arrival]:
+        return [
+            Arrival(origin=n.name, lm=lm, requests=1, prompts=2)
+            for n in self.ctx.workers
+            for lm in self.ctx.lm_names
+        ]
+
+    def publish_routing(self, slot: int, routing: RoutingMap) -> None:
+        self.published.append(routing)
+        for i, r in enumerate(routing.routes):
+            self._pending.append(
+                RequestRecord(
+                    id=f"{slot}-{i}",
+                    lm=r.lm,
+                    origin=r.origin,
+                    destination=r.destination,
+                    prompts=2,
+                    prompts_done=2,
+                    slot=slot,
+                    submit_s=slot * self.ctx.slot_s,
+                    inference_s=10.0,
+                    outcome="success",
+                )
+            )
+
+    def apply_placement(self, placement: Placement) -> ActuationResult:
+        self.applied.append(placement)
+        return ActuationResult(node=placement.node)
+
+    def drain_records(self) -> list[RequestRecord]:
+        out, self._pending = self._pending, []
+        return out
+
+    def telemetry(self) -> list[NodeTelemetry]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def ctx() -> ClusterContext:
+    nodes, services = load_resources(TESTBED)
+    return ClusterContext(nodes=nodes, services=services, epoch_slots=3)
+
+
+def plugins(ctx: ClusterContext, **override: Any) -> PolicyPlugins:
+    p = build_plugins(PolicyChoice("rf"), ctx, seed=1)
+    for key, value in override.items():
+        if key == "deployer":
+            p.deployers = {n: value for n in p.deployers}
+        else:
+            setattr(p, key, value)
+    return p
+
+
+class RaisingRouter:
+    name = "boom"
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        raise RuntimeError("router exploded")
+
+
+class WrongTypeRouter:
+    name = "wrong"
+
+    def route(self, obs: SlotObservation) -> Any:
+        return {"routes": []}
+
+
+class ControlNodeRouter:
+    """Sends everything to the control node, which hosts no LM."""
+
+    name = "to-control"
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        m = local_routing(obs.context, obs.arrivals)
+        for r in m.routes:
+            r.destination = "control"
+        return Decision[RoutingMap](agent="scheduler", policy=self.name, source="llm", value=m)
+
+
+class GreedyDeployer:
+    """Asks for 100 cores and LM3 on CPU: infeasible everywhere, repairable."""
+
+    name = "greedy"
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]:
+        lms = [LMPlacement(lm=s.name, mode="cpu", cpu_cores=100, vgpus=0) for s in obs.services]
+        return Decision[Placement](
+            agent="deployer",
+            policy=self.name,
+            source="llm",
+            value=Placement(node=obs.node.name, lms=lms),
+            node=obs.node.name,
+        )
+
+
+class RaisingDeployer:
+    name = "boom"
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]:
+        raise ValueError("deployer exploded")
+
+
+class BadPlanner:
+    """Weights that do not sum to 1 and an LM on a node without a GPU."""
+
+    name = "bad"
+
+    def __init__(self) -> None:
+        self.seen: list[PlanningObservation] = []
+
+    def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:
+        self.seen.append(obs)
+        policy = MacroPolicy.model_validate(
+            {
+                "routing": [{"lm": "lm4", "weights": [{"node": "worker-1", "p": 0.5}]}],
+                "roles": [],
+            }
+        )
+        return Decision[MacroPolicy](agent="planner", policy=self.name, source="llm", value=policy)
+
+
+class RecordingRouter:
+    """Local routing that also learns from feedback."""
+
+    name = "recording"
+    io_bound = False
+
+    def __init__(self) -> None:
+        self.observed: list[RequestRecord] = []
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        value = local_routing(obs.context, obs.arrivals)
+        return Decision[RoutingMap](agent="scheduler", policy=self.name, source="rule", value=value)
+
+    def observe(self, records: Sequence[RequestRecord]) -> None:
+        self.observed.extend(records)
+
+
+def run(ctx: ClusterContext, p: PolicyPlugins, slots: int = 3, **kw: Any) -> Any:
+    backend = StubBackend(ctx, kw.pop("running", None))
+    loop = ControlLoop(backend, p, run_id="t", seed=1, **kw)
+    return loop.run(slots), backend
+
+
+def by_agent(result: Any, agent: str) -> list[Decision[Any]]:
+    return [d for d in result.decisions if d.agent == agent]
+
+
+@pytest.mark.parametrize(
+    ("router", "error"),
+    [
+        (RaisingRouter(), "RuntimeError: router exploded"),
+        (WrongTypeRouter(), "returned dict, not a RoutingMap"),
+    ],
+    ids=["raises", "wrong-type"],
+)
+def test_failing_router_falls_back_to_local_routing(
+    ctx: ClusterContext, router: Any, error: str
+) -> None:
+    result, backend = run(ctx, plugins(ctx, router=router))
+    for d, published in zip(by_agent(result, "scheduler"), backend.published, strict=True):
+        assert d.source == "fallback" and d.outcome == "replaced"
+        assert d.error == error
+        assert d.value == published
+        assert d.value == local_routing(ctx, backend.arrivals(0))
+
+
+def test_infeasible_routing_is_replaced_and_violations_kept(ctx: ClusterContext) -> None:
+    result, backend = run(ctx, plugins(ctx, router=ControlNodeRouter()), slots=1)
+    (d,) = by_agent(result, "scheduler")
+    assert d.outcome == "replaced" and d.source == "fallback" and not d.validated
+    assert any("control is a control node" in v for v in d.violations)
+    assert backend.published[0] == local_routing(ctx, backend.arrivals(0))
+
+
+def test_infeasible_placement_is_mapped_to_nearest_feasible(ctx: ClusterContext) -> None:
+    result, backend = run(ctx, plugins(ctx, deployer=GreedyDeployer()), slots=1)
+    decisions = by_agent(result, "deployer")
+    assert [d.node for d in decisions] == [n.name for n in ctx.workers]
+    for d in decisions:
+        node = ctx.node(d.node)
+        assert d.outcome == "replaced" and d.source == "llm" and not d.validated
+        assert any("CPU cores" in v for v in d.violations)
+        assert check_placement(d.value, node, ctx.services) == []
+    w2 = decisions[1]
+    assert any("lm3 runs on GPU only" in v for v in w2.violations)
+    assert backend.applied == [d.value for d in decisions]
+
+
+def test_raising_deployer_keeps_what_runs(ctx: ClusterContext) -> None:
+    running = {
+        "worker-3": [InstanceState(lm="lm4", mode="gpu", cpu_cores=4, vgpus=2, status="ready")]
+    }
+    result, _ = run(ctx, plugins(ctx, deployer=RaisingDeployer()), slots=1, running=running)
+    decisions = {d.node: d for d in by_agent(result, "deployer")}
+    w3 = decisions["worker-3"]
+    assert w3.source == "fallback" and w3.error == "ValueError: deployer exploded"
+    assert w3.value.active() == {"lm4": LMPlacement(lm="lm4", mode="gpu", cpu_cores=4, vgpus=2)}
+    assert decisions["worker-1"].value.active() == {}
+
+
+def test_invalid_macro_policy_falls_back_to_random_baseline(ctx: ClusterContext) -> None:
+    planner = BadPlanner()
+    result, _ = run(ctx, plugins(ctx, planner=planner), slots=6)
+    plans = by_agent(result, "planner")
+    assert [(d.epoch, d.slot) for d in plans] == [(0, 0), (1, 3)]
+    for d in plans:
+        assert d.source == "fallback" and d.outcome == "replaced"
+        assert any("sum to 0.5000" in v for v in d.violations)
+        assert any("no GPU" in v for v in d.violations)
+        assert check_macro_policy(d.value, ctx) == []
+    # Epoch 1's planner sees epoch 0's metrics, the policy in force and one memory case.
+    first, second = planner.seen
+    assert first.last is None and first.previous is None and first.memory == []
+    assert second.last == result.epochs[0]
+    assert second.previous == plans[0].value
+    assert [c.epoch for c in second.memory] == [0]
+    assert sum(second.traffic.values()) == 3 * 6 * 4 * 2  # slots x origins x LMs x prompts
+
+
+def test_decisions_are_stamped_by_the_runner(ctx: ClusterContext) -> None:
+    result, _ = run(ctx, plugins(ctx), slots=4)
+    assert {d.run for d in result.decisions} == {"t"}
+    for d in result.decisions:
+        assert d.epoch == d.slot // 3
+        assert d.sim_time_s == d.slot * ctx.slot_s
+        assert d.latency_s >= 0
+        assert (d.node is not None) == (d.agent == "deployer")
+    assert len(result.timings) == 4
+    assert [len(by_agent(result, a)) for a in ("planner", "scheduler", "deployer")] == [2, 4, 24]
+
+
+def test_epoch_metrics_and_memory(ctx: ClusterContext) -> None:
+    result, _ = run(ctx, plugins(ctx), slots=7)
+    assert len(result.epochs) == 2  # slot 6 starts epoch 2, which does not end
+    assert all(e.requests == 3 * 24 and e.successes == e.requests for e in result.epochs)
+    assert len(result.records) == 7 * 24
+
+
+def test_feedback_reaches_consumers(ctx: ClusterContext) -> None:
+    router = RecordingRouter()
+    result, _ = run(ctx, plugins(ctx, router=router), slots=2)
+    assert router.observed == result.records
+
+
+def test_io_bound_deployers_run_concurrently_in_node_order(ctx: ClusterContext) -> None:
+    class Slow(GreedyDeployer):
+        io_bound = True
+
+    result, _ = run(ctx, plugins(ctx, deployer=Slow()), slots=2)
+    nodes = [d.node for d in by_agent(result, "deployer")]
+    assert nodes == [n.name for n in ctx.workers] * 2
