@@ -1,0 +1,90 @@
+"""Profile-based delay estimates shared by the model-based routers (MILP, CEMA, LYREO).
+
+These are what a router can *predict* from static profiles and the snapshot —
+the paper's "profiled inputs" — not what the emulator will realize: no GPU
+time-slicing contention, no CPU core scaling, the median cold start. The gap
+between the two is deliberate; it is the profile mismatch the paper blames
+for the MILP's LM4 starvation (§VI-A).
+
+Network: delay = one-way latency + payload bits / bandwidth, local = 0, same
+site = the sender's intra-site link, cross site = the sender's (else the
+receiver's) declared link to the other site. It mirrors `lmedge.sim.network`,
+which policies may not import (the layering keeps policies below the emulator).
+"""
+
+from __future__ import annotations
+
+from lmedge.api import ClusterContext, Mode, NodeState
+
+#: Median pod cold start (pod start + model load) measured in the paper, seconds.
+COLD_START_S = 9.34
+KIB_BITS = 1024 * 8
+#: Latency and bandwidth when no link between two sites is declared (1 Gbit/s, 5 ms).
+DEFAULT_LINK = (0.005, 1e9)
+
+
+def _link(ctx: ClusterContext, src: str, dst: str) -> tuple[float, float]:
+    if src == dst:
+        return 0.0, float("inf")
+    a, b = ctx.node(src).spec, ctx.node(dst).spec
+    if a.site == b.site:
+        return a.intra_site_latency_ms / 1000.0, a.intra_site_bandwidth_mbps * 1e6
+    for links, site in ((a.links, b.site), (b.links, a.site)):
+        for lk in links:
+            if lk.site == site:
+                return lk.latency_ms / 1000.0, lk.bandwidth_mbps * 1e6
+    return DEFAULT_LINK
+
+
+def transfer_s(ctx: ClusterContext, origin: str, dest: str, lm: str, prompts: int) -> float:
+    """Uplink + downlink seconds for `prompts` prompts of `lm` from `origin` to `dest`."""
+    if origin == dest or not ctx.has_node(origin):
+        return 0.0
+    latency, bw = _link(ctx, origin, dest)
+    profile = ctx.service(lm).spec.profile
+    bits = prompts * (profile.request_kib + profile.response_kib) * KIB_BITS
+    return 2 * latency + bits / bw
+
+
+def service_s(ctx: ClusterContext, lm: str, mode: Mode) -> float:
+    """Profiled seconds per prompt of `lm` in `mode` (inf when the mode cannot run it)."""
+    profile = ctx.service(lm).spec.profile
+    if mode == "gpu":
+        return profile.gpu_seconds_per_prompt
+    if mode == "cpu" and profile.cpu_seconds_per_prompt is not None:
+        return profile.cpu_seconds_per_prompt
+    return float("inf")
+
+
+def modes_on(ctx: ClusterContext, node: str, lm: str) -> list[Mode]:
+    """Modes `lm` could run in on `node`, fastest first; empty when it cannot run there."""
+    n, s = ctx.node(node).spec, ctx.service(lm).spec
+    if n.role != "worker" or s.deployment_memory_gib > n.memory_gib:
+        return []
+    out: list[Mode] = []
+    if n.has_gpu and s.min_vram_gib <= n.total_vram_gib and s.default_cpu_cores <= n.cpu_cores:
+        out.append("gpu")
+    if s.runs_on == "cpu-or-gpu" and s.default_cpu_cores <= n.cpu_cores:
+        out.append("cpu")
+    return out
+
+
+def serving_mode(ctx: ClusterContext, state: NodeState, lm: str) -> tuple[Mode, bool]:
+    """(mode the LM would serve in on this node, whether it is already running).
+
+    The running instance's mode when there is one, else the node's fastest mode
+    (the one a deployer would start).
+    """
+    inst = state.instance(lm)
+    if inst is not None:
+        return inst.mode, True
+    modes = modes_on(ctx, state.name, lm)
+    return (modes[0] if modes else "off"), False
+
+
+def backlog_s(ctx: ClusterContext, state: NodeState, lm: str) -> float:
+    """Seconds until a new prompt of `lm` would start on this node: queue + cold start."""
+    mode, running = serving_mode(ctx, state, lm)
+    per = service_s(ctx, lm, mode) if mode != "off" else float("inf")
+    wait = state.backlog.get(lm, 0) * per
+    return wait if running else wait + COLD_START_S

@@ -1,0 +1,154 @@
+"""PerLLM's UCB routing bandit (Yang et al. 2024, as instantiated in the paper §VI).
+
+One UCB1 bandit per (origin, LM) pair; its arms are the LM's feasible
+destination nodes. Each slot every pair with arrivals pulls one arm: all of the
+pair's requests that slot go to it. The reward of a request is
+
+    r = 1 - min(d / tau, 1)
+
+with d its end-to-end delay and tau its deadline (a timeout scores 0). Rewards
+arrive only when a request completes or times out, so each pull waits in a
+*pending-reward queue* keyed by (slot, origin, LM) until its records come back
+through `observe`. Arm choice:
+
+1. arms never rewarded are tried first, the one with the fewest pulls still
+   pending first (so delayed feedback does not make every slot re-pick the same
+   unexplored arm), ties broken by a seeded shuffle;
+2. otherwise UCB1: argmax mean_a + c * sqrt(2 ln N / n_a), N and n_a counting
+   received rewards.
+
+Stateful by design (a learner), but still pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
+
+from lmedge.api import ClusterContext, Decision, RequestRecord, Route, RoutingMap, SlotObservation
+from lmedge.policies.lyapunov.params import PluginParams, parse_params
+
+NAME = "perllm-ucb"
+
+
+class PerLLMParams(PluginParams):
+    exploration: float = Field(
+        default=1.0, ge=0, description="c: scale of the UCB1 bonus sqrt(2 ln N / n_a)."
+    )
+
+
+@dataclass
+class Arm:
+    pulls: int = 0
+    rewards: int = 0
+    total: float = 0.0
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.rewards if self.rewards else 0.0
+
+
+@dataclass
+class Bandit:
+    """UCB1 over one (origin, LM) pair's destinations."""
+
+    arms: dict[str, Arm]
+    order: list[str] = field(default_factory=list)
+
+    def choose(self, c: float) -> str:
+        unexplored = [a for a in self.order if self.arms[a].rewards == 0]
+        if unexplored:
+            return min(unexplored, key=lambda a: self.arms[a].pulls)
+        n = sum(arm.rewards for arm in self.arms.values())
+        log_n = math.log(max(n, 1))
+
+        def ucb(a: str) -> float:
+            arm = self.arms[a]
+            return arm.mean + c * math.sqrt(2 * log_n / arm.rewards)
+
+        return max(self.order, key=ucb)
+
+
+@dataclass
+class Pending:
+    """A pull waiting for its rewards: the arm, and requests not yet finished."""
+
+    destination: str
+    outstanding: int
+
+
+def reward(record: RequestRecord, tau_s: float) -> float:
+    """1 - min(d / tau, 1); a timeout is worth 0."""
+    if record.outcome != "success":
+        return 0.0
+    return 1.0 - min(record.latency_s / tau_s, 1.0)
+
+
+class PerLLMRouter:
+    """The `perllm-ucb` router plugin; also a `FeedbackConsumer`."""
+
+    name = NAME
+
+    def __init__(self, context: ClusterContext, seed: int, params: PerLLMParams) -> None:
+        self.context = context
+        self.params = params
+        self.rng = random.Random(seed)
+        self.bandits: dict[tuple[str, str], Bandit] = {}
+        #: The pending-reward queue, by (slot, origin, LM).
+        self.pending: dict[tuple[int, str, str], Pending] = {}
+
+    def bandit(self, origin: str, lm: str) -> Bandit | None:
+        key = (origin, lm)
+        if key not in self.bandits:
+            nodes = self.context.feasible_nodes(lm)
+            if not nodes:
+                return None
+            order = list(nodes)
+            self.rng.shuffle(order)
+            self.bandits[key] = Bandit(arms={n: Arm() for n in nodes}, order=order)
+        return self.bandits[key]
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        routes: list[Route] = []
+        for a in obs.arrivals:
+            if a.requests == 0:
+                continue
+            bandit = self.bandit(a.origin, a.lm)
+            if bandit is None:
+                continue
+            dest = bandit.choose(self.params.exploration)
+            bandit.arms[dest].pulls += 1
+            self.pending[(obs.slot, a.origin, a.lm)] = Pending(dest, a.requests)
+            routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
+        return Decision[RoutingMap](
+            agent="scheduler", policy=NAME, source="rule", value=RoutingMap(routes=routes)
+        )
+
+    def observe(self, records: Sequence[RequestRecord]) -> None:
+        """Credit each finished request to the arm that was pulled for it."""
+        for r in records:
+            key = (r.slot, r.origin, r.lm)
+            entry = self.pending.get(key)
+            dest = entry.destination if entry is not None else r.destination
+            bandit = self.bandits.get((r.origin, r.lm))
+            if bandit is None or dest not in bandit.arms:
+                continue
+            arm = bandit.arms[dest]
+            arm.rewards += 1
+            arm.total += reward(r, self.context.deadline_s(r.lm))
+            if entry is not None:
+                entry.outstanding -= 1
+                if entry.outstanding <= 0:
+                    del self.pending[key]
+            else:
+                # A request routed by someone else (e.g. the loop's fallback): still evidence.
+                arm.pulls += 1
+
+
+def build(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> PerLLMRouter:
+    return PerLLMRouter(context, seed, parse_params(PerLLMParams, params, NAME))
