@@ -1,0 +1,63 @@
+"""Deployer `agentic`: the LM Deployment Agents (paper §IV-B2), one per node per slot.
+
+Each call sees one node only: its role intent, per-LM backlog, deployment
+status and headroom, with a system prompt specialised to the node's hardware
+(CPU-only, single-GPU, multi-GPU). It returns that node's `Placement`.
+Without an endpoint the rule backend (rules/deployer.py) decides. A failed
+LLM call falls back to a feasible placement from the node's own action space:
+the running set, mapped to the nearest feasible placement (paper §V-D2).
+The object is stateless between calls, so the controller may call it for
+several nodes at once from different threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lmedge.agents.core import AgentCore
+from lmedge.agents.rendering import render_node
+from lmedge.agents.rules.deployer import rule_placement
+from lmedge.api import (
+    ClusterContext,
+    Decision,
+    LMPlacement,
+    NodeObservation,
+    Placement,
+    check_placement,
+    nearest_feasible,
+)
+
+
+def keep_running(obs: NodeObservation) -> Placement:
+    """The fallback: what runs now, mapped to the nearest feasible placement."""
+    lms = [
+        LMPlacement(lm=i.lm, mode=i.mode, cpu_cores=i.cpu_cores, vgpus=i.vgpus)
+        for i in obs.state.instances
+    ]
+    return nearest_feasible(Placement(node=obs.node.name, lms=lms), obs.node, obs.services)
+
+
+class AgenticDeployer:
+    """Tier 2: per-node LLM deployer; rule role-first placement without an endpoint."""
+
+    name = "agentic"
+
+    def __init__(self, core: AgentCore) -> None:
+        self.core = core
+
+    @classmethod
+    def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticDeployer:
+        return cls(AgentCore.from_params("deployer", params, ctx.slot_s, cls.name))
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]:
+        reference = rule_placement(obs)
+        return self.core.decide(
+            model=Placement,
+            schema_name="placement",
+            prompts=lambda: render_node(obs, reference),
+            rule=lambda: reference,
+            check=lambda v: [str(x) for x in check_placement(v, obs.node, obs.services)],
+            fallback=lambda: keep_running(obs),
+            node=obs.node.name,
+        )

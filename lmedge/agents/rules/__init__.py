@@ -1,0 +1,1 @@
+"""Deterministic rule backends of the three agents (used without an LLM endpoint)."""

@@ -1,0 +1,116 @@
+"""The scheduler's rule backend: macro-guided earliest estimated completion.
+
+For every (origin, LM) pair with arrivals, in decreasing order of prompts:
+
+- candidates are the nodes the macro policy gives the LM weight on or names
+  it in the role of (all feasible nodes when there is no macro policy);
+- each candidate's cost is the estimated completion of the new prompts:
+  (backlog + prompts already sent there this slot + the new prompts)
+  / service rate + a cold start when the LM is not running there yet
+  + the uplink transfer, where the rate is that of the running instance, or
+  of a typical new one (capacity.py) when the LM is only in the node's role;
+- a node where the LM is neither running, starting nor in the role (an
+  inactive-target conflict) pays `tau / 2`, so it is chosen only when nothing
+  else is feasible;
+- the macro weight enters as a mild preference: cost / (0.5 + p).
+
+The cheapest candidate wins; ties go to the higher weight, then the origin,
+then the name. The same ranking (top-k per LM) is what the LLM prompt shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lmedge.agents.rules.capacity import COLD_START_S, best_rate, instance_rate
+from lmedge.api import Arrival, ClusterContext, MacroPolicy, NodeState, Route, RoutingMap
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One destination option for one LM, as the rule sees it."""
+
+    node: str
+    cost_s: float
+    backlog: int
+    status: str  # "ready", "pending", "role" (will be started) or "off"
+    p: float
+
+
+def transfer_s(ctx: ClusterContext, origin: str, dest: str, kib: float) -> float:
+    """Uplink time of `kib` KiB from origin to dest over the declared links."""
+    if origin == dest or not ctx.has_node(origin):
+        return 0.0
+    a, b = ctx.node(origin).spec, ctx.node(dest).spec
+    if a.site == b.site:
+        bw, lat = a.intra_site_bandwidth_mbps, a.intra_site_latency_ms
+    else:
+        link = next((x for x in a.links if x.site == b.site), None)
+        bw, lat = (link.bandwidth_mbps, link.latency_ms) if link else (100.0, 20.0)
+    return lat / 1000.0 + kib * 8.0 / 1024.0 / bw
+
+
+def candidates(
+    ctx: ClusterContext,
+    macro: MacroPolicy | None,
+    states: dict[str, NodeState],
+    lm: str,
+    extra: dict[tuple[str, str], int] | None = None,
+    prompts: int = 1,
+    origin: str | None = None,
+) -> list[Candidate]:
+    """Every feasible destination for `lm`, cheapest first."""
+    extra = extra or {}
+    weights = macro.weights().get(lm, {}) if macro else {}
+    roles = macro.role_map() if macro else {}
+    svc = ctx.service(lm).spec
+    feasible = ctx.feasible_nodes(lm)
+    planned = {n for n in feasible if weights.get(n, 0.0) > 0 or lm in roles.get(n, [])}
+    if not planned:
+        planned = set(feasible)
+    out: list[Candidate] = []
+    tau = ctx.deadline_s(lm)
+    for n in feasible:
+        st = states.get(n)
+        node = ctx.node(n).spec
+        inst = st.instance(lm) if st else None
+        backlog = (st.backlog.get(lm, 0) if st else 0) + extra.get((n, lm), 0)
+        status: str
+        if inst is not None:
+            rate, status = instance_rate(svc, node, inst), inst.status
+            wait = COLD_START_S / 2 if inst.status == "pending" else 0.0
+        elif n in planned:
+            rate, status, wait = best_rate(svc, node), "role", COLD_START_S
+        else:
+            rate, status, wait = best_rate(svc, node), "off", tau / 2
+        if rate <= 0:
+            continue
+        cost = (backlog + prompts) / rate + wait
+        if origin is not None:
+            cost += transfer_s(ctx, origin, n, svc.profile.request_kib * prompts)
+        p = weights.get(n, 0.0)
+        out.append(Candidate(n, cost / (0.5 + p), backlog, status, p))
+    out.sort(key=lambda c: (c.cost_s, -c.p, c.node != origin, c.node))
+    return out
+
+
+def rule_routing(
+    ctx: ClusterContext,
+    macro: MacroPolicy | None,
+    states: dict[str, NodeState],
+    arrivals: list[Arrival],
+) -> RoutingMap:
+    """The rule's routing map for this slot's arrivals (see the module docstring)."""
+    extra: dict[tuple[str, str], int] = {}
+    routes: list[Route] = []
+    for a in sorted(arrivals, key=lambda x: (-x.prompts, x.origin, x.lm)):
+        if a.requests <= 0 or not ctx.has_service(a.lm):
+            continue
+        ranked = candidates(ctx, macro, states, a.lm, extra, max(1, a.prompts), a.origin)
+        if not ranked:
+            continue
+        dest = ranked[0].node
+        extra[(dest, a.lm)] = extra.get((dest, a.lm), 0) + a.prompts
+        routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
+    routes.sort(key=lambda r: (r.origin, r.lm))
+    return RoutingMap(routes=routes)

@@ -1,0 +1,56 @@
+"""Router `agentic`: the Prompt Scheduling Agent (paper §IV-B1), every slot.
+
+It reads the macro policy and the snapshot, rendered compactly (top-k
+candidate destinations per LM with backlog, status and planner weight, then
+the pairs to route with the rule's suggestion), and returns a `RoutingMap`.
+Without an endpoint the rule backend (rules/scheduler.py) decides. A failed
+LLM call falls back to local routing for the slot, as in the paper (§V-D2).
+A slot without arrivals needs no routing and costs no call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lmedge.agents.core import AgentCore
+from lmedge.agents.rendering import render_slot
+from lmedge.agents.rules.scheduler import candidates, rule_routing
+from lmedge.api import ClusterContext, Decision, RoutingMap, SlotObservation, check_routing_map
+from lmedge.policies.local import local_routing
+
+
+class AgenticRouter:
+    """Tier 2: LLM prompt scheduler; rule earliest-completion routing without an endpoint."""
+
+    name = "agentic"
+
+    def __init__(self, core: AgentCore) -> None:
+        self.core = core
+
+    @classmethod
+    def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticRouter:
+        return cls(AgentCore.from_params("scheduler", params, ctx.slot_s, cls.name))
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        ctx = obs.context
+        states = {n.name: n for n in obs.snapshot.nodes}
+        reference = rule_routing(ctx, obs.macro, states, obs.arrivals)
+
+        def prompts() -> tuple[str, str]:
+            lms = sorted({a.lm for a in obs.arrivals if a.requests > 0 and ctx.has_service(a.lm)})
+            ranked = {lm: candidates(ctx, obs.macro, states, lm) for lm in lms}
+            return render_slot(ctx, obs.slot, obs.epoch, obs.macro, ranked, obs.arrivals, reference)
+
+        if not reference.routes:
+            return Decision[RoutingMap](
+                agent="scheduler", policy=self.name, source="rule", value=reference
+            )
+        return self.core.decide(
+            model=RoutingMap,
+            schema_name="routing-map",
+            prompts=prompts,
+            rule=lambda: reference,
+            check=lambda v: [str(x) for x in check_routing_map(v, ctx, obs.arrivals)],
+            fallback=lambda: local_routing(ctx, obs.arrivals),
+        )

@@ -1,0 +1,125 @@
+"""Where each agent's LLM lives and how long it may take to answer.
+
+Settings resolve per agent, first match wins:
+
+1. `BuildContext.params` keys: `llm_<agent>_<field>` then `llm_<field>`
+   (the CLI passes `--llm-base-url` etc. as `llm_base_url`, ...);
+2. environment: `LMEDGE_<AGENT>_<FIELD>` then `LMEDGE_LLM_<FIELD>`
+   (e.g. `LMEDGE_PLANNER_MODEL`, `LMEDGE_LLM_BASE_URL`);
+3. the defaults below.
+
+`<agent>` is `planner`, `scheduler` or `deployer`; `<field>` is `model`,
+`base_url`, `api_key`, `api_key_file` (a path, e.g. a mounted Kubernetes
+Secret), `timeout_s`, `budget_s` or `max_retries`. An agent uses its LLM only
+when a base URL or an API key is configured; otherwise it runs its rule
+backend. Nothing here reads `OPENAI_API_KEY`: an lmedge run never calls a
+paid endpoint unless it was told to.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lmedge.errors import ConfigError
+
+AgentName = Literal["planner", "scheduler", "deployer"]
+
+#: Defaults per agent. The paper uses a strong model for planning (GPT-5) and a
+#: cheap one per slot (GPT-4); the time budgets keep every call inside a 30-s
+#: slot: the scheduler must answer before routing starts and the deployers
+#: after it (paper §V-D2 measured 2.7 s median / 4.5 s p95 for the scheduler).
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "planner": {"model": "gpt-5", "timeout_s": 60.0, "budget_s": 120.0, "max_retries": 1},
+    "scheduler": {"model": "gpt-4.1-mini", "timeout_s": 8.0, "budget_s": 12.0, "max_retries": 1},
+    "deployer": {"model": "gpt-4.1-mini", "timeout_s": 4.0, "budget_s": 6.0, "max_retries": 1},
+}
+
+_FIELDS = ("model", "base_url", "api_key", "api_key_file", "timeout_s", "budget_s", "max_retries")
+
+
+class LLMSettings(BaseModel):
+    """One agent's endpoint and time budget."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: AgentName
+    model: str = Field(min_length=1, description="Model name sent to the endpoint.")
+    base_url: str | None = Field(
+        default=None, description="OpenAI-compatible base URL, e.g. http://vllm:8000/v1."
+    )
+    api_key: str | None = Field(default=None, repr=False, description="Bearer token.")
+    api_key_file: Path | None = Field(
+        default=None, description="File holding the key (a mounted Secret); read at startup."
+    )
+    timeout_s: float = Field(gt=0, le=600, description="Per HTTP attempt, seconds.")
+    budget_s: float = Field(
+        gt=0,
+        le=3600,
+        description="Whole decision incl. retries and one repair, seconds; kept within the slot.",
+    )
+    max_retries: int = Field(
+        ge=0, le=5, description="Retries after timeouts, 429 and 5xx, inside budget_s."
+    )
+
+    @property
+    def configured(self) -> bool:
+        """True when an endpoint was given: the agent then asks the LLM."""
+        return bool(self.base_url or self.api_key or self.api_key_file)
+
+    def key(self) -> str:
+        """The API key: `api_key`, else the file's content, else a placeholder.
+
+        Local servers (vLLM, Ollama) accept any key; the SDK insists on one.
+        """
+        if self.api_key:
+            return self.api_key
+        if self.api_key_file is not None:
+            try:
+                return self.api_key_file.read_text().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read the {self.agent} API key file {self.api_key_file}: {exc.strerror}"
+                ) from exc
+        return "unused"
+
+
+def resolve_settings(
+    agent: AgentName,
+    params: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    slot_s: float | None = None,
+) -> LLMSettings:
+    """Settings for one agent from params, then environment, then defaults.
+
+    With `slot_s`, the per-slot agents' budget is capped at half a slot and the
+    per-attempt timeout at the budget, so a slow endpoint can never push the
+    decision past the slot boundary (the deployers run after the scheduler).
+    """
+    params = params or {}
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {"agent": agent, **_DEFAULTS[agent]}
+    for f in _FIELDS:
+        for source, key in (
+            (env, f"LMEDGE_LLM_{f.upper()}"),
+            (env, f"LMEDGE_{agent.upper()}_{f.upper()}"),
+            (params, f"llm_{f}"),
+            (params, f"llm_{agent}_{f}"),
+        ):
+            v = source.get(key)
+            if v is not None and v != "":
+                values[f] = v
+    try:
+        s = LLMSettings.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"LLM setting {agent}.{field}: {err['msg']}") from exc
+    if slot_s is not None and agent != "planner":
+        budget = min(s.budget_s, slot_s / 2)
+        s = s.model_copy(update={"budget_s": budget, "timeout_s": min(s.timeout_s, budget)})
+    return s
