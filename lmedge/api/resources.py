@@ -78,6 +78,7 @@ class LMServiceSpec(SpecModel):
     )
     serves: list[K8sName] = Field(
         default_factory=list,
+        max_length=32,
         description=(
             "Request classes this LM can serve besides its own name, e.g. two text "
             "LMs both serving class `chat` (model routing)."
@@ -132,7 +133,8 @@ class EdgeNodeSpec(SpecModel):
     )
     cpu_cores: PosFloat = Field(description="Allocatable CPU cores.", examples=[16])
     memory_gib: PosFloat = Field(description="Allocatable memory, GiB.", examples=[24])
-    gpus: list[GPUSpec] = Field(default_factory=list, description="Physical GPUs.")
+    # List bounds keep the CRD's CEL rules within the API server's cost budget.
+    gpus: list[GPUSpec] = Field(default_factory=list, max_length=16, description="Physical GPUs.")
     vgpus_per_gpu: int = Field(
         default=1,
         ge=1,
@@ -142,7 +144,9 @@ class EdgeNodeSpec(SpecModel):
     site: K8sName = Field(default="site-a", description="Location; links are per site pair.")
     intra_site_bandwidth_mbps: PosFloat = Field(default=10_000.0)
     intra_site_latency_ms: NonNegFloat = Field(default=0.5)
-    links: list[SiteLink] = Field(default_factory=list, description="Paths to other sites.")
+    links: list[SiteLink] = Field(
+        default_factory=list, max_length=64, description="Paths to other sites."
+    )
     power: PowerProfile | None = None
 
     @property

@@ -29,6 +29,12 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 
+@app.callback()
+def _root() -> None:
+    """Control plane for serving many language models on edge GPU clusters."""
+    # A callback keeps `lmedge <command>` a group even while only one command exists.
+
+
 def _register_all() -> None:
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)
@@ -38,7 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the `lmedge` console script."""
     _register_all()
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:  # click returns `typer.Exit(n)` codes here
+            sys.exit(code)
     except UserError as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
@@ -53,9 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+        # typer >= 0.16 vendors click, so match its exceptions by shape, not class.
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
         raise

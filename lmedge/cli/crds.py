@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from lmedge.errors import LmedgeError
+from lmedge.api.crds import write_crds
 
 
 def register(app: typer.Typer) -> None:
     @app.command("crds")
     def crds(
-        out: Path = typer.Option(Path("crds"), "--out", "-o", help="Folder to write into."),
-        check: bool = typer.Option(False, help="Fail if the files on disk differ."),
+        out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write into.")] = Path(
+            "crds"
+        ),
+        check: Annotated[
+            bool,
+            typer.Option("--check", help="Write nothing; exit 1 if a file is missing or differs."),
+        ] = False,
     ) -> None:
         """Generate the LMService / EdgeNode CRDs from the pydantic models."""
-        try:
-            from lmedge.api import crds as gen
-        except ImportError as exc:  # pragma: no cover - until the generator lands
-            raise LmedgeError("the CRD generator (lmedge.api.crds) is not built yet") from exc
-        changed = gen.write_crds(out, check=check)
+        changed = write_crds(out, check=check)
         for path in changed:
-            typer.echo(f"{'differs' if check else 'wrote'} {path}")
+            typer.echo(f"{'out of date' if check else 'wrote'} {path}")
         if check and changed:
+            typer.echo("run `lmedge crds` to regenerate", err=True)
             raise typer.Exit(1)

@@ -1,0 +1,352 @@
+"""The `LMService` and `EdgeNode` CustomResourceDefinitions, generated from the
+pydantic specs (`lmedge crds` writes them into `crds/`).
+
+pydantic's JSON Schema (draft 2020-12) becomes a Kubernetes *structural*
+OpenAPI v3 schema: `$ref`s inlined, `Optional[X]` turned into a non-required
+X (a null is pruned by the API server, as pydantic treats it as absent),
+`exclusiveMinimum: n` into `minimum: n, exclusiveMinimum: true`, and the
+keywords Kubernetes forbids or ignores (`title`, `examples`,
+`additionalProperties: false`) dropped. A keyword the converter does not know
+is an error, so a model change that needs a new mapping fails the generator
+instead of silently weakening the CRD.
+
+Unknown fields cannot be rejected by a structural schema: the API server
+prunes them, and rejects them only under strict field validation (kubectl's
+default since 1.25). The cross-field checks pydantic does in
+`model_validator`s are repeated as CEL rules (`CEL_RULES`), next to each other
+here so a reader can compare them; `tests/unit/test_crds.py` checks that
+every rule rejects what pydantic rejects.
+
+Status schemas come from the `*Status` models below, which the operator fills.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field
+
+from lmedge.api.base import K8sName, SpecModel
+from lmedge.api.resources import API_GROUP, API_VERSION, EdgeNodeSpec, LMServiceSpec
+
+_NAME_RULES = K8sName.__metadata__[0]  # type: ignore[attr-defined]
+
+
+class Condition(SpecModel):
+    """A standard Kubernetes status condition."""
+
+    type: str = Field(min_length=1, max_length=316, description="Condition type, e.g. Ready.")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(default="", max_length=1024, description="CamelCase reason.")
+    message: str = Field(default="", max_length=32768, description="Human-readable details.")
+    last_transition_time: datetime | None = Field(
+        default=None, description="When the status last changed."
+    )
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class LMServiceStatus(SpecModel):
+    """What the operator reports about one LM service."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    active_instances: int | None = Field(
+        default=None, ge=0, description="Ready model pods over all nodes."
+    )
+    instances_per_node: dict[str, int] | None = Field(
+        default=None, description="Ready model pods per node name."
+    )
+    success_ratio: float | None = Field(
+        default=None, ge=0, le=1, description="Successful / all requests, recent window."
+    )
+    mean_latency_seconds: float | None = Field(
+        default=None, ge=0, description="Mean end-to-end latency of successful requests."
+    )
+    conditions: list[Condition] | None = None
+
+
+class EdgeNodeStatus(SpecModel):
+    """What the operator reports about one edge node."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    gpus: int | None = Field(default=None, ge=0, description="Physical GPUs in the spec.")
+    vgpus: int | None = Field(default=None, ge=0, description="GPUs x time-slicing replicas.")
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="CapacityMatches: the spec fits the Node's allocatable resources.",
+    )
+
+
+Rule = dict[str, str]
+
+#: CEL rules on `spec`, each the twin of a pydantic `model_validator` check.
+CEL_RULES: dict[type[BaseModel], list[Rule]] = {
+    LMServiceSpec: [
+        {
+            "rule": "self.minMemoryGib <= self.deploymentMemoryGib",
+            "message": "minMemoryGib must not exceed deploymentMemoryGib",
+        },
+        {
+            "rule": "self.runsOn != 'cpu-or-gpu' || has(self.profile.cpuSecondsPerPrompt)",
+            "message": "a cpu-or-gpu service needs profile.cpuSecondsPerPrompt",
+        },
+    ],
+    EdgeNodeSpec: [
+        # Duplicate sites are rejected by `x-kubernetes-list-type: map` on links.
+        {
+            "rule": "!has(self.links) || self.links.all(l, l.site != self.site)",
+            "message": "links must not include the node's own site",
+        },
+    ],
+}
+
+#: Lists whose items are keyed (the API server rejects duplicate keys).
+LIST_MAP_KEYS: dict[tuple[type[BaseModel], str], list[str]] = {
+    (EdgeNodeSpec, "links"): ["site"],
+    (LMServiceStatus, "conditions"): ["type"],
+    (EdgeNodeStatus, "conditions"): ["type"],
+}
+
+_KEEP = {
+    "type",
+    "description",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "format",
+    "default",
+    "required",
+}
+_DROP = {"title", "examples"}
+
+
+class _Converter:
+    """JSON Schema (pydantic) -> structural OpenAPI v3, see the module docstring."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.defs: dict[str, Any] = schema.get("$defs", {})
+
+    def convert(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        node = dict(node)
+        if "anyOf" in node:
+            node = self._optional(node, where)
+        if "$ref" in node:
+            ref = node.pop("$ref")
+            target = self.defs[ref.removeprefix("#/$defs/")]
+            node = {**target, **node}  # the field's own description wins
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _DROP or key == "$defs":
+                continue
+            if key == "additionalProperties":
+                if isinstance(value, dict):
+                    out[key] = self.convert(value, f"{where}.*")
+                continue  # `false`: unknown fields are pruned by the API server
+            if key == "properties":
+                out[key] = {k: self.convert(v, f"{where}.{k}") for k, v in value.items()}
+            elif key == "items":
+                out[key] = self.convert(value, f"{where}[]")
+            elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+                out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+                out[key] = True
+            elif key == "const":
+                out["enum"] = [value]
+            elif key in _KEEP:
+                out[key] = copy.deepcopy(value)
+            else:
+                raise ValueError(f"{where}: no CRD mapping for JSON Schema keyword {key!r}")
+        if out.get("default", 0) is None:
+            del out["default"]
+        if "type" not in out:
+            raise ValueError(f"{where}: a structural schema needs a type")
+        return out
+
+    def _optional(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        options = node.pop("anyOf")
+        rest = [o for o in options if o != {"type": "null"}]
+        if len(rest) != 1 or len(options) != 2:
+            raise ValueError(f"{where}: only Optional[X] unions map to a CRD schema")
+        return {**rest[0], **node}
+
+
+def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The structural OpenAPI v3 schema of a model, with its CEL rules and list keys."""
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    out = _Converter(schema).convert(schema, model.__name__)
+    if model in CEL_RULES:
+        out["x-kubernetes-validations"] = [dict(r) for r in CEL_RULES[model]]
+    for (owner, field), keys in LIST_MAP_KEYS.items():
+        if owner is model:
+            alias = model.model_fields[field].alias or field
+            prop = out["properties"][alias]
+            prop["x-kubernetes-list-type"] = "map"
+            prop["x-kubernetes-list-map-keys"] = list(keys)
+    return out
+
+
+def _status_schema(model: type[BaseModel]) -> dict[str, Any]:
+    out = openapi_schema(model)
+    # kopf keeps handler progress in status.kopf when annotations cannot hold it.
+    out["properties"]["kopf"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return out
+
+
+def _columns(*cols: tuple[str, str, str, str]) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "type": kind, "jsonPath": path, "description": text}
+        for name, kind, path, text in cols
+    ] + [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+
+
+_LMSERVICE_COLUMNS = _columns(
+    ("Model", "string", ".spec.model", "Model id."),
+    ("Modality", "string", ".spec.modality", "Input-to-output modality."),
+    ("Runs-On", "string", ".spec.runsOn", "gpu-only or cpu-or-gpu."),
+    ("Active", "integer", ".status.activeInstances", "Ready model pods."),
+    ("Success", "number", ".status.successRatio", "Recent success ratio."),
+    ("Latency", "number", ".status.meanLatencySeconds", "Mean latency of successes, s."),
+)
+_EDGENODE_COLUMNS = _columns(
+    ("Role", "string", ".spec.role", "worker or control."),
+    ("CPU", "number", ".spec.cpuCores", "Allocatable CPU cores."),
+    ("Memory", "number", ".spec.memoryGib", "Allocatable memory, GiB."),
+    ("GPUs", "integer", ".status.gpus", "Physical GPUs."),
+    ("vGPUs", "integer", ".status.vgpus", "Time-sliced vGPUs."),
+    ("Site", "string", ".spec.site", "Location."),
+)
+
+
+def crd(
+    kind: str,
+    plural: str,
+    short: str,
+    scope: Literal["Namespaced", "Cluster"],
+    spec_model: type[BaseModel],
+    status_model: type[BaseModel],
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One CustomResourceDefinition (apiextensions.k8s.io/v1) as a dict."""
+    root = {
+        "type": "object",
+        "description": (spec_model.__doc__ or kind).strip().splitlines()[0],
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "maxLength": _NAME_RULES.max_length,
+                        "pattern": _NAME_RULES.pattern,
+                    }
+                },
+            },
+            "spec": openapi_schema(spec_model),
+            "status": _status_schema(status_model),
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{API_GROUP}",
+            "annotations": {"lmedge.io/generated-by": "lmedge crds (from lmedge.api)"},
+            "labels": {"app.kubernetes.io/part-of": "lmedge"},
+        },
+        "spec": {
+            "group": API_GROUP,
+            "scope": scope,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short],
+                "categories": ["lmedge"],
+            },
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                }
+            ],
+        },
+    }
+
+
+def all_crds() -> dict[str, dict[str, Any]]:
+    """File name -> CRD for every lmedge custom resource."""
+    return {
+        f"{API_GROUP}_lmservices.yaml": crd(
+            "LMService",
+            "lmservices",
+            "lms",
+            "Namespaced",
+            LMServiceSpec,
+            LMServiceStatus,
+            _LMSERVICE_COLUMNS,
+        ),
+        f"{API_GROUP}_edgenodes.yaml": crd(
+            "EdgeNode",
+            "edgenodes",
+            "en",
+            "Cluster",
+            EdgeNodeSpec,
+            EdgeNodeStatus,
+            _EDGENODE_COLUMNS,
+        ),
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (docstrings read as written)."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+_HEADER = "# Generated by `lmedge crds` from lmedge/api; do not edit by hand.\n"
+
+
+def render(doc: dict[str, Any]) -> str:
+    """Deterministic YAML: keys sorted, no line wrapping."""
+    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=True, width=10_000, allow_unicode=True)
+    return _HEADER + "---\n" + body
+
+
+def write_crds(out: Path, check: bool = False) -> list[Path]:
+    """Write every CRD into `out`; return the files written.
+
+    With `check=True` nothing is written and the files that are missing or
+    differ from what the models generate are returned instead (empty: in sync).
+    """
+    changed: list[Path] = []
+    for name, doc in sorted(all_crds().items()):
+        path = out / name
+        text = render(doc)
+        if check:
+            if not path.is_file() or path.read_text() != text:
+                changed.append(path)
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        changed.append(path)
+    return changed
