@@ -17,6 +17,8 @@ from lmedge.controller.catalog import (
 from lmedge.policies import full, local, uniform
 from lmedge.policies import random as rnd
 from lmedge.policies._support import no_params
+from lmedge.policies.lyapunov import build as build_lyapunov
+from lmedge.policies.perllm import build as build_perllm
 
 _T = TypeVar("_T")
 
@@ -75,6 +77,18 @@ add_deployer(
     "activate as many LMs as CPU/GPU allow, never reconfigure",
 )
 
+# --- model-based baselines and seed systems (lmedge.policies) ----------------
+add_deployer(
+    "lyapunov",
+    lambda b: build_lyapunov(b.context, b.seed, b.params),
+    "drift-plus-penalty activation: backlog x service rate - GPU price - churn (paper)",
+)
+add_router(
+    "perllm-ucb",
+    lambda b: build_perllm(b.context, b.seed, b.params),
+    "PerLLM: UCB1 bandit per (origin, LM), reward 1 - min(d/tau, 1), delayed feedback",
+)
+
 # --- agents (lmedge.agents) ---------------------------------------------------
 add_planner(
     "agentic",
@@ -101,7 +115,36 @@ add_profile(
         "ll",
         "static",
         "local",
-        "full",
-        "LL: local routing + full activation (Lyapunov deployer pending)",
+        "lyapunov",
+        "LL: local routing + Lyapunov deployment",
     )
 )
+
+# profiles: model-based baselines
+add_profile(
+    Profile("rl", "static", "random", "lyapunov", "RL: random routing + Lyapunov deployment")
+)
+add_profile(
+    Profile(
+        "al", "static", "uniform", "lyapunov", "AL: uniform routing over feasible nodes + Lyapunov"
+    )
+)
+add_profile(
+    Profile(
+        "perllm",
+        "static",
+        "perllm-ucb",
+        "lyapunov",
+        "PerLLM: UCB routing bandit + Lyapunov deployment",
+    )
+)
+add_profile(
+    Profile(
+        "mal",
+        "agentic",
+        "agentic",
+        "lyapunov",
+        "MAL: agentic planner and router + Lyapunov deployment",
+    )
+)
+# end model-based profiles
