@@ -18,6 +18,8 @@ from lmedge.policies import full, local, uniform
 from lmedge.policies import random as rnd
 from lmedge.policies._support import no_params
 from lmedge.policies.lyapunov import build as build_lyapunov
+from lmedge.policies.milp import build_deployer as build_milp_deployer
+from lmedge.policies.milp import build_router as build_milp_router
 from lmedge.policies.perllm import build as build_perllm
 
 _T = TypeVar("_T")
@@ -88,6 +90,16 @@ add_router(
     lambda b: build_perllm(b.context, b.seed, b.params),
     "PerLLM: UCB1 bandit per (origin, LM), reward 1 - min(d/tau, 1), delayed feedback",
 )
+add_router(
+    "milp",
+    lambda b: build_milp_router(b.context, b.seed, b.params),
+    "joint MILP routing + activation per slot (HiGHS, linear surrogate of Eq. 10)",
+)
+add_deployer(
+    "milp",
+    lambda b: build_milp_deployer(b.context, b.seed, b.params),
+    "the activation the milp router solved for this slot (pair with router milp)",
+)
 
 # --- agents (lmedge.agents) ---------------------------------------------------
 add_planner(
@@ -146,5 +158,8 @@ add_profile(
         "lyapunov",
         "MAL: agentic planner and router + Lyapunov deployment",
     )
+)
+add_profile(
+    Profile("milp", "static", "milp", "milp", "MILP: joint routing and activation per slot")
 )
 # end model-based profiles

@@ -1,0 +1,240 @@
+"""The per-slot MILP of the paper's MILP baseline (§VI item 8), solved with HiGHS.
+
+Variables (all per slot):
+
+- u[b,n,m] binary: batch b (a nonempty (origin, LM) pair) goes to node n, to be
+  served in mode m; sum_{n,m} u[b,n,m] = 1.
+- y[n,i,m] binary: LM i active on node n in mode m (gpu: 1 vGPU; cpu: default
+  cores); sum_m y[n,i,m] <= 1; u[b,n,m] <= y[n,i(b),m]; node budgets on cores,
+  deployment memory, vGPUs and vRAM.
+- W[n,i,m] >= 0: same-slot congestion, W >= s_im (L0 L - L0^2/2) for tangent
+  points L0 (the convex FIFO wait s L^2/2 of L = sum_b k_b u[b,n,m] prompts).
+- rho_i in [0, 1], rho_i * demand_i <= sum_{n,m} alpha_im y[n,i,m]: the modeled
+  per-LM service ratio (capacity per slot over backlog + arrivals).
+- d_ij >= |rho_i - rho_j|: the linearized pairwise differences.
+
+Objective (minimized), the paper's linear surrogate of Eq. 10:
+
+    lam / (tau P) * [ sum_b k_b sum_{n,m} u D_bnm + sum W + sum_ni tau Q_ni (1 - z_ni) ]
+    + (1 - lam) * [ mean_{i<j} d_ij + service_weight * (1 - mean_i rho_i) ]
+    + transition_weight * mean_{n,i} |z_ni - z0_ni|
+
+with D_bnm = transfer per prompt + cold start (when i is not running on n) +
+s_im (Q_ni + 1) (the backlog ahead, then its own service), z_ni = sum_m y,
+z0 the current activation and P the prompts in play. The last bracket keeps
+queued prompts from being stranded on a deactivated LM (they would time out).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from lmedge.api import LMPlacement, Mode, Placement, SlotObservation
+from lmedge.policies.milp.estimates import COLD_START_S, modes_on, service_s, transfer_s
+
+TANGENTS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+
+@dataclass(frozen=True)
+class SurrogateWeights:
+    lam: float
+    service_weight: float
+    transition_weight: float
+    time_limit_s: float
+    cpu_modes: bool
+    mip_gap: float = 0.05
+
+
+@dataclass
+class Solution:
+    destinations: dict[tuple[str, str], str]
+    placements: dict[str, Placement]
+    status: str
+    objective: float | None = None
+    variables: int = 0
+
+
+@dataclass
+class _Vars:
+    """Column bookkeeping for the sparse model."""
+
+    cost: list[float] = field(default_factory=list)
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    integer: list[int] = field(default_factory=list)
+
+    def add(self, cost: float, lo: float, hi: float, integer: bool) -> int:
+        self.cost.append(cost)
+        self.lower.append(lo)
+        self.upper.append(hi)
+        self.integer.append(1 if integer else 0)
+        return len(self.cost) - 1
+
+
+@dataclass
+class _Rows:
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+
+    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
+        r = len(self.lower)
+        for c, v in terms:
+            self.rows.append(r)
+            self.cols.append(c)
+            self.vals.append(v)
+        self.lower.append(lo)
+        self.upper.append(hi)
+
+
+def solve_slot(obs: SlotObservation, w: SurrogateWeights) -> Solution:
+    """Build and solve the slot's MILP; the incumbent is used when the time limit hits."""
+    ctx = obs.context
+    tau = ctx.tau_s
+    states = {s.name: s for s in obs.snapshot.nodes}
+    workers = [n.name for n in ctx.workers]
+    lms = ctx.lm_names
+    batches = [
+        (a.origin, a.lm, max(a.prompts, 1))
+        for a in obs.arrivals
+        if a.requests > 0 and ctx.feasible_nodes(a.lm)
+    ]
+    backlog = {
+        (n, i): float(states[n].backlog.get(i, 0)) if n in states else 0.0
+        for n in workers
+        for i in lms
+    }
+    running: dict[tuple[str, str], Mode] = {}
+    for n in workers:
+        if n in states:
+            for inst in states[n].instances:
+                running[(n, inst.lm)] = inst.mode
+    demand = {i: sum(backlog[(n, i)] for n in workers) for i in lms}
+    for _, i, k in batches:
+        demand[i] += k
+    prompts_in_play = max(sum(demand.values()), 1.0)
+
+    def modes(n: str, i: str) -> list[Mode]:
+        ms = modes_on(ctx, n, i)
+        return ms if w.cpu_modes else [m for m in ms if m == "gpu"]
+
+    v, rows = _Vars(), _Rows()
+    delay_scale = w.lam / (tau * prompts_in_play)
+    y: dict[tuple[str, str, Mode], int] = {}
+    z_terms: dict[tuple[str, str], list[int]] = {}
+    for n in workers:
+        for i in lms:
+            for m in modes(n, i):
+                y[(n, i, m)] = v.add(0.0, 0.0, 1.0, True)
+                z_terms.setdefault((n, i), []).append(y[(n, i, m)])
+    n_pairs_total = max(len(workers) * len(lms), 1)
+    constant = 0.0
+    for (n, i), cols in z_terms.items():
+        rows.add([(c, 1.0) for c in cols], 0.0, 1.0)
+        # Stranded backlog: tau Q (1 - z); transition: |z - z0| with z0 a constant.
+        stranded = delay_scale * tau * backlog[(n, i)]
+        constant += stranded
+        was = (n, i) in running
+        trans = w.transition_weight / n_pairs_total
+        constant += trans if was else 0.0
+        for c in cols:
+            v.cost[c] += -stranded + (-trans if was else trans)
+    for n in workers:
+        spec = ctx.node(n).spec
+        cores, mem, gpus, vram = [], [], [], []
+        for (nn, i, m), c in y.items():
+            if nn != n:
+                continue
+            s = ctx.service(i).spec
+            cores.append((c, s.default_cpu_cores))
+            mem.append((c, s.deployment_memory_gib))
+            if m == "gpu":
+                gpus.append((c, 1.0))
+                vram.append((c, s.min_vram_gib))
+        for terms, cap in (
+            (cores, spec.cpu_cores),
+            (mem, spec.memory_gib),
+            (gpus, float(spec.total_vgpus)),
+            (vram, spec.total_vram_gib),
+        ):
+            if terms:
+                rows.add(terms, -np.inf, cap)
+    u: dict[tuple[int, str, Mode], int] = {}
+    load: dict[tuple[str, str, Mode], list[tuple[int, float]]] = {}
+    for b, (o, i, k) in enumerate(batches):
+        choice = []
+        for n in ctx.feasible_nodes(i):
+            for m in modes(n, i):
+                per = service_s(ctx, i, m)
+                cold = 0.0 if running.get((n, i)) == m else COLD_START_S
+                d = transfer_s(ctx, o, n, i, k) / k + cold + per * (backlog[(n, i)] + 1)
+                col = v.add(delay_scale * k * d, 0.0, 1.0, True)
+                u[(b, n, m)] = col
+                choice.append((col, 1.0))
+                rows.add([(col, 1.0), (y[(n, i, m)], -1.0)], -np.inf, 0.0)
+                load.setdefault((n, i, m), []).append((col, float(k)))
+        rows.add(choice, 1.0, 1.0)
+    for (_n, i, m), terms in load.items():
+        per = service_s(ctx, i, m)
+        wc = v.add(delay_scale, 0.0, np.inf, False)
+        for l0 in TANGENTS:
+            # W >= per * (l0 * L - l0^2 / 2)  <=>  per*l0*L - W <= per*l0^2/2
+            rows.add(
+                [(c, per * l0 * k) for c, k in terms] + [(wc, -1.0)], -np.inf, per * l0 * l0 / 2
+            )
+    served = [i for i in lms if demand[i] > 0]
+    rho: dict[str, int] = {}
+    if served:
+        fair = 1.0 - w.lam
+        for i in served:
+            rho[i] = v.add(-fair * w.service_weight / len(served), 0.0, 1.0, False)
+            constant += fair * w.service_weight / len(served)
+            terms = [(rho[i], demand[i])]
+            for (_n, ii, m), c in y.items():
+                if ii == i:
+                    terms.append((c, -ctx.slot_s / service_s(ctx, i, m)))
+            rows.add(terms, -np.inf, 0.0)
+        pairs = list(itertools.combinations(served, 2))
+        for a, b2 in pairs:
+            dcol = v.add(fair / len(pairs), 0.0, np.inf, False)
+            rows.add([(dcol, 1.0), (rho[a], -1.0), (rho[b2], 1.0)], 0.0, np.inf)
+            rows.add([(dcol, 1.0), (rho[a], 1.0), (rho[b2], -1.0)], 0.0, np.inf)
+    matrix = coo_matrix(
+        (rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lower), len(v.cost))
+    ).tocsr()
+    res = milp(
+        c=np.array(v.cost),
+        constraints=[LinearConstraint(matrix, np.array(rows.lower), np.array(rows.upper))],
+        integrality=np.array(v.integer),
+        bounds=(np.array(v.lower), np.array(v.upper)),
+        options={"time_limit": w.time_limit_s, "disp": False, "mip_rel_gap": w.mip_gap},
+    )
+    if res.x is None:
+        return Solution({}, {}, status=f"no incumbent ({res.message})", variables=len(v.cost))
+    x = res.x
+    dest: dict[tuple[str, str], str] = {}
+    for b, (o, i, _) in enumerate(batches):
+        picks = [(x[c], n) for (bb, n, _m), c in u.items() if bb == b]
+        dest[(o, i)] = max(picks)[1]
+    placements = {}
+    for n in workers:
+        lms_out = []
+        for i in lms:
+            active = [m for m in modes(n, i) if x[y[(n, i, m)]] > 0.5]
+            lm_cores = ctx.service(i).spec.default_cpu_cores
+            if active and active[0] == "gpu":
+                lms_out.append(LMPlacement(lm=i, mode="gpu", cpu_cores=lm_cores, vgpus=1))
+            elif active:
+                lms_out.append(LMPlacement(lm=i, mode="cpu", cpu_cores=lm_cores, vgpus=0))
+            else:
+                lms_out.append(LMPlacement(lm=i, mode="off", cpu_cores=0, vgpus=0))
+        placements[n] = Placement(node=n, lms=lms_out)
+    status = "optimal" if res.status == 0 else f"incumbent ({res.message})"
+    return Solution(dest, placements, status, float(res.fun) + constant, len(v.cost))

@@ -1,0 +1,176 @@
+"""The `milp` router and deployer: one joint solve per slot, shared by both plugins.
+
+Routing and activation come out of the same MILP, but the catalog builds the
+router and each node's deployer separately. The coupling is explicit: the
+router's factory creates a `JointPlan` and files it on a small board under
+the run's `ClusterContext` object; each `milp` deployer built for the same
+context object picks it up. Every slot the router solves and writes the
+slot's placements into the plan; a node's deployer returns the placement
+solved for its node *in that slot*. The loop calls the router before the
+deployers in every slot (paper Fig. 4), which is what makes this work.
+
+If the deployer is asked about a slot the router did not solve (it had no
+plan, or the solver found no incumbent in its time limit), it keeps the
+node's running instances — the safe "no change" action. A `milp` deployer
+built without a `milp` router for the same context is a configuration error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
+
+from lmedge.api import (
+    ClusterContext,
+    Decision,
+    LMPlacement,
+    NodeObservation,
+    Placement,
+    Route,
+    RoutingMap,
+    SlotObservation,
+)
+from lmedge.errors import ConfigError
+from lmedge.policies.lyapunov.params import PluginParams, parse_params
+from lmedge.policies.milp.estimates import transfer_s
+from lmedge.policies.milp.model import Solution, SurrogateWeights, solve_slot
+
+NAME = "milp"
+_BOARD_SIZE = 16
+
+
+class MilpParams(PluginParams):
+    service_weight: float = Field(
+        default=2.5,
+        ge=0,
+        description="Weight of 1 - mean modeled service ratio (> 2 keeps rho up).",
+    )
+    transition_weight: float = Field(
+        default=0.05, ge=0, description="Penalty per activation change, averaged over node-LMs."
+    )
+    time_limit_s: float = Field(
+        default=2.0, gt=0, description="HiGHS wall-clock limit per slot; the incumbent is used."
+    )
+    mip_gap: float = Field(
+        default=0.05, ge=0, lt=1, description="Relative MIP gap at which HiGHS stops."
+    )
+    cpu_modes: bool = Field(
+        default=True, description="Allow CPU activations (the paper's MILP is GPU-backed only)."
+    )
+
+
+@dataclass
+class JointPlan:
+    """The slot's solution, written by the router and read by the deployers."""
+
+    slot: int = -1
+    placements: dict[str, Placement] = field(default_factory=dict)
+    last: Solution | None = None
+
+
+_BOARD: list[tuple[ClusterContext, JointPlan]] = []
+
+
+def _file(ctx: ClusterContext, plan: JointPlan) -> None:
+    _BOARD[:] = [(c, p) for c, p in _BOARD if c is not ctx][-(_BOARD_SIZE - 1) :]
+    _BOARD.append((ctx, plan))
+
+
+def _find(ctx: ClusterContext) -> JointPlan | None:
+    return next((p for c, p in reversed(_BOARD) if c is ctx), None)
+
+
+class MilpRouter:
+    """Solves the joint MILP every slot; routes from it and files the activations."""
+
+    name = NAME
+
+    def __init__(self, context: ClusterContext, params: MilpParams, plan: JointPlan) -> None:
+        self.context = context
+        self.plan = plan
+        self.weights = SurrogateWeights(
+            lam=context.lam,
+            service_weight=params.service_weight,
+            transition_weight=params.transition_weight,
+            time_limit_s=params.time_limit_s,
+            cpu_modes=params.cpu_modes,
+            mip_gap=params.mip_gap,
+        )
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        sol = solve_slot(obs, self.weights)
+        self.plan.slot, self.plan.last = obs.slot, sol
+        self.plan.placements = sol.placements
+        routes = []
+        for a in obs.arrivals:
+            if a.requests == 0 or not self.context.feasible_nodes(a.lm):
+                continue
+            dest = sol.destinations.get((a.origin, a.lm)) or self._nearest(a.origin, a.lm)
+            routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
+        return Decision[RoutingMap](
+            agent="scheduler",
+            policy=NAME,
+            source="rule",
+            value=RoutingMap(routes=routes),
+            error=None if sol.destinations or not routes else sol.status,
+        )
+
+    def _nearest(self, origin: str, lm: str) -> str:
+        """Fallback without a solution: the feasible node with the smallest transfer delay."""
+        nodes = self.context.feasible_nodes(lm)
+        return min(nodes, key=lambda n: (transfer_s(self.context, origin, n, lm, 1), n))
+
+
+class MilpDeployer:
+    """Returns the activation the router solved for this node and slot."""
+
+    name = NAME
+
+    def __init__(self, context: ClusterContext, plan: JointPlan) -> None:
+        self.context = context
+        self.plan = plan
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]:
+        node = obs.node.name
+        placement = self.plan.placements.get(node) if self.plan.slot == obs.slot else None
+        if placement is None:
+            placement = _running(obs)
+        return Decision[Placement](
+            agent="deployer", policy=NAME, source="rule", value=placement, node=node
+        )
+
+
+def _running(obs: NodeObservation) -> Placement:
+    running = {i.lm: i for i in obs.state.instances}
+    lms = []
+    for s in obs.services:
+        inst = running.get(s.name)
+        if inst is None:
+            lms.append(LMPlacement(lm=s.name, mode="off", cpu_cores=0, vgpus=0))
+        else:
+            lms.append(
+                LMPlacement(lm=s.name, mode=inst.mode, cpu_cores=inst.cpu_cores, vgpus=inst.vgpus)
+            )
+    return Placement(node=obs.node.name, lms=lms)
+
+
+def build_router(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> MilpRouter:
+    """Factory of the router; creates and files the plan the deployers will share."""
+    del seed
+    plan = JointPlan()
+    _file(context, plan)
+    return MilpRouter(context, parse_params(MilpParams, params, NAME), plan)
+
+
+def build_deployer(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> MilpDeployer:
+    """Factory of a node's deployer; needs the `milp` router built for the same context."""
+    del seed
+    if params:
+        raise ConfigError(f"the milp deployer takes no parameters, got: {', '.join(params)}")
+    plan = _find(context)
+    if plan is None:
+        raise ConfigError("the milp deployer needs the milp router in the same profile")
+    return MilpDeployer(context, plan)

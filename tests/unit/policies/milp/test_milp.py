@@ -1,0 +1,120 @@
+"""MILP joint routing + activation: feasibility, router/deployer coupling, surrogate terms."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from lmedge.api import check_placement, check_routing_map
+from lmedge.errors import ConfigError
+from lmedge.policies.milp import build_deployer, build_router
+from tests.unit.policies.lyapunov.scenario import node_obs, paper_testbed, slot_obs
+
+
+def full_slot(seed: int) -> list[tuple[str, str, int]]:
+    rng = random.Random(seed)
+    return [
+        (n.name, lm, rng.randint(1, 8))
+        for n in paper_testbed().workers
+        for lm in paper_testbed().lm_names
+    ]
+
+
+SCENARIOS = [
+    ("paper-like-slot", full_slot(1), {"worker-2": {"lm4": 20}}, {"worker-3": {"lm1": "gpu"}}),
+    ("text-only", [("worker-1", "lm1", 8), ("worker-1", "lm2", 8)], {}, {}),
+    ("image-burst", [(f"worker-{k}", "lm3", 8) for k in range(1, 7)], {}, {}),
+    ("no-arrivals-with-backlog", [], {"worker-5": {"lm4": 30}}, {"worker-5": {"lm4": "gpu"}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "backlog", "running"), [s[1:] for s in SCENARIOS], ids=[s[0] for s in SCENARIOS]
+)
+def test_routes_and_activations_are_feasible_and_consistent(
+    arrivals: list[tuple[str, str, int]],
+    backlog: dict[str, dict[str, int]],
+    running: dict[str, dict[str, str]],
+) -> None:
+    ctx = paper_testbed()
+    obs = slot_obs(arrivals, backlog, running)
+    router = build_router(ctx, 0, {})
+    deployer = build_deployer(ctx, 0, {})
+    decision = router.route(obs)
+    assert decision.policy == "milp" and decision.source == "rule"
+    assert check_routing_map(decision.value, ctx, obs.arrivals) == []
+    assert router.plan.last is not None and router.plan.last.placements
+    placements = {}
+    for n in ctx.workers:
+        nobs = node_obs(n.name, backlog.get(n.name), running.get(n.name), slot=obs.slot)
+        placements[n.name] = deployer.place(nobs).value
+        assert check_placement(placements[n.name], nobs.node, nobs.services) == []
+    # u <= y: every destination hosts the LM it receives.
+    for r in decision.value.routes:
+        assert placements[r.destination].by_lm()[r.lm].mode != "off", r
+
+
+def test_backlog_is_not_stranded_when_nothing_arrives() -> None:
+    ctx = paper_testbed()
+    router = build_router(ctx, 0, {})
+    router.route(slot_obs([], {"worker-5": {"lm4": 30}}, {"worker-5": {"lm4": "gpu"}}))
+    assert router.plan.placements["worker-5"].by_lm()["lm4"].mode == "gpu"
+
+
+def test_fairness_term_activates_the_scarce_lm_where_it_fits() -> None:
+    ctx = paper_testbed()
+    router = build_router(ctx, 0, {})
+    arrivals = [(f"worker-{k}", "lm4", 8) for k in range(1, 7)] + [("worker-1", "lm1", 2)]
+    router.route(slot_obs(arrivals))
+    hosts = [n for n, p in router.plan.placements.items() if p.by_lm()["lm4"].mode == "gpu"]
+    assert len(hosts) >= 4  # 48 LM4 prompts need many of the five GPU nodes
+
+
+def test_deployer_keeps_running_instances_for_a_slot_the_router_did_not_solve() -> None:
+    ctx = paper_testbed()
+    router = build_router(ctx, 0, {})
+    deployer = build_deployer(ctx, 0, {})
+    router.route(slot_obs([("worker-2", "lm3", 3)], slot=4))
+    stale = deployer.place(node_obs("worker-3", {}, {"lm1": "cpu"}, slot=5)).value
+    assert {p.lm: p.mode for p in stale.lms} == {
+        "lm1": "cpu",
+        "lm2": "off",
+        "lm3": "off",
+        "lm4": "off",
+    }
+
+
+def test_a_tiny_time_limit_still_yields_a_feasible_routing() -> None:
+    ctx = paper_testbed()
+    router = build_router(ctx, 0, {"time_limit_s": 1e-4})
+    obs = slot_obs(full_slot(3))
+    decision = router.route(obs)
+    assert check_routing_map(decision.value, ctx, obs.arrivals) == []
+
+
+def test_gpu_only_mode_never_places_on_cpu() -> None:
+    ctx = paper_testbed()
+    router = build_router(ctx, 0, {"cpu_modes": False})
+    router.route(slot_obs(full_slot(2)))
+    modes = {p.mode for pl in router.plan.placements.values() for p in pl.lms}
+    assert "cpu" not in modes
+
+
+def test_deployer_without_router_is_a_configuration_error() -> None:
+    from lmedge.api import ClusterContext
+
+    other = ClusterContext(nodes=paper_testbed().nodes, services=paper_testbed().services)
+    with pytest.raises(ConfigError, match="needs the milp router"):
+        build_deployer(other, 0, {})
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"time_limit_s": 0}, {"gap": 0.1}, {"mip_gap": 1.5}],
+    ids=["zero-limit", "unknown", "gap-too-big"],
+)
+def test_bad_params_are_rejected(params: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="milp"):
+        build_router(paper_testbed(), 0, params)
