@@ -10,7 +10,8 @@ the `ClusterBackend` protocol.
 from lmedge.sim.clock import SimClock
 from lmedge.sim.engine import Emulator
 from lmedge.sim.scenario import Scenario, ScenarioSpec, load_scenario
-from lmedge.sim.workload import RequestSpec, Workload, read_trace, record_trace
+from lmedge.sim.trace import RequestSpec, read_trace
+from lmedge.sim.workload import Workload, record_trace
 
 __all__ = [
     "Emulator",

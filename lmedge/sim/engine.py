@@ -57,7 +57,8 @@ from lmedge.sim.coldstart import fit_truncated_lognormal
 from lmedge.sim.network import Network
 from lmedge.sim.scenario import Scenario
 from lmedge.sim.servicemodel import cpu_base_seconds, gpu_rate, lognormal_unit, slowdown
-from lmedge.sim.workload import RequestSpec, Workload
+from lmedge.sim.trace import RequestSpec
+from lmedge.sim.workload import Workload
 
 COLD_STREAM = 2
 SERVICE_STREAM = 3

@@ -13,6 +13,7 @@ when an LM fits on no node. This module does not emulate anything.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
 from lmedge.api.manifests import API, format_validation_error, load_resources
 from lmedge.api.observations import ClusterContext, NodeInfo, ServiceInfo
 from lmedge.errors import InfeasibleScenarioError, ManifestError
+from lmedge.sim.trace import RequestSpec, read_trace
 
 SCENARIO_FILE = "scenario.yaml"
 
@@ -203,6 +205,7 @@ class Scenario:
     spec: ScenarioSpec
     nodes: tuple[NodeInfo, ...]
     services: tuple[ServiceInfo, ...]
+    trace: dict[int, list[RequestSpec]] | None = None
 
     def context(self) -> ClusterContext:
         loop = self.spec.loop
@@ -235,10 +238,10 @@ def load_scenario(path: Path, **overrides: Any) -> Scenario:
     A folder without `scenario.yaml` gets every default.
     """
     path = Path(path)
+    if not path.exists():
+        raise ManifestError(str(path), "", "no such scenario folder or file")
     folder = path if path.is_dir() else path.parent
     file = folder / SCENARIO_FILE if path.is_dir() else path
-    if not folder.exists():
-        raise ManifestError(str(path), "", "no such scenario folder")
     raw: dict[str, Any]
     if file.exists():
         try:
@@ -265,6 +268,12 @@ def load_scenario(path: Path, **overrides: Any) -> Scenario:
         services=tuple(services),
     )
     _check(scenario, str(file))
+    trace = scenario.trace_path
+    if trace is not None:
+        lms = [sv.name for sv in services]
+        workers = {n.name for n in nodes if n.spec.role == "worker"}
+        rows = read_trace(trace, workers, set(lms), spec.loop.slot_s)
+        scenario = dataclasses.replace(scenario, trace=rows)
     return scenario
 
 

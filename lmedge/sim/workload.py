@@ -7,38 +7,24 @@ arriving at a uniform offset within the slot. Phases give bursty traces
 random stream, seeded by (seed, slot), so they are the same whatever the
 controller decides and whichever slot is asked for first.
 
-Trace files are CSV (header `slot,origin,lm,prompts,offset_s`) or JSONL (one
-object with those keys per line); `record_trace` writes the generated
-workload in either format.
+`record_trace` writes the generated workload as a trace file (CSV or JSONL,
+see `trace.py`) that can replace the generator to replay the same arrivals.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lmedge.errors import ManifestError
 from lmedge.sim.scenario import Scenario
+from lmedge.sim.trace import TRACE_FIELDS, RequestSpec, trace_row
 
 #: Distinguishes the workload stream from the emulator's other seeded streams.
 WORKLOAD_STREAM = 1
-TRACE_FIELDS = ("slot", "origin", "lm", "prompts", "offset_s")
-
-
-@dataclass(frozen=True, slots=True)
-class RequestSpec:
-    """One request to be submitted: K prompts of one LM at one origin."""
-
-    slot: int
-    origin: str
-    lm: str
-    prompts: int
-    offset_s: float
 
 
 class Workload:
@@ -60,9 +46,7 @@ class Workload:
         if not self._phases:
             lo, hi = self._ranges({}, spec.prompts.min, spec.prompts.max)
             self._phases.append((0, lo, hi))
-        self._trace: dict[int, list[RequestSpec]] | None = None
-        if scenario.trace_path is not None:
-            self._trace = read_trace(scenario.trace_path, scenario)
+        self._trace = scenario.trace
         self._cache: dict[int, list[RequestSpec]] = {}
 
     def _ranges(self, per_lm: Any, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -108,60 +92,6 @@ class Workload:
         return out
 
 
-def read_trace(path: Path, scenario: Scenario) -> dict[int, list[RequestSpec]]:
-    """Requests by slot from a CSV or JSONL trace; errors name the file and line."""
-    rows: list[tuple[int, dict[str, Any]]] = []
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ManifestError(str(path), "", f"cannot read trace: {exc}") from exc
-    if path.suffix in (".jsonl", ".ndjson"):
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ManifestError(str(path), f"line {n}", f"not valid JSON: {exc.msg}") from exc
-            if not isinstance(obj, dict):
-                raise ManifestError(str(path), f"line {n}", "each line must be a JSON object")
-            rows.append((n, obj))
-    else:
-        reader = csv.DictReader(text.splitlines())
-        missing = [f for f in TRACE_FIELDS if f not in (reader.fieldnames or [])]
-        if missing:
-            raise ManifestError(str(path), "line 1", f"header lacks {', '.join(missing)}")
-        rows.extend((n, dict(r)) for n, r in enumerate(reader, start=2))
-    ctx = scenario.context()
-    origins = set(scenario.origins) | {n.name for n in ctx.workers}
-    slot_s = scenario.spec.loop.slot_s
-    out: dict[int, list[RequestSpec]] = {}
-    seen: set[tuple[int, str, str]] = set()
-    for n, r in rows:
-        where = f"line {n}"
-        try:
-            slot, prompts = int(r["slot"]), int(r["prompts"])
-            origin, lm, offset = str(r["origin"]), str(r["lm"]), float(r.get("offset_s") or 0.0)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(
-                str(path), where, f"needs {', '.join(TRACE_FIELDS)}: {exc}"
-            ) from exc
-        if slot < 0 or prompts < 0:
-            raise ManifestError(str(path), f"{where}: slot/prompts", "must not be negative")
-        if origin not in origins:
-            raise ManifestError(str(path), f"{where}: origin", f"{origin!r} is not a worker node")
-        if not ctx.has_service(lm):
-            raise ManifestError(str(path), f"{where}: lm", f"unknown LMService {lm!r}")
-        if not 0 <= offset < slot_s:
-            raise ManifestError(str(path), f"{where}: offset_s", f"must be in [0, {slot_s:g})")
-        if (slot, origin, lm) in seen:
-            raise ManifestError(str(path), where, f"second request for ({slot}, {origin}, {lm})")
-        seen.add((slot, origin, lm))
-        if prompts:
-            out.setdefault(slot, []).append(RequestSpec(slot, origin, lm, prompts, offset))
-    return out
-
-
 def record_trace(scenario: Scenario, seed: int, slots: int, path: Path) -> int:
     """Write the generated workload of `slots` slots to `path` (.csv or .jsonl).
 
@@ -175,7 +105,7 @@ def record_trace(scenario: Scenario, seed: int, slots: int, path: Path) -> int:
         if path.suffix in (".jsonl", ".ndjson"):
             for t in range(slots):
                 for r in wl.slot(t):
-                    f.write(json.dumps(_row(r)) + "\n")
+                    f.write(json.dumps(trace_row(r)) + "\n")
                     count += 1
         else:
             w = csv.writer(f)
@@ -185,13 +115,3 @@ def record_trace(scenario: Scenario, seed: int, slots: int, path: Path) -> int:
                     w.writerow([r.slot, r.origin, r.lm, r.prompts, repr(r.offset_s)])
                     count += 1
     return count
-
-
-def _row(r: RequestSpec) -> dict[str, Any]:
-    return {
-        "slot": r.slot,
-        "origin": r.origin,
-        "lm": r.lm,
-        "prompts": r.prompts,
-        "offset_s": r.offset_s,
-    }
