@@ -23,6 +23,13 @@ from lmedge.api import EdgeNodeSpec, InstanceState, LMServiceSpec
 CPU_PARALLEL_FRACTION = 0.8
 #: Expected pod start + model load, seconds (paper §V-D: median 9.34 s).
 COLD_START_S = 9.34
+#: CPU cores given to a GPU-mode pod: host code and tokenizer only; the rest of
+#: the node's cores are worth more to CPU-mode text LMs.
+GPU_POD_CORES = 2.0
+#: A text LM "prefers CPU" when its CPU time per prompt is within this factor of
+#: its GPU time (LM1: 8.15 / 5.17 = 1.6 -> CPU; LM2: 30 / 4.17 = 7.2 -> GPU):
+#: such an LM runs on cores nobody else can use and leaves the vGPUs to the rest.
+CPU_PREFERENCE = 2.0
 
 
 def cpu_speedup(cores: float, p: float = CPU_PARALLEL_FRACTION) -> float:
@@ -56,7 +63,29 @@ def instance_rate(svc: LMServiceSpec, node: EdgeNodeSpec, inst: InstanceState) -
 
 
 def best_rate(svc: LMServiceSpec, node: EdgeNodeSpec) -> float:
-    """Rate of a typical new instance: one vGPU on a GPU node, else the default cores."""
-    if node.has_gpu and svc.min_vram_gib <= node.total_vram_gib:
+    """Rate of a typical new instance in its planned mode: one vGPU, or half the node's cores."""
+    mode = planned_mode(svc, node)
+    if mode == "gpu":
         return gpu_rate(svc, node, 1)
-    return cpu_rate(svc, svc.default_cpu_cores)
+    if mode == "cpu":
+        return cpu_rate(svc, max(svc.default_cpu_cores, node.cpu_cores / 2))
+    return 0.0
+
+
+def prefers_cpu(svc: LMServiceSpec) -> bool:
+    """Whether the rules run this LM on CPU by choice (see `CPU_PREFERENCE`)."""
+    cpu_s = svc.profile.cpu_seconds_per_prompt
+    return (
+        svc.runs_on == "cpu-or-gpu"
+        and cpu_s is not None
+        and cpu_s <= CPU_PREFERENCE * svc.profile.gpu_seconds_per_prompt
+    )
+
+
+def planned_mode(svc: LMServiceSpec, node: EdgeNodeSpec) -> str:
+    """The mode the rules give this LM on this node: "gpu", "cpu" or "" (cannot run)."""
+    gpu_ok = node.has_gpu and svc.min_vram_gib <= node.total_vram_gib
+    cpu_ok = svc.runs_on == "cpu-or-gpu" and svc.profile.cpu_seconds_per_prompt is not None
+    if gpu_ok and not (cpu_ok and prefers_cpu(svc)):
+        return "gpu"
+    return "cpu" if cpu_ok else ""

@@ -4,17 +4,19 @@ On one node, every slot:
 
 1. While a pod on the node is still starting (the pending rule would void
    any resource-adding action), keep the running set unchanged.
-2. Wanted LMs: those in the node's role and those with local backlog (an
-   off-role request already here still deserves service), ordered by
-   (has backlog, in role, already running, backlog x service time).
-   Running LMs that are neither in the role nor have backlog are switched
-   off to free resources.
+2. Wanted LMs: those in the node's role, running LMs that still have
+   backlog, and (only when the node has no role at all) any LM with backlog;
+   ordered by (has backlog, in role, already running, backlog x service
+   time). Other running LMs are switched off to free resources. An off-role
+   LM is not started for requests that arrive anyway: those are load the
+   scheduler shed (rules/scheduler.py).
 3. A running LM keeps its mode, cores and vGPUs (a resize restarts the pod).
-4. Each LM that is not running starts, in that order, with what remains:
-   GPU-only LMs on one vGPU; text LMs on a vGPU when one is left after the
-   GPU-only LMs still waiting, else on CPU with the default cores (more on a
-   CPU-only node: the free cores split over the CPU LMs still waiting).
-   An LM that does not fit (cores, memory, vGPUs, vRAM) stays off.
+4. Each LM that is not running starts in its planned mode
+   (capacity.planned_mode: GPU-only LMs and LM2-like text LMs on GPU, LM1-like
+   text LMs on CPU): GPU pods first, on one vGPU and `GPU_POD_CORES` cores;
+   then CPU pods, sharing the cores that remain equally. A GPU-planned text
+   LM without a free vGPU runs on CPU instead; an LM that does not fit
+   (cores, memory, vGPUs, vRAM) stays off.
 5. vGPUs still free go to the GPU LMs being started, most backlog first, up
    to their maxVgpus; running instances are not resized.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lmedge.agents.rules.capacity import GPU_POD_CORES, planned_mode
 from lmedge.api import LMPlacement, NodeObservation, Placement, ServiceInfo
 
 
@@ -59,7 +62,9 @@ def rule_placement(obs: NodeObservation) -> Placement:
         return Placement(node=node.name, lms=[kept.get(s.name, _off(s.name)) for s in obs.services])
     backlog = {lm: state.backlog.get(lm, 0) for lm in services}
     roles = set(obs.roles)
-    wanted = [lm for lm in services if lm in roles or backlog[lm] > 0]
+    wanted = [
+        lm for lm in services if lm in roles or (backlog[lm] > 0 and (lm in running or not roles))
+    ]
     wanted.sort(
         key=lambda lm: (
             backlog[lm] > 0,
@@ -88,25 +93,30 @@ def rule_placement(obs: NodeObservation) -> Placement:
             )
             _consume(free, chosen[lm], services[lm])
     starting = [lm for lm in wanted if lm not in chosen]
+    mode_of = {lm: planned_mode(services[lm].spec, spec) for lm in starting}
+    # GPU pods first, so the CPU-mode text LMs share whatever cores remain.
+    # GPU-only LMs before GPU-planned text LMs, which run on CPU when no vGPU is left.
+    starting.sort(key=lambda lm: (mode_of[lm] != "gpu", services[lm].spec.runs_on != "gpu-only"))
     for k, lm in enumerate(starting):
         s = services[lm].spec
-        later_gpu_only = sum(1 for x in starting[k + 1 :] if services[x].spec.runs_on == "gpu-only")
-        gpu_ok = spec.has_gpu and s.min_vram_gib <= free.vram + 1e-9 and free.vgpus >= 1
-        cores = min(s.default_cpu_cores, free.cores)
-        if cores <= 0 or s.deployment_memory_gib > free.mem + 1e-9:
+        if s.deployment_memory_gib > free.mem + 1e-9:
             continue
-        if s.runs_on == "gpu-only" or (gpu_ok and free.vgpus - 1 >= later_gpu_only):
-            if not gpu_ok:
+        mode = mode_of[lm]
+        if mode == "gpu" and (free.vgpus < 1 or s.min_vram_gib > free.vram + 1e-9):
+            mode = "cpu" if s.runs_on == "cpu-or-gpu" else ""
+        if mode == "gpu":
+            cores = min(GPU_POD_CORES, free.cores)
+            if cores <= 0:
                 continue
             placed = LMPlacement(lm=lm, mode="gpu", cpu_cores=cores, vgpus=1)
-        else:
-            if not spec.has_gpu:
-                cpu_waiting = sum(
-                    1 for x in starting[k:] if services[x].spec.runs_on == "cpu-or-gpu"
-                )
-                cores = max(cores, free.cores / max(1, cpu_waiting))
-                cores = float(int(cores)) if cores >= 1 else cores
+        elif mode == "cpu":
+            cpu_waiting = sum(1 for x in starting[k:] if mode_of[x] == "cpu") or 1
+            cores = float(int(free.cores / cpu_waiting))
+            if cores < 1:
+                continue
             placed = LMPlacement(lm=lm, mode="cpu", cpu_cores=cores, vgpus=0)
+        else:
+            continue
         chosen[lm] = placed
         _consume(free, placed, services[lm])
     fresh = sorted(

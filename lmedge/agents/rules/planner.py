@@ -9,26 +9,32 @@ shown to the LLM):
    boost_i <- clip(boost_i * ((mean rho + 0.05) / (rho_i + 0.05))^0.5, 0.5, 3).
    Under overload this moves capacity toward the LMs that failed more,
    which is what normalised Jain fairness rewards.
-2. Capacity units: every vGPU of every GPU node, and 4-core chunks of every
-   CPU-only worker (text LMs only). Units are handed out one at a time to the
-   LM with the highest pressure d_i / capacity_i, taking the unit with the
+2. Capacity units: 4-core CPU chunks of every worker (after reserving
+   `GPU_POD_CORES` per vGPU) and every vGPU. Units go one at a time to the LM
+   with the highest pressure d_i / capacity_i, which takes the unit with the
    largest marginal rate for it (capacity.py) under the node's constraints
-   (memory, vRAM, cores for one pod per LM, maxVgpus). Ties prefer nodes where
-   the LM already had its role (no needless churn between epochs), then nodes
-   already hosting it, then manifest order.
+   (memory, vRAM, one pod per LM and node, maxVgpus; one vGPU per pod on
+   multi-GPU nodes, where a second slot lands on another GPU and only runs
+   the model in turn). An LM may take units of its planned mode on a node
+   (capacity.planned_mode) and a GPU-planned text LM also CPU chunks where it
+   holds no vGPU; its first unit on a node fixes its mode there. Ties prefer
+   nodes where the LM already had its role (no needless churn between
+   epochs), then nodes already hosting it, then manifest order.
+   An LM is kept off one of its feasible nodes (when it has two or more):
+   that node is where the scheduler sheds load the LM cannot serve in time.
 3. Routing weights p_i,n = capacity_i,n / capacity_i; roles = the LMs given
    units on the node.
 
-GPU-only LMs therefore spread over GPU nodes in proportion to their load, and
-text LMs take the CPU node first whenever its marginal rate is at least the
-GPU's (LM1 on 4+ cores) and spare GPU time otherwise.
+GPU-only LMs therefore spread over GPU nodes in proportion to their load,
+and text LMs take the CPU node and the GPU nodes' spare cores, leaving the
+vGPUs to the LMs that need them (LM2 is too slow on CPU to prefer it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lmedge.agents.rules.capacity import cpu_rate, gpu_rate
+from lmedge.agents.rules.capacity import GPU_POD_CORES, cpu_rate, gpu_rate, planned_mode
 from lmedge.api import (
     ClusterContext,
     EpochMetrics,
@@ -53,6 +59,8 @@ class _NodeBudget:
     mem_free: float
     vram_free: float
     lms: dict[str, float] = field(default_factory=dict)  # lm -> vGPUs or cores held
+    modes: dict[str, str] = field(default_factory=dict)  # lm -> "gpu" or "cpu"
+    all: list[_NodeBudget] = field(default_factory=list, repr=False)  # every node's budget
 
 
 @dataclass
@@ -96,32 +104,38 @@ def plan_macro(
 ) -> MacroPolicy:
     """The water-filling macro policy for `ctx` (see the module docstring)."""
     d = demand(ctx, traffic, boost)
-    budgets = [
-        _NodeBudget(
-            name=n.name,
-            gpu=n.spec.has_gpu,
-            vgpus_free=n.spec.total_vgpus,
-            cores_free=n.spec.cpu_cores,
-            mem_free=n.spec.memory_gib,
-            vram_free=n.spec.total_vram_gib,
+    budgets = []
+    for n in ctx.workers:
+        s = n.spec
+        reserved = GPU_POD_CORES * s.total_vgpus
+        budgets.append(
+            _NodeBudget(
+                name=n.name,
+                gpu=s.has_gpu,
+                vgpus_free=s.total_vgpus,
+                cores_free=max(0.0, s.cpu_cores - reserved),
+                mem_free=s.memory_gib,
+                vram_free=s.total_vram_gib,
+            )
         )
-        for n in ctx.workers
-    ]
+    for b in budgets:
+        b.all = budgets
     prev_roles = previous.role_map() if previous else {}
     cap: dict[str, float] = dict.fromkeys(d, 0.0)
     cap_at: dict[str, dict[str, float]] = {lm: {} for lm in d}
+    users = [lm for lm in d if _best_unit(ctx, lm, budgets, {}) is not None]
     saturated: set[str] = set()
-    while len(saturated) < len(d):
+    while len(saturated) < len(users):
         lm = max(
-            (x for x in d if x not in saturated),
+            (x for x in users if x not in saturated),
             key=lambda x: (d[x] / cap[x] if cap[x] > 0 else float("inf"), d[x], x),
         )
         best = _best_unit(ctx, lm, budgets, prev_roles)
         if best is None:
             saturated.add(lm)
             continue
-        budget, gain = best
-        _take(ctx, lm, budget)
+        budget, kind, gain = best
+        _take(ctx, lm, budget, kind)
         cap[lm] += gain
         cap_at[lm][budget.name] = cap_at[lm].get(budget.name, 0.0) + gain
     routing = []
@@ -142,71 +156,86 @@ def plan_macro(
             )
         )
     roles = [NodeRole(node=b.name, lms=[lm for lm in ctx.lm_names if lm in b.lms]) for b in budgets]
-    shares = ", ".join(f"{lm} {len(cap_at[lm])} nodes" for lm in d)
+    load = ", ".join(f"{lm} {d[lm] / cap[lm]:.2g}" if cap[lm] else f"{lm} -" for lm in d)
     return MacroPolicy(
         routing=routing,
         roles=roles,
-        rationale=f"capacity-proportional water-filling on demand x success boost ({shares})",
+        rationale=f"capacity water-filling, CPU for text LMs then vGPUs; relative load {load}",
     )
 
 
-def _marginal(ctx: ClusterContext, lm: str, b: _NodeBudget) -> float:
-    """Rate added by giving `lm` one more unit on node `b`, or 0 when it does not fit."""
+def _kinds(ctx: ClusterContext, lm: str, b: _NodeBudget) -> list[str]:
+    """Unit kinds `lm` may take on node `b`: its planned mode, and CPU for a text LM
+    that is not on the node's vGPUs (LM2 on the cores LM1 leaves)."""
+    svc = ctx.service(lm).spec
+    node = ctx.node(b.name).spec
+    planned = planned_mode(svc, node)
+    if not planned:
+        return []
+    if lm in b.modes:
+        return [b.modes[lm]]
+    kinds = [planned]
+    if planned == "gpu" and svc.runs_on == "cpu-or-gpu" and svc.profile.cpu_seconds_per_prompt:
+        kinds.append("cpu")
+    return kinds
+
+
+def _marginal(ctx: ClusterContext, lm: str, b: _NodeBudget, kind: str) -> float:
+    """Rate added by giving `lm` one more `kind` unit on node `b`, or 0 when it does not fit."""
     svc = ctx.service(lm).spec
     node = ctx.node(b.name).spec
     held = b.lms.get(lm)
-    if b.gpu:
-        if b.vgpus_free < 1 or svc.min_vram_gib > node.total_vram_gib:
-            return 0.0
-        if held is None:
-            if (
-                svc.deployment_memory_gib > b.mem_free + 1e-9
-                or svc.min_vram_gib > b.vram_free + 1e-9
-            ):
-                return 0.0
-            if svc.default_cpu_cores > b.cores_free + 1e-9:
-                return 0.0
-            return gpu_rate(svc, node, 1)
-        if held >= svc.max_vgpus:
-            return 0.0
-        return gpu_rate(svc, node, int(held) + 1) - gpu_rate(svc, node, int(held))
-    if svc.runs_on != "cpu-or-gpu" or b.cores_free < CPU_CHUNK_CORES - 1e-9:
+    if held is None and (
+        sum(1 for x in b.all if lm in x.lms) >= max(1, len(ctx.feasible_nodes(lm)) - 1)
+        or svc.deployment_memory_gib > b.mem_free + 1e-9
+        or (kind == "gpu" and svc.min_vram_gib > b.vram_free + 1e-9)
+    ):
         return 0.0
-    if held is None:
-        if svc.deployment_memory_gib > b.mem_free + 1e-9:
+    if kind == "gpu":
+        # One vGPU per pod on multi-GPU nodes: a second slot would land on another GPU
+        # and run the model in turn there (model parallel), not faster.
+        most = svc.max_vgpus if len(node.gpus) == 1 else 1
+        if b.vgpus_free < 1 or (held is not None and held >= most):
             return 0.0
-        return cpu_rate(svc, CPU_CHUNK_CORES)
-    return cpu_rate(svc, held + CPU_CHUNK_CORES) - cpu_rate(svc, held)
+        v = int(held or 0)
+        return gpu_rate(svc, node, v + 1) - gpu_rate(svc, node, v)
+    if b.cores_free < CPU_CHUNK_CORES - 1e-9:
+        return 0.0
+    c = held or 0.0
+    return cpu_rate(svc, c + CPU_CHUNK_CORES) - cpu_rate(svc, c)
 
 
 def _best_unit(
-    ctx: ClusterContext, lm: str, budgets: list[_NodeBudget], prev_roles: dict[str, list[str]]
-) -> tuple[_NodeBudget, float] | None:
-    best: tuple[tuple[float, int, int, int], _NodeBudget, float] | None = None
+    ctx: ClusterContext,
+    lm: str,
+    budgets: list[_NodeBudget],
+    prev_roles: dict[str, list[str]],
+) -> tuple[_NodeBudget, str, float] | None:
+    best: tuple[tuple[float, int, int, int], _NodeBudget, str, float] | None = None
     for i, b in enumerate(budgets):
-        gain = _marginal(ctx, lm, b)
-        if gain <= 0:
-            continue
-        key = (
-            round(gain, 9),
-            int(lm in prev_roles.get(b.name, [])),
-            int(lm in b.lms),
-            -i,
-        )
-        if best is None or key > best[0]:
-            best = (key, b, gain)
-    return None if best is None else (best[1], best[2])
+        for kind in _kinds(ctx, lm, b):
+            gain = _marginal(ctx, lm, b, kind)
+            if gain <= 0:
+                continue
+            key = (
+                round(gain, 9),
+                int(lm in prev_roles.get(b.name, [])),
+                int(lm in b.lms),
+                -i,
+            )
+            if best is None or key > best[0]:
+                best = (key, b, kind, gain)
+    return None if best is None else (best[1], best[2], best[3])
 
 
-def _take(ctx: ClusterContext, lm: str, b: _NodeBudget) -> None:
+def _take(ctx: ClusterContext, lm: str, b: _NodeBudget, kind: str) -> None:
     svc = ctx.service(lm).spec
-    new = lm not in b.lms
-    if new:
+    if lm not in b.lms:
+        b.modes[lm] = kind
         b.mem_free -= svc.deployment_memory_gib
-    if b.gpu:
-        if new:
+        if kind == "gpu":
             b.vram_free -= svc.min_vram_gib
-            b.cores_free -= svc.default_cpu_cores
+    if kind == "gpu":
         b.vgpus_free -= 1
         b.lms[lm] = b.lms.get(lm, 0.0) + 1
     else:

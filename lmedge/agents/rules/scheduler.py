@@ -10,12 +10,23 @@ For every (origin, LM) pair with arrivals, in decreasing order of prompts:
   + the uplink transfer, where the rate is that of the running instance, or
   of a typical new one (capacity.py) when the LM is only in the node's role;
 - a node where the LM is neither running, starting nor in the role (an
-  inactive-target conflict) pays `tau / 2`, so it is chosen only when nothing
-  else is feasible;
-- the macro weight enters as a mild preference: cost / (0.5 + p).
+  inactive-target conflict) pays `tau`: it is chosen only when nothing else
+  is feasible, or to shed load (below);
+- the macro weight breaks ties (it is proportional to planned capacity,
+  which the rate already reflects).
 
 The cheapest candidate wins; ties go to the higher weight, then the origin,
-then the name. The same ranking (top-k per LM) is what the LLM prompt shows.
+then the name.
+
+Admission control: when even the cheapest candidate's estimated completion
+is beyond `ADMIT_FRACTION x deadline`, the set is shed -- sent to a feasible
+node where the LM is not planned (the planner keeps one such node per LM),
+where it fails at its deadline without taking service time. Under overload
+a FIFO queue otherwise grows until requests wait about tau and many time out
+mid-inference, wasting the capacity the others needed; shedding keeps the
+queues short, so the served requests finish early and no work is wasted.
+The shed sets show up as inactive-target conflicts in the metrics. The same
+ranking (top-k per LM) is what the LLM prompt shows.
 """
 
 from __future__ import annotations
@@ -24,6 +35,10 @@ from dataclasses import dataclass
 
 from lmedge.agents.rules.capacity import COLD_START_S, best_rate, instance_rate
 from lmedge.api import Arrival, ClusterContext, MacroPolicy, NodeState, Route, RoutingMap
+
+#: Admission horizon as a fraction of the deadline: a request set whose best
+#: estimated completion is later than this is shed (see the module docstring).
+ADMIT_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -82,14 +97,13 @@ def candidates(
         elif n in planned:
             rate, status, wait = best_rate(svc, node), "role", COLD_START_S
         else:
-            rate, status, wait = best_rate(svc, node), "off", tau / 2
+            rate, status, wait = best_rate(svc, node), "off", tau
         if rate <= 0:
             continue
         cost = (backlog + prompts) / rate + wait
         if origin is not None:
             cost += transfer_s(ctx, origin, n, svc.profile.request_kib * prompts)
-        p = weights.get(n, 0.0)
-        out.append(Candidate(n, cost / (0.5 + p), backlog, status, p))
+        out.append(Candidate(n, cost, backlog, status, weights.get(n, 0.0)))
     out.sort(key=lambda c: (c.cost_s, -c.p, c.node != origin, c.node))
     return out
 
@@ -109,7 +123,12 @@ def rule_routing(
         ranked = candidates(ctx, macro, states, a.lm, extra, max(1, a.prompts), a.origin)
         if not ranked:
             continue
-        dest = ranked[0].node
+        usable = [c for c in ranked if c.status != "off"] or ranked
+        dest = usable[0].node
+        if usable[0].cost_s > ADMIT_FRACTION * ctx.deadline_s(a.lm):
+            sinks = [c for c in ranked if c.status == "off"]
+            if sinks:
+                dest = sinks[-1].node
         extra[(dest, a.lm)] = extra.get((dest, a.lm), 0) + a.prompts
         routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
     routes.sort(key=lambda r: (r.origin, r.lm))
