@@ -2,4 +2,5 @@
 
 pytest_plugins = [
     "tests.fixtures.ferretdb",
+    "tests.fixtures.llm_server",
 ]

@@ -135,7 +135,7 @@ class AgentCore:
         )
 
 
-def _envelope(model: type[T], **fields: Any) -> Decision[T]:
-    """`Decision[model](**fields)`, typed for the caller's T."""
-    cls: Any = Decision[model]  # type: ignore[valid-type]
+def _envelope(kind: type[T], /, **fields: Any) -> Decision[T]:
+    """`Decision[kind](**fields)`, typed for the caller's T."""
+    cls: Any = Decision[kind]  # type: ignore[valid-type]
     return cast("Decision[T]", cls(**fields))

@@ -1,0 +1,237 @@
+"""The three agents against a real local OpenAI-compatible server (tests/fixtures/llm_server.py).
+
+Every scripted fault must end in the documented outcome within the agent's
+time budget, with an audit record, and never raise:
+
+- unusable replies (malformed, wrong schema, empty) and failed calls
+  (timeout, 429, 5xx): `source="fallback"`, `outcome="replaced"`, the error and
+  the raw reply kept, the paper's fallback value (random macro policy, local
+  routing, the node's running set);
+- parsed but infeasible decisions: `source="llm"`, `validated=False` with the
+  violations, for the controller to replace;
+- a server that rejects `json_schema` (HTTP 400): answered in JSON mode, and
+  remembered for the next call.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmedge.agents import AgenticDeployer, AgenticPlanner, AgenticRouter
+from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
+from lmedge.api import (
+    ClusterContext,
+    Decision,
+    NodeObservation,
+    PlanningObservation,
+    SlotObservation,
+    check_macro_policy,
+    check_placement,
+    check_routing_map,
+)
+from lmedge.backends.emulated.backend import EmulatedBackend
+from lmedge.controller.assembly import PolicyChoice, build_plugins
+from lmedge.controller.loop import ControlLoop
+from lmedge.sim.scenario import load_scenario
+from tests.fixtures.llm_server import LLMServer
+
+TESTBED = Path(__file__).resolve().parents[2] / "examples" / "testbed"
+TIMEOUT_S = 0.5
+BUDGET_S = 2.0
+
+
+def _params(server: LLMServer, **extra: Any) -> dict[str, Any]:
+    return {
+        "llm_base_url": server.base_url,
+        "llm_timeout_s": TIMEOUT_S,
+        "llm_budget_s": BUDGET_S,
+        "llm_max_retries": 1,
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def world() -> tuple[ClusterContext, PlanningObservation, SlotObservation, NodeObservation]:
+    backend = EmulatedBackend(load_scenario(TESTBED), seed=1)
+    ctx = backend.context()
+    plan_obs = PlanningObservation(epoch=0, context=ctx)
+    macro = rule_macro_policy(plan_obs, RulePlannerState())
+    snap = backend.snapshot(0)
+    arrivals = [a for a in backend.arrivals(0) if a.requests > 0]
+    slot_obs = SlotObservation(
+        slot=0, epoch=0, context=ctx, macro=macro, snapshot=snap, arrivals=arrivals
+    )
+    node = ctx.node("worker-2")
+    node_obs = NodeObservation(
+        slot=0,
+        epoch=0,
+        node=node,
+        services=ctx.services,
+        roles=macro.role_map()["worker-2"],
+        state=snap.node("worker-2").model_copy(
+            update={"backlog": {"lm3": 6, "lm4": 3}, "free_vgpus": 2, "free_cpu_cores": 16}
+        ),
+    )
+    return ctx, plan_obs, slot_obs, node_obs
+
+
+def _decide(agent: str, server: LLMServer, world: Any) -> Decision[Any]:
+    ctx, plan_obs, slot_obs, node_obs = world
+    params = _params(server)
+    if agent == "planner":
+        return AgenticPlanner.build(ctx, params, seed=3).plan(plan_obs)
+    if agent == "scheduler":
+        return AgenticRouter.build(ctx, params).route(slot_obs)
+    return AgenticDeployer.build(ctx, params).place(node_obs)
+
+
+def _violations(agent: str, d: Decision[Any], world: Any) -> list[Any]:
+    ctx, _, slot_obs, node_obs = world
+    if agent == "planner":
+        return check_macro_policy(d.value, ctx)
+    if agent == "scheduler":
+        return check_routing_map(d.value, ctx, slot_obs.arrivals)
+    return check_placement(d.value, node_obs.node, node_obs.services)
+
+
+AGENTS = ["planner", "scheduler", "deployer"]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_good_reply_is_accepted_with_tokens_and_model(
+    agent: str, llm_server: LLMServer, world: Any
+) -> None:
+    d = _decide(agent, llm_server, world)
+    assert (d.source, d.parsed, d.validated, d.outcome) == ("llm", True, True, "accepted")
+    assert d.raw and d.tokens_in > 0 and d.tokens_out > 0 and d.model
+    assert d.error is None and not d.violations
+    assert _violations(agent, d, world) == []
+    assert llm_server.schemas == ["json_schema"]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("fault", ["malformed", "wrong_schema", "empty"])
+def test_unusable_reply_falls_back_after_one_repair(
+    agent: str, fault: str, llm_server: LLMServer, world: Any
+) -> None:
+    llm_server.default = fault
+    d = _decide(agent, llm_server, world)
+    assert (d.source, d.parsed, d.validated, d.outcome) == ("fallback", False, False, "replaced")
+    assert d.error
+    assert len(llm_server.bodies) == 2, "one repair turn, then the fallback"
+    assert _violations(agent, d, world) == [], "the fallback value is feasible"
+    if fault != "empty":
+        assert d.raw
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_repair_turn_recovers(agent: str, llm_server: LLMServer, world: Any) -> None:
+    llm_server.script("malformed")
+    d = _decide(agent, llm_server, world)
+    assert (d.source, d.validated) == ("llm", True)
+    assert len(llm_server.bodies) == 2
+    assert "not valid JSON" in llm_server.bodies[1]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("fault", ["gpu_on_cpu", "bad_sum", "unknown_name"])
+def test_infeasible_reply_is_flagged_for_the_controller(
+    agent: str, fault: str, llm_server: LLMServer, world: Any
+) -> None:
+    llm_server.default = fault
+    d = _decide(agent, llm_server, world)
+    assert (d.source, d.parsed, d.validated) == ("llm", True, False)
+    assert d.violations
+    assert [str(v) for v in _violations(agent, d, world)] == d.violations
+    assert len(llm_server.bodies) == 2, "the violations were sent back once"
+    assert "infeasible" in llm_server.bodies[1]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("fault", ["timeout", "429", "500", "503"])
+def test_failed_calls_fall_back_within_budget(
+    agent: str, fault: str, llm_server: LLMServer, world: Any
+) -> None:
+    llm_server.default = fault
+    llm_server.slow_s = TIMEOUT_S * 3
+    started = time.monotonic()
+    d = _decide(agent, llm_server, world)
+    elapsed = time.monotonic() - started
+    assert (d.source, d.outcome) == ("fallback", "replaced")
+    assert d.error and ("timed out" in d.error or fault in d.error)
+    assert elapsed < BUDGET_S + 1.0
+    assert 1 <= len(llm_server.bodies) <= 3
+    assert _violations(agent, d, world) == []
+
+
+@pytest.mark.parametrize("fault", ["429", "503", "timeout"])
+def test_transient_failure_is_retried(fault: str, llm_server: LLMServer, world: Any) -> None:
+    llm_server.slow_s = TIMEOUT_S * 3
+    llm_server.script(fault)
+    d = _decide("scheduler", llm_server, world)
+    assert (d.source, d.validated) == ("llm", True)
+    assert llm_server.served[:2] == [fault, "good"]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_fenced_json_is_accepted(agent: str, llm_server: LLMServer, world: Any) -> None:
+    llm_server.default = "fenced"
+    d = _decide(agent, llm_server, world)
+    assert (d.source, d.validated) == ("llm", True)
+
+
+def test_json_schema_rejection_switches_to_json_mode_once(
+    llm_server: LLMServer, world: Any
+) -> None:
+    llm_server.default = "no_json_schema"
+    first = _decide("deployer", llm_server, world)
+    second = _decide("deployer", llm_server, world)
+    assert (first.source, first.validated) == ("llm", True)
+    assert (second.source, second.validated) == ("llm", True)
+    assert llm_server.schemas == ["json_schema", "json_object", "json_object"]
+    assert "JSON Schema named placement" in llm_server.bodies[1]
+
+
+def test_ma_runs_end_to_end_on_the_llm_path(llm_server: LLMServer) -> None:
+    backend = EmulatedBackend(load_scenario(TESTBED, loop={"epoch_slots": 10}), seed=1)
+    ctx = backend.context()
+    params = _params(llm_server)
+    choice = PolicyChoice(
+        profile="ma", params={"planner": params, "router": params, "deployer": params}
+    )
+    loop = ControlLoop(backend, build_plugins(choice, ctx, 1), run_id="ma-llm", seed=1)
+    result = loop.run(20)
+    kinds = {d.agent for d in result.decisions}
+    assert kinds == {"planner", "scheduler", "deployer"}
+    routed = [d for d in result.decisions if d.agent != "scheduler" or d.raw is not None]
+    assert routed and all(d.source == "llm" and d.outcome == "accepted" for d in routed)
+    assert sum(1 for d in result.decisions if d.agent == "planner") == 2
+    assert len(llm_server.bodies) == len(routed)
+    assert any(r.outcome == "success" for r in result.records)
+
+
+def test_ma_survives_a_storm_of_faults(llm_server: LLMServer) -> None:
+    backend = EmulatedBackend(load_scenario(TESTBED, loop={"epoch_slots": 5}), seed=2)
+    ctx = backend.context()
+    params = _params(llm_server, llm_timeout_s=0.2, llm_budget_s=0.6)
+    llm_server.slow_s = 0.4
+    faults = ["malformed", "gpu_on_cpu", "timeout", "503", "bad_sum", "good", "429", "empty"]
+    llm_server.script(*(faults * 40))
+    choice = PolicyChoice(
+        profile="ma", params={"planner": params, "router": params, "deployer": params}
+    )
+    loop = ControlLoop(backend, build_plugins(choice, ctx, 2), run_id="ma-storm", seed=2)
+    result = loop.run(10)
+    assert result.slots == 10
+    for d in result.decisions:
+        if d.source == "fallback":
+            assert d.outcome == "replaced" and (d.error or d.violations)
+        if not d.validated:
+            assert d.violations or d.error
+            assert d.outcome == "replaced"
+    assert any(d.source == "fallback" for d in result.decisions)
+    assert any(d.source == "llm" and d.outcome == "accepted" for d in result.decisions)
