@@ -50,7 +50,11 @@ def read_documents(path: Path) -> list[tuple[str, dict[str, Any]]]:
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark else ""
-            raise ManifestError(str(f), where, f"not valid YAML: {exc}") from exc
+            problem = getattr(exc, "problem", None) or str(exc)
+            # One line: pyyaml's own message spans several, with a source excerpt.
+            raise ManifestError(
+                str(f), where, f"not valid YAML: {' '.join(problem.split())}"
+            ) from exc
         for d in loaded:
             if d is None:
                 continue
@@ -66,6 +70,7 @@ def parse_resources(
     """EdgeNodes and LMServices from parsed documents; other kinds are skipped."""
     nodes: list[NodeInfo] = []
     services: list[ServiceInfo] = []
+    first_seen: dict[tuple[str, str], str] = {}
     for source, d in docs:
         kind = d.get("kind")
         if kind not in KINDS:
@@ -80,6 +85,12 @@ def parse_resources(
             raise ManifestError(
                 source, f"{kind}.metadata.name", "must be a lowercase RFC 1123 name (a-z, 0-9, -)"
             )
+        if (kind, name) in first_seen:
+            # Name the file of the second definition: that is the one to fix or remove.
+            raise ManifestError(
+                source, f"{kind}/{name}", f"defined twice (first in {first_seen[(kind, name)]})"
+            )
+        first_seen[(kind, name)] = source
         model = EdgeNodeSpec if kind == "EdgeNode" else LMServiceSpec
         try:
             spec = model.model_validate(d.get("spec") or {})
@@ -90,8 +101,6 @@ def parse_resources(
             nodes.append(NodeInfo(name=name, spec=spec))
         else:
             services.append(ServiceInfo(name=name, spec=spec))
-    _no_duplicates(source_of=docs, names=[n.name for n in nodes], kind="EdgeNode")
-    _no_duplicates(source_of=docs, names=[s.name for s in services], kind="LMService")
     return nodes, services
 
 
@@ -103,18 +112,6 @@ def _valid_name(name: str) -> bool:
     import re
 
     return len(name) <= 63 and re.fullmatch(_NAME, name) is not None
-
-
-def _no_duplicates(
-    source_of: Iterable[tuple[str, dict[str, Any]]], names: list[str], kind: str
-) -> None:
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise ManifestError(
-                str(next(iter(source_of), ("?",))[0]), f"{kind}/{n}", "defined twice"
-            )
-        seen.add(n)
 
 
 def to_manifest(kind: str, name: str, spec: LMServiceSpec | EdgeNodeSpec) -> dict[str, Any]:

@@ -19,7 +19,8 @@ import celpy
 import jsonschema_rs
 import pytest
 import yaml
-from pydantic import ValidationError
+from celpy.adapter import json_to_cel
+from pydantic import BaseModel, ValidationError
 
 from lmedge.api import EdgeNodeSpec, LMServiceSpec
 from lmedge.api.crds import all_crds, write_crds
@@ -29,7 +30,7 @@ from tests.unit.api.crd_cases import BAD_NAMES, EDGENODE, INVALID, LMSERVICE, Ca
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = {"LMService": "lmedge.io_lmservices.yaml", "EdgeNode": "lmedge.io_edgenodes.yaml"}
-MODELS = {"LMService": LMServiceSpec, "EdgeNode": EdgeNodeSpec}
+MODELS: dict[str, type[BaseModel]] = {"LMService": LMServiceSpec, "EdgeNode": EdgeNodeSpec}
 
 
 def root_schema(kind: str) -> dict[str, Any]:
@@ -231,7 +232,7 @@ def _cel_failures(node: dict[str, Any], value: dict[str, Any]) -> list[str]:
     failed = []
     for rule in node.get("x-kubernetes-validations", []):
         program = env.program(env.compile(rule["rule"]))
-        if not program.evaluate({"self": celpy.json_to_cel(value)}):
+        if not program.evaluate({"self": json_to_cel(value)}):
             failed.append(rule["message"])
     return failed
 
