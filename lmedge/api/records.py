@@ -38,6 +38,10 @@ class RequestRecord(WireModel):
     mode: Literal["gpu", "cpu", "none"] = Field(
         default="none", description="Where it was served; none if it never ran."
     )
+    error: str | None = Field(
+        default=None,
+        description="Why it failed when not by the deadline, e.g. an unreachable destination.",
+    )
 
     @property
     def latency_s(self) -> float:

@@ -1,1 +1,14 @@
-"""lmedge.dataplane."""
+"""The data plane: one gateway per worker node (paper §V-E, Fig. 4, T2.1-T2.12).
+
+A prompt set submitted at a node's gateway is sent along the slot's routing map
+to the destination node's gateway, waits there in a FIFO queue per LM for the
+LM's local model pod (`lmedge.modelserver`), and its result returns to the
+origin, which stores a `RequestRecord` with the uplink, queue (including cold
+start), inference and downlink times.
+
+Modules, from the core outwards: `routing` (the map as one node sees it),
+`queues` (destination side), `timing` (stage split and record), `gateway`
+(both roles, no web framework), `records` (the store sink), `metrics`
+(Prometheus), `openai` (OpenAI-compatible shapes), `clients` (httpx), `app`
+(FastAPI). Only `clients` imports httpx.
+"""

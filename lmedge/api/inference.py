@@ -1,0 +1,80 @@
+"""What a model server is asked and answers: the gateway <-> model pod contract.
+
+The gateway (`lmedge.dataplane`) and the model server (`lmedge.modelserver`) are
+independent siblings in the layering, so the messages they exchange live here.
+A request is a *prompt set*: K prompts for one LM, processed in order. Images
+travel base64-encoded inside JSON (one request body, no multipart), which keeps
+the progress file and the OpenAI `b64_json` responses in one format.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from lmedge.api.base import WireModel
+
+#: Most prompts in one prompt set; the paper's sets have K <= 8.
+MAX_PROMPTS = 64
+#: Longest text of one prompt, characters.
+MAX_PROMPT_CHARS = 32_768
+#: Largest base64 image of one prompt, characters (~6 MiB decoded).
+MAX_IMAGE_CHARS = 8 * 1024 * 1024
+
+
+class Prompt(WireModel):
+    """One prompt: text, an image (base64 PNG/JPEG), or both (image-to-text with a hint)."""
+
+    text: str = Field(default="", max_length=MAX_PROMPT_CHARS, description="Prompt text.")
+    image: str | None = Field(
+        default=None,
+        max_length=MAX_IMAGE_CHARS,
+        description="Base64-encoded image, no data: prefix.",
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Most new tokens for text output; server default if unset.",
+    )
+
+
+class Output(WireModel):
+    """The result of one prompt: text, or an image (base64 PNG)."""
+
+    text: str | None = None
+    image: str | None = None
+
+
+class InferRequest(WireModel):
+    """A prompt set sent to a model server's `/infer`.
+
+    `id` names the set: a repeated call with the same id resumes at the first
+    prompt not yet finished (the progress is kept on a host path), so a
+    restarted pod never repeats a prompt. `budget_s` is the time left until the
+    request's deadline; the server starts no prompt after it has elapsed.
+    """
+
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    lm: str = Field(min_length=1, max_length=63)
+    prompts: list[Prompt] = Field(max_length=MAX_PROMPTS)
+    budget_s: float | None = Field(default=None, gt=0, description="Seconds until the deadline.")
+
+
+class InferResult(WireModel):
+    """A model server's answer: outputs in prompt order, and compute time.
+
+    `outputs` holds the finished prompts (all of them unless `complete` is
+    False, which happens only when `budget_s` ran out). `inference_s` is the
+    compute time of every prompt of the set, including those finished by an
+    earlier process before a restart.
+    """
+
+    id: str
+    lm: str
+    outputs: list[Output]
+    complete: bool
+    inference_s: float = Field(ge=0)
+    mode: Literal["gpu", "cpu"]
+    resumed_from: int = Field(default=0, ge=0, description="Prompts already done when called.")

@@ -1,0 +1,158 @@
+"""`lmedge gateway` and `lmedge model-server`: the two data-plane processes of a node."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, cast, get_args
+
+import typer
+
+from lmedge.errors import ConfigError
+
+#: Default largest request body of the gateway, bytes (as in lmedge.dataplane.app).
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
+
+
+def parse_pairs(values: list[str], what: str) -> dict[str, str]:
+    """`NAME=VALUE` flags as a dict; one clear error for a malformed or repeated one."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise ConfigError(f"{what} must look like NAME=URL, got {value!r}")
+        if name in pairs:
+            raise ConfigError(f"{what} for {name!r} given twice")
+        pairs[name.strip()] = rest.strip()
+    return pairs
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("gateway")
+    def gateway(
+        node: Annotated[str, typer.Option("--node", help="This node's name (as in its EdgeNode).")],
+        services: Annotated[
+            Path,
+            typer.Option("--services", help="LMService manifests (file or folder) naming the LMs."),
+        ],
+        host: Annotated[
+            str, typer.Option(help="Address to listen on (0.0.0.0 in a pod).")
+        ] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+        peer: Annotated[
+            list[str] | None,
+            typer.Option("--peer", help="Another node's gateway, NODE=URL; repeat per node."),
+        ] = None,
+        peer_url_template: Annotated[
+            str | None,
+            typer.Option(
+                help="URL of nodes not given with --peer, e.g. http://{node}.lmedge-gateway:8080."
+            ),
+        ] = None,
+        model_url: Annotated[
+            list[str] | None,
+            typer.Option("--model-url", help="A model pod on this node, LM=URL; repeat per LM."),
+        ] = None,
+        tau: Annotated[float, typer.Option(help="Request deadline tau, seconds.")] = 900.0,
+        run: Annotated[
+            str, typer.Option(help="Run id stamped on records until the controller sends one.")
+        ] = "",
+        store: Annotated[
+            str | None,
+            typer.Option(
+                help="Store for request records (default $LMEDGE_STORE or ./.lmedge/store)."
+            ),
+        ] = None,
+        max_body_bytes: Annotated[
+            int, typer.Option(help="Largest request body, bytes.")
+        ] = DEFAULT_MAX_BODY,
+        max_connections: Annotated[
+            int, typer.Option(help="Pooled connections per upstream pool.")
+        ] = 512,
+    ) -> None:
+        """Run this node's gateway: user API, forwarding, per-LM queues, /metrics."""
+        import uvicorn
+
+        from lmedge.api.manifests import load_resources
+        from lmedge.dataplane.app import ApiSettings, create_app
+        from lmedge.dataplane.clients import HttpClients
+        from lmedge.dataplane.gateway import Gateway, GatewaySettings
+        from lmedge.dataplane.records import StoreSink
+        from lmedge.store import open_store
+
+        _, found = load_resources(services)
+        if not found:
+            raise ConfigError(f"{services}: no LMService found")
+        settings = GatewaySettings(
+            node=node,
+            services={s.name: s.spec.modality for s in found},
+            peers=parse_pairs(peer or [], "--peer"),
+            peer_url_template=peer_url_template,
+            model_urls=parse_pairs(model_url or [], "--model-url"),
+            tau_s=tau,
+            run=run,
+        )
+        token = os.environ.get("LMEDGE_GATEWAY_TOKEN") or None
+        control_token = os.environ.get("LMEDGE_CONTROL_TOKEN") or None
+        clients = HttpClients(token=control_token or token, max_connections=max_connections)
+        sink = StoreSink(open_store(store))
+        core = Gateway(settings, peers=clients, models=clients, sink=sink)
+        api = create_app(
+            core,
+            ApiSettings(token=token, control_token=control_token, max_body_bytes=max_body_bytes),
+        )
+        api.state.closers.append(clients.aclose)
+        uvicorn.run(api, host=host, port=port, log_level="warning", backlog=4096)
+
+    @app.command("model-server")
+    def model_server(
+        lm: Annotated[str, typer.Option("--lm", help="The LM service this pod serves.")],
+        modality: Annotated[
+            str, typer.Option(help="The LM's modality: text-to-text, image-to-text, text-to-image.")
+        ] = "text-to-text",
+        backend: Annotated[
+            str, typer.Option(help="stub, text-generation, image-to-text or text-to-image.")
+        ] = "stub",
+        model_path: Annotated[
+            Path | None, typer.Option(help="Directory of local weights (baked into the image).")
+        ] = None,
+        device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+        progress_dir: Annotated[
+            Path, typer.Option(help="Host path for resumable progress (a hostPath volume).")
+        ] = Path(".lmedge/progress"),
+        host: Annotated[
+            str, typer.Option(help="Address to listen on (0.0.0.0 in a pod).")
+        ] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+        stub_seconds: Annotated[
+            float, typer.Option(help="Stub backend: seconds per prompt.")
+        ] = 0.0,
+        max_new_tokens: Annotated[
+            int, typer.Option(help="Text output: default new tokens per prompt.")
+        ] = 32,
+        image_steps: Annotated[int, typer.Option(help="Text-to-image: denoising steps.")] = 20,
+        image_size: Annotated[int, typer.Option(help="Text-to-image: image side, pixels.")] = 512,
+    ) -> None:
+        """Run a model pod's server: one LM, /infer with resumable prompt sets."""
+        import uvicorn
+
+        from lmedge.api.resources import Modality
+        from lmedge.modelserver.app import ModelServer, create_app
+        from lmedge.modelserver.backends import load_backend
+
+        kinds = get_args(Modality)
+        if modality not in kinds:
+            raise ConfigError(f"unknown modality {modality!r}; choose one of {', '.join(kinds)}")
+        chosen = load_backend(
+            backend,
+            lm=lm,
+            modality=cast(Modality, modality),
+            model_path=model_path,
+            device=device,
+            stub_seconds=stub_seconds,
+            max_new_tokens=max_new_tokens,
+            image_steps=image_steps,
+            image_size=image_size,
+        )
+        server = ModelServer(lm, chosen, progress_dir)
+        uvicorn.run(create_app(server), host=host, port=port, log_level="warning")

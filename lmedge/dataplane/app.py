@@ -1,0 +1,268 @@
+"""The gateway's HTTP surface (FastAPI): parse, authorise, call `Gateway`, render.
+
+Endpoints:
+
+* users: `POST /v1/prompt-sets` (native), `POST /v1/chat/completions`,
+  `POST /v1/completions`, `POST /v1/images/generations`, `GET /v1/models`;
+* controller and node agent: `PUT /control/routing` (the slot's routing map,
+  pushed each slot as in the paper's FastAPI broadcast), `PUT /control/models`
+  (the model pods serving here), `GET /control/status`;
+* peer gateways: `POST /internal/forward`;
+* operations: `GET /metrics` (Prometheus), `GET /healthz`, `GET /readyz`.
+
+Why push and not poll: the routing map is decided once per slot and must be in
+force for every request of that slot; a push lands it within one round trip
+and needs no store access on the request path. A gateway that misses a push
+keeps the previous map, and with no map at all it serves locally (the paper's
+fallback).
+
+User endpoints take the API token (`--token`), control and internal endpoints
+the control token (`--control-token`, which defaults to the API token); with
+neither set every endpoint is open (development only). Bodies are limited in
+size and must be JSON; errors come back in the OpenAI shape
+`{"error": {"message", "type", "code"}}` so the OpenAI SDK shows them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lmedge.dataplane import openai as oa
+from lmedge.dataplane.gateway import Gateway, UnknownLM
+from lmedge.dataplane.wire import (
+    ForwardRequest,
+    ForwardResult,
+    GatewayStatus,
+    LocalModels,
+    PromptSetRequest,
+    PromptSetResult,
+    RoutingUpdate,
+)
+from lmedge.errors import UserError
+
+__all__ = ["ApiSettings", "create_app"]
+
+#: Default largest request body, bytes: 64 prompts of text, or a few images.
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """HTTP-level settings: tokens and the body limit (bytes)."""
+
+    token: str | None = None
+    control_token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY
+
+    @property
+    def effective_control_token(self) -> str | None:
+        return self.control_token or self.token
+
+
+def _error(status: int, message: str, kind: str, code: str | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "code": code}}, status_code=status
+    )
+
+
+class _BodyGuard:
+    """Rejects oversized bodies (413) and non-JSON bodies (415) before parsing."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            await _error(
+                413, f"request body larger than {self.max_bytes} bytes", "invalid_request_error"
+            )(scope, receive, send)
+            return
+        ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if ctype != "application/json":
+            await _error(
+                415,
+                "request body must be JSON (Content-Type: application/json)",
+                "invalid_request_error",
+            )(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await _error(
+                413, f"request body larger than {self.max_bytes} bytes", "invalid_request_error"
+            )(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _bearer(expected: str | None) -> Callable[..., Awaitable[None]]:
+    async def check(authorization: Annotated[str | None, Header()] = None) -> None:
+        if expected is None:
+            return
+        given = (authorization or "").removeprefix("Bearer ").strip()
+        if not secrets.compare_digest(given.encode(), expected.encode()):
+            raise StarletteHTTPException(401, "missing or wrong bearer token")
+
+    return check
+
+
+def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
+    """The gateway's ASGI app; closes the gateway (queues, clients, sink) on shutdown."""
+    api = api or ApiSettings()
+    closers: list[Callable[[], Awaitable[None]]] = [gateway.close]
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        for close in closers:
+            await close()
+
+    app = FastAPI(
+        title="lmedge gateway",
+        version="0.1.0",
+        summary=f"Node gateway of {gateway.node}: prompt sets, OpenAI-compatible API, control.",
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    app.state.closers = closers
+    app.add_middleware(_BodyGuard, max_bytes=api.max_body_bytes)
+    user = [Depends(_bearer(api.token))]
+    control = [Depends(_bearer(api.effective_control_token))]
+    _errors(app)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"])
+    async def readyz() -> dict[str, str]:
+        return {"status": "ready", "node": gateway.node}
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    async def metrics() -> Response:
+        return Response(gateway.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models", tags=["openai"], dependencies=user)
+    async def models() -> dict[str, Any]:
+        return oa.model_list(dict(gateway.settings.services))
+
+    @app.post("/v1/prompt-sets", tags=["native"], dependencies=user)
+    async def prompt_sets(body: PromptSetRequest) -> PromptSetResult:
+        return await gateway.submit(body.lm, body.prompts, body.id)
+
+    @app.post("/v1/chat/completions", tags=["openai"], dependencies=user)
+    async def chat(body: oa.ChatCompletionRequest) -> JSONResponse:
+        prompts = oa.chat_prompts(body, gateway.check_lm(body.model))
+        result = await gateway.submit(body.model, prompts)
+        return _served(result) or JSONResponse(
+            oa.chat_response(result.id, body.model, result.outputs), headers=_headers(result)
+        )
+
+    @app.post("/v1/completions", tags=["openai"], dependencies=user)
+    async def completions(body: oa.CompletionRequest) -> JSONResponse:
+        prompts = oa.completion_prompts(body, gateway.check_lm(body.model))
+        result = await gateway.submit(body.model, prompts)
+        return _served(result) or JSONResponse(
+            oa.completion_response(result.id, body.model, result.outputs), headers=_headers(result)
+        )
+
+    @app.post("/v1/images/generations", tags=["openai"], dependencies=user)
+    async def images(body: oa.ImageGenerationRequest) -> JSONResponse:
+        prompts = oa.image_prompts(body, gateway.check_lm(body.model))
+        result = await gateway.submit(body.model, prompts)
+        return _served(result) or JSONResponse(
+            oa.image_response(result.outputs), headers=_headers(result)
+        )
+
+    @app.put("/control/routing", tags=["control"], dependencies=control)
+    async def put_routing(body: RoutingUpdate) -> dict[str, int]:
+        return {"routes": gateway.set_routing(body), "slot": body.slot}
+
+    @app.put("/control/models", tags=["control"], dependencies=control)
+    async def put_models(body: LocalModels) -> dict[str, list[str]]:
+        return {"active": gateway.set_models(body)}
+
+    @app.get("/control/status", tags=["control"], dependencies=control)
+    async def status() -> GatewayStatus:
+        return gateway.status()
+
+    @app.post("/internal/forward", tags=["internal"], dependencies=control)
+    async def forward(body: ForwardRequest) -> ForwardResult:
+        return await gateway.accept(body)
+
+    return app
+
+
+def _headers(result: PromptSetResult) -> dict[str, str]:
+    return {"x-lmedge-request-id": result.id, "x-lmedge-destination": result.destination}
+
+
+def _served(result: PromptSetResult) -> JSONResponse | None:
+    """An error response for a set that was not served in full, else None."""
+    if result.outcome == "success":
+        return None
+    if result.error:
+        response = _error(502, f"request {result.id} failed: {result.error}", "upstream_error")
+    else:
+        response = _error(
+            504, f"request {result.id} missed its deadline at {result.destination}", "timeout"
+        )
+    response.headers.update(_headers(result))
+    return response
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(UnknownLM)
+    async def unknown_lm(_: Request, exc: UnknownLM) -> JSONResponse:
+        return _error(404, str(exc), "invalid_request_error", "model_not_found")
+
+    @app.exception_handler(UserError)
+    async def user_error(_: Request, exc: UserError) -> JSONResponse:
+        return _error(400, str(exc), "invalid_request_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        more = len(exc.errors()) - 1
+        message = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        return _error(
+            422, message + (f" (and {more} more)" if more > 0 else ""), "invalid_request_error"
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        response = _error(exc.status_code, str(exc.detail), "invalid_request_error")
+        if headers:
+            response.headers.update(headers)
+        return response

@@ -1,0 +1,279 @@
+"""The gateway's core: route, forward or queue, time, record — no web framework.
+
+Two roles in one object, as every worker node is both:
+
+* origin (`submit`): a prompt set arrives from a user; look up the destination
+  in the slot's routing map, hand the set to the destination's gateway (or to
+  the local queues), and when the result is back build the `RequestRecord`
+  with all four stage times and hand it to the record sink;
+* destination (`accept`): a set arrives from an origin; queue it FIFO for the
+  LM's local model pod and answer with the queue and inference times.
+
+The HTTP layer (`lmedge.dataplane.app`) only parses and renders. Clock, peers'
+client, model client and sink are injected, so unit tests drive this class
+with plain fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from lmedge.api.inference import Prompt
+from lmedge.api.records import RequestRecord
+from lmedge.api.resources import Modality
+from lmedge.dataplane.metrics import GatewayMetrics
+from lmedge.dataplane.queues import LMQueues, LocalModels, ModelCaller
+from lmedge.dataplane.records import RecordSink
+from lmedge.dataplane.routing import RoutingTable
+from lmedge.dataplane.timing import build_record, record_total, split_stages
+from lmedge.dataplane.wire import (
+    ForwardRequest,
+    ForwardResult,
+    GatewayStatus,
+    PromptSetResult,
+    RoutingUpdate,
+)
+from lmedge.dataplane.wire import (
+    LocalModels as LocalModelsMessage,
+)
+from lmedge.errors import ConfigError, TransientError, UserError
+
+__all__ = ["Gateway", "GatewaySettings", "PeerCaller", "UnknownLM"]
+
+log = logging.getLogger(__name__)
+
+
+class UnknownLM(UserError):
+    """A request named an LM service this cluster does not have."""
+
+
+class PeerCaller(Protocol):
+    """Forwards a set to another node's gateway (the httpx client in production)."""
+
+    async def forward(
+        self, base_url: str, request: ForwardRequest, timeout_s: float
+    ) -> ForwardResult: ...
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """How one node's gateway is set up.
+
+    `services`: LM service name -> modality (from the LMService manifests).
+    `peers`: node name -> base URL of that node's gateway; `peer_url_template`
+    (e.g. `http://{node}.lmedge-gateway:8080`) covers nodes not listed.
+    `model_urls`: LM -> URL of a model pod on this node at start (the node agent
+    replaces the set later with `PUT /control/models`).
+    `tau_s`: request deadline, seconds (default 900, the paper's tau).
+    `grace_s`: how long past tau an origin waits for a destination to report
+    its timeout before giving up on it, seconds (default 5).
+    `run`: run id stamped on records until the controller pushes one.
+    """
+
+    node: str
+    services: Mapping[str, Modality]
+    peers: Mapping[str, str] = field(default_factory=dict)
+    peer_url_template: str | None = None
+    model_urls: Mapping[str, str] = field(default_factory=dict)
+    tau_s: float = 900.0
+    grace_s: float = 5.0
+    run: str = ""
+
+    def __post_init__(self) -> None:
+        if self.tau_s <= 0:
+            raise ConfigError(f"tau must be positive, got {self.tau_s}")
+        unknown = sorted(set(self.model_urls) - set(self.services))
+        if unknown:
+            raise ConfigError(
+                f"model URL given for unknown LM(s) {', '.join(unknown)}; "
+                f"services are {', '.join(sorted(self.services)) or 'none'}"
+            )
+
+    def peer_url(self, node: str) -> str | None:
+        if node in self.peers:
+            return self.peers[node]
+        if self.peer_url_template:
+            return self.peer_url_template.format(node=node)
+        return None
+
+
+class Gateway:
+    """One node's gateway. Build it inside a running event loop (it owns tasks)."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        *,
+        peers: PeerCaller,
+        models: ModelCaller,
+        sink: RecordSink,
+        metrics: GatewayMetrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.node = settings.node
+        self.metrics = metrics or GatewayMetrics(settings.node)
+        self.routing = RoutingTable(node=settings.node, run=settings.run)
+        self.local = LocalModels(dict(settings.model_urls))
+        self.queues = LMQueues(
+            node=settings.node,
+            models=self.local,
+            caller=models,
+            monotonic=monotonic,
+            wall=wall,
+            on_depth=self.metrics.set_depth,
+        )
+        self._peers = peers
+        self._sink = sink
+        self._monotonic = monotonic
+        self._wall = wall
+        self._started_at = wall()
+
+    # -- control ------------------------------------------------------------------
+
+    def set_routing(self, update: RoutingUpdate) -> int:
+        """Install the slot's routing map; LMs unknown here are rejected."""
+        unknown = sorted({r.lm for r in update.routing.routes} - set(self.settings.services))
+        if unknown:
+            raise UnknownLM(f"routing map names unknown LM(s): {', '.join(unknown)}")
+        return self.routing.update(update)
+
+    def set_models(self, message: LocalModelsMessage) -> list[str]:
+        """Replace the set of model pods serving on this node; return the active LMs."""
+        urls = {m.lm: m.url for m in message.models}
+        unknown = sorted(set(urls) - set(self.settings.services))
+        if unknown:
+            raise UnknownLM(f"unknown LM(s): {', '.join(unknown)}")
+        self.local.replace(urls)
+        return self.local.active()
+
+    def status(self) -> GatewayStatus:
+        return GatewayStatus(
+            node=self.node,
+            run=self.routing.run,
+            slot=self.routing.slot,
+            routes=len(self.routing.routes()),
+            active=self.local.active(),
+            queue_depth=self.queues.depth(),
+        )
+
+    # -- origin ---------------------------------------------------------------------
+
+    def check_lm(self, lm: str) -> Modality:
+        """The LM's modality; `UnknownLM` (one clear line) when there is no such LM."""
+        modality = self.settings.services.get(lm)
+        if modality is None:
+            known = ", ".join(sorted(self.settings.services)) or "none"
+            raise UnknownLM(f"unknown LM {lm!r}; this cluster serves: {known}")
+        return modality
+
+    def choose(self, lm: str) -> str:
+        """The destination node of a set for `lm` submitted here (timed)."""
+        start = time.perf_counter()
+        destination = self.routing.destination(lm)
+        self.metrics.decision.observe(time.perf_counter() - start)
+        return destination
+
+    async def submit(
+        self, lm: str, prompts: list[Prompt], request_id: str | None = None
+    ) -> PromptSetResult:
+        """Serve a prompt set submitted at this node, along the routing map."""
+        self.check_lm(lm)
+        rid = request_id or uuid.uuid4().hex
+        slot, run = self.routing.slot, self.routing.run
+        anchor = self.routing.run_started_at or self._started_at
+        destination = self.choose(lm)
+        tau = self.settings.tau_s
+        start = self._monotonic()
+        sent_at = self._wall()
+        forward = ForwardRequest(
+            id=rid, lm=lm, origin=self.node, prompts=prompts, sent_at=sent_at, budget_s=tau
+        )
+        result = await self._dispatch(destination, forward)
+        rtt = self._monotonic() - start
+        if result.outcome == "success" and rtt > tau:
+            # The destination met the deadline but the result came back too late.
+            result = result.model_copy(update={"outcome": "timeout"})
+        times = split_stages(
+            total_s=record_total(rtt_s=rtt, outcome=result.outcome, error=result.error, tau_s=tau),
+            sent_at=sent_at,
+            received_at=result.received_at,
+            queue_s=result.queue_s,
+            inference_s=result.inference_s,
+        )
+        record = build_record(
+            request_id=rid,
+            run=run,
+            lm=lm,
+            origin=self.node,
+            prompts=len(prompts),
+            slot=slot,
+            submit_s=sent_at - anchor,
+            times=times,
+            result=result,
+        )
+        self._finish(record)
+        return PromptSetResult(
+            id=rid,
+            lm=lm,
+            origin=self.node,
+            destination=result.destination,
+            outcome=result.outcome,
+            conflict=result.conflict,
+            prompts=len(prompts),
+            prompts_done=record.prompts_done,
+            outputs=result.outputs,
+            times=times,
+            error=result.error,
+        )
+
+    async def _dispatch(self, destination: str, forward: ForwardRequest) -> ForwardResult:
+        if destination == self.node:
+            return await self.accept(forward)
+        url = self.settings.peer_url(destination)
+        if url is None:
+            return self._undelivered(forward, destination, f"no address for node {destination!r}")
+        try:
+            return await self._peers.forward(url, forward, forward.budget_s + self.settings.grace_s)
+        except TransientError as exc:
+            return self._undelivered(forward, destination, str(exc))
+
+    def _undelivered(self, forward: ForwardRequest, destination: str, error: str) -> ForwardResult:
+        log.warning(
+            "set %s for %s not delivered to %s: %s", forward.id, forward.lm, destination, error
+        )
+        return ForwardResult(
+            id=forward.id,
+            destination=destination,
+            received_at=forward.sent_at,
+            queue_s=0.0,
+            inference_s=0.0,
+            outcome="timeout",
+            conflict=False,
+            mode="none",
+            outputs=[],
+            error=error,
+        )
+
+    def _finish(self, record: RequestRecord) -> None:
+        self.metrics.observe(record)
+        self._sink.put(record)
+
+    # -- destination ----------------------------------------------------------------
+
+    async def accept(self, forward: ForwardRequest) -> ForwardResult:
+        """Serve a set forwarded here (or submitted here and routed locally)."""
+        self.check_lm(forward.lm)
+        return await self.queues.submit(forward)
+
+    async def close(self) -> None:
+        await self.queues.close()
+        # A store sink joins its writer thread and flushes: keep the loop free.
+        await asyncio.to_thread(self._sink.close)

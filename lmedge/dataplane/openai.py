@@ -1,0 +1,218 @@
+"""OpenAI-compatible request and response shapes, and their mapping to prompt sets.
+
+Only what the four LM kinds need: chat completions (text, and image-to-text
+through `image_url` content parts carrying `data:` URLs), legacy completions,
+image generations (`b64_json`), and the model list. A request becomes one
+prompt set: `n` copies of the chat prompt, each element of a completions
+prompt list, or `n` images. Streaming is refused with a clear 400, and so are
+remote image URLs: the gateway never fetches from the internet on a user's
+behalf. Request models ignore fields they do not use (temperature, user, ...)
+so the official SDK works unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lmedge.api.inference import MAX_PROMPT_CHARS, MAX_PROMPTS, Output, Prompt
+from lmedge.api.resources import Modality
+from lmedge.errors import UserError
+
+__all__ = [
+    "BadRequest",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "ImageGenerationRequest",
+    "chat_prompts",
+    "chat_response",
+    "completion_prompts",
+    "completion_response",
+    "image_prompts",
+    "image_response",
+    "model_list",
+]
+
+_DATA_URL = re.compile(r"^data:image/(png|jpeg|jpg|webp|gif);base64,(?P<data>[A-Za-z0-9+/=\s]+)$")
+
+
+class BadRequest(UserError):
+    """A request the gateway cannot serve as asked (HTTP 400)."""
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Lenient):
+    type: Literal["text"]
+    text: str = Field(max_length=MAX_PROMPT_CHARS)
+
+
+class ImageURL(_Lenient):
+    url: str = Field(max_length=12 * 1024 * 1024)
+
+
+class ImagePart(_Lenient):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+
+class ChatCompletionRequest(_Lenient):
+    model: str = Field(min_length=1, max_length=63)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
+    max_tokens: int | None = Field(default=None, ge=1, le=4096)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
+    n: int = Field(default=1, ge=1, le=MAX_PROMPTS)
+    stream: bool | None = False
+
+
+class CompletionRequest(_Lenient):
+    model: str = Field(min_length=1, max_length=63)
+    prompt: str | list[str] = Field(max_length=MAX_PROMPTS)
+    max_tokens: int | None = Field(default=None, ge=1, le=4096)
+    stream: bool | None = False
+
+
+class ImageGenerationRequest(_Lenient):
+    model: str = Field(min_length=1, max_length=63)
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    n: int = Field(default=1, ge=1, le=MAX_PROMPTS)
+    response_format: Literal["b64_json", "url"] | None = "b64_json"
+    size: str | None = None
+
+
+def _no_stream(stream: bool | None) -> None:
+    if stream:
+        raise BadRequest("streaming is not supported by the lmedge gateway; set stream to false")
+
+
+def _image_data(url: str) -> str:
+    match = _DATA_URL.match(url)
+    if match is None:
+        raise BadRequest(
+            "image_url must be a data: URL with a base64 PNG/JPEG/WebP/GIF image; "
+            "the gateway does not fetch remote images"
+        )
+    data = re.sub(r"\s+", "", match.group("data"))
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequest("image_url data is not valid base64") from exc
+    return data
+
+
+def chat_prompts(req: ChatCompletionRequest, modality: Modality) -> list[Prompt]:
+    """The prompt set of a chat request: message texts joined, at most one image."""
+    _no_stream(req.stream)
+    if modality not in ("text-to-text", "image-to-text"):
+        raise BadRequest(f"{req.model} is a {modality} service; use the matching endpoint")
+    texts: list[str] = []
+    images: list[str] = []
+    for message in req.messages:
+        if isinstance(message.content, str):
+            texts.append(message.content)
+        elif message.content is not None:
+            for part in message.content:
+                if isinstance(part, TextPart):
+                    texts.append(part.text)
+                else:
+                    images.append(_image_data(part.image_url.url))
+    if modality == "text-to-text" and images:
+        raise BadRequest(f"{req.model} is a text-to-text service and takes no images")
+    if modality == "image-to-text" and len(images) != 1:
+        raise BadRequest(
+            f"{req.model} is an image-to-text service: send exactly one image_url part"
+        )
+    text = "\n".join(t for t in texts if t)
+    if len(text) > MAX_PROMPT_CHARS:
+        raise BadRequest(f"the messages add up to more than {MAX_PROMPT_CHARS} characters")
+    if not text and not images:
+        raise BadRequest("the messages contain no text")
+    limit = req.max_completion_tokens or req.max_tokens
+    prompt = Prompt(text=text, image=images[0] if images else None, max_tokens=limit)
+    return [prompt] * req.n
+
+
+def completion_prompts(req: CompletionRequest, modality: Modality) -> list[Prompt]:
+    _no_stream(req.stream)
+    if modality != "text-to-text":
+        raise BadRequest(f"{req.model} is a {modality} service; completions need text-to-text")
+    texts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
+    if not texts:
+        raise BadRequest("prompt must not be an empty list")
+    for text in texts:
+        if len(text) > MAX_PROMPT_CHARS:
+            raise BadRequest(f"a prompt is longer than {MAX_PROMPT_CHARS} characters")
+    return [Prompt(text=t, max_tokens=req.max_tokens) for t in texts]
+
+
+def image_prompts(req: ImageGenerationRequest, modality: Modality) -> list[Prompt]:
+    if modality != "text-to-image":
+        raise BadRequest(
+            f"{req.model} is a {modality} service; image generation needs text-to-image"
+        )
+    if req.response_format == "url":
+        raise BadRequest("response_format url is not supported; use b64_json")
+    return [Prompt(text=req.prompt)] * req.n
+
+
+def chat_response(rid: str, model: str, outputs: list[Output]) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{rid}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": out.text or ""},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+            for i, out in enumerate(outputs)
+        ],
+    }
+
+
+def completion_response(rid: str, model: str, outputs: list[Output]) -> dict[str, Any]:
+    return {
+        "id": f"cmpl-{rid}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": i, "text": out.text or "", "finish_reason": "stop", "logprobs": None}
+            for i, out in enumerate(outputs)
+        ],
+    }
+
+
+def image_response(outputs: list[Output]) -> dict[str, Any]:
+    return {
+        "created": int(time.time()),
+        "data": [{"b64_json": out.image or ""} for out in outputs],
+    }
+
+
+def model_list(services: dict[str, Modality]) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "lmedge", "modality": kind}
+            for name, kind in sorted(services.items())
+        ],
+    }
