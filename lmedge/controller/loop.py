@@ -61,6 +61,7 @@ from lmedge.api import (
     MemoryCase,
     NodeInfo,
     NodeObservation,
+    NodeTelemetry,
     Placement,
     PlanningObservation,
     RequestRecord,
@@ -117,8 +118,14 @@ class RunResult:
     epochs: list[EpochMetrics] = field(default_factory=list)
     decisions: list[Decision[Any]] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
+    placement_slots: list[int] = field(default_factory=list)
     actuations: list[ActuationResult] = field(default_factory=list)
     timings: list[SlotTiming] = field(default_factory=list)
+    settle_slots: int = 0
+
+    def measured_records(self) -> list[RequestRecord]:
+        """Records of requests that arrived in the measured slots (not while settling)."""
+        return [r for r in self.records if r.slot < self.slots]
 
 
 class ControlLoop:
@@ -136,6 +143,8 @@ class ControlLoop:
         memory: Sequence[MemoryCase] = (),
         max_workers: int = MAX_DEPLOYER_THREADS,
         keep_decisions: bool = True,
+        store_every: int = 1,
+        telemetry: bool = True,
     ) -> None:
         self.backend = backend
         self.plugins = plugins
@@ -152,6 +161,11 @@ class ControlLoop:
         self._last_traffic: dict[str, int] = {}
         self._last_metrics: EpochMetrics | None = None
         self._keep_decisions = keep_decisions
+        self._store_every = max(1, store_every)
+        self._telemetry = telemetry
+        self._unsent_records: list[RequestRecord] = []
+        self._unsent_decisions: list[Decision[Any]] = []
+        self._unsent_telemetry: list[NodeTelemetry] = []
         self._workers = [n for n in self.ctx.workers if n.name in plugins.deployers]
         io_bound = any(getattr(d, "io_bound", False) for d in plugins.deployers.values())
         threads = min(max(len(self._workers), 1), max_workers)
@@ -160,18 +174,33 @@ class ControlLoop:
 
     # -- the loop ---------------------------------------------------------------
 
-    def run(self, slots: int, on_slot: Callable[[int], None] | None = None) -> RunResult:
-        """Run `slots` slots from slot 0 and return what happened."""
+    def run(
+        self,
+        slots: int,
+        on_slot: Callable[[int], None] | None = None,
+        *,
+        settle_slots: int = 0,
+    ) -> RunResult:
+        """Run slots 0..slots-1, then `settle_slots` more, and return what happened.
+
+        Settling keeps the loop (and the workload) going so that the requests of
+        the measured slots reach an outcome; `RunResult.slots` stays `slots`,
+        and reports count only records with `slot < slots`.
+        """
         try:
-            for t in range(slots):
+            for t in range(slots + settle_slots):
                 self.step(t)
                 if on_slot is not None:
                     on_slot(t)
         finally:
             self.close()
+        self.result.slots = slots
+        self.result.settle_slots = settle_slots
         return self.result
 
     def close(self) -> None:
+        """Send what is still unsent to the store and stop the deployer threads."""
+        self._flush()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -200,6 +229,7 @@ class ControlLoop:
         for d in d_places:
             self._placements[d.value.node] = d.value
             self.result.placements.append(d.value)
+            self.result.placement_slots.append(slot)
             self.result.actuations.append(self.backend.apply_placement(d.value))
         for a in arrivals:
             self._epoch_traffic[a.lm] = self._epoch_traffic.get(a.lm, 0) + a.prompts
@@ -210,7 +240,7 @@ class ControlLoop:
             if not r.run:
                 r.run = self.run_id
         stored = time.perf_counter()
-        self._record(records, decisions)
+        self._record(slot, records, decisions)
         timing.store_s = time.perf_counter() - stored
         self._feedback(records)
         self._epoch_records.extend(records)
@@ -359,13 +389,39 @@ class ControlLoop:
 
     # -- records, feedback, epochs -------------------------------------------------
 
-    def _record(self, records: list[RequestRecord], decisions: list[Decision[Any]]) -> None:
+    def _record(
+        self, slot: int, records: list[RequestRecord], decisions: list[Decision[Any]]
+    ) -> None:
+        """Queue the slot's writes; send them every `store_every` slots as a few batches."""
         if self.store is None:
             return
-        if records:
-            self.store.record_requests(records)
-        for d in decisions:
-            self.store.record_decision(d)
+        self._unsent_records.extend(records)
+        self._unsent_decisions.extend(decisions)
+        if self._telemetry:
+            self._unsent_telemetry.extend(
+                t.model_copy(update={"run": self.run_id}) for t in self.backend.telemetry()
+            )
+        if (slot + 1) % self._store_every == 0:
+            self._flush()
+
+    def _flush(self) -> None:
+        store = self.store
+        if store is None:
+            return
+        if self._unsent_records:
+            store.record_requests(self._unsent_records)
+        if self._unsent_telemetry:
+            store.record_telemetry(self._unsent_telemetry)
+        if self._unsent_decisions:
+            # One insert per decision collection where the store offers a batch
+            # write; one per decision otherwise.
+            batch = getattr(store, "record_decisions", None)
+            if callable(batch):
+                batch(self._unsent_decisions)
+            else:
+                for d in self._unsent_decisions:
+                    store.record_decision(d)
+        self._unsent_records, self._unsent_decisions, self._unsent_telemetry = [], [], []
 
     def _feedback(self, records: list[RequestRecord]) -> None:
         if not records:

@@ -1,0 +1,157 @@
+"""The summary of one run: the numbers `lmedge simulate --json` prints and reports tabulate.
+
+Deterministic by construction: it is a function of the run's records,
+decisions and placements only (never of wall-clock time), floats are rounded
+to `DIGITS` decimals so the JSON is stable across platforms' last-bit
+differences, and keys come out in a fixed order. Wall-clock measurements live
+in `timing_summary`, kept apart so golden files can compare summaries exactly.
+
+All metric definitions are `lmedge.metrics`'; this module only selects and
+shapes them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from typing import Any, cast
+
+from lmedge.controller.loop import RunResult
+from lmedge.metrics import (
+    audit_counts,
+    conflict_stats,
+    reconfiguration_stats,
+    segment_metrics,
+)
+
+#: Decimals kept in summaries (6: sub-microsecond latencies, ratios to 1e-6).
+DIGITS = 6
+#: Slots per window of the per-window series (box plots, rolling objective).
+#: 10 slots (5 minutes) gives 20 windows in a 200-slot run; the epoch (50
+#: slots) would give only 4, too few for a distribution.
+WINDOW_SLOTS = 10
+
+
+def rounded(value: Any) -> Any:
+    """`value` with every float rounded to `DIGITS` decimals (NaN/inf become None)."""
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return None
+        r = round(value, DIGITS)
+        return 0.0 if r == 0 else r
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    return value
+
+
+def summarize(
+    result: RunResult,
+    *,
+    scenario: str,
+    seed: int,
+    components: dict[str, str] | None = None,
+    window_slots: int = WINDOW_SLOTS,
+) -> dict[str, Any]:
+    """The deterministic summary of `result` (see the module docstring)."""
+    ctx = result.context
+    deadlines = {lm: ctx.deadline_s(lm) for lm in ctx.lm_names}
+    records = result.measured_records()
+    seg = segment_metrics(
+        records,
+        ctx.lm_names,
+        window_slots,
+        start_slot=0,
+        end_slot=result.slots,
+        tau_s=ctx.tau_s,
+        lam=ctx.lam,
+        deadlines=deadlines,
+    )
+    o = seg.overall
+    measured = [
+        p
+        for p, slot in zip(result.placements, result.placement_slots, strict=True)
+        if slot < result.slots
+    ]
+    reconf = reconfiguration_stats(measured, ctx.lm_names)
+    conflicts = conflict_stats(records, tau_s=ctx.tau_s, deadlines=deadlines)
+    decisions = [d for d in result.decisions if d.slot < result.slots]
+    summary: dict[str, Any] = {
+        "scenario": scenario,
+        "policy": result.policy,
+        "components": components or {},
+        "seed": seed,
+        "slots": result.slots,
+        "settle_slots": result.settle_slots,
+        "objective": o.objective,
+        "jain": o.jain,
+        "f_norm": o.f_norm,
+        "t_norm": o.t_norm,
+        "mean_latency_s": o.mean_latency_s,
+        "success_ratio": o.successes / o.requests if o.requests else None,
+        "requests": o.requests,
+        "successes": o.successes,
+        "per_lm": [s.model_dump() for s in o.per_lm],
+        "window_slots": window_slots,
+        "window_mean_jain": seg.window_mean_jain,
+        "window_mean_latency_s": seg.window_mean_latency_s,
+        "window_mean_objective": seg.window_mean_objective,
+        "windows": [
+            {
+                "start_slot": i * window_slots,
+                "requests": w.requests,
+                "jain": w.jain,
+                "mean_latency_s": w.mean_latency_s,
+                "objective": w.objective,
+                "success_ratio": w.successes / w.requests if w.requests else None,
+            }
+            for i, w in enumerate(seg.windows)
+        ],
+        "conflicts": conflicts.model_dump(),
+        "reconfiguration": {
+            "decisions": reconf.decisions,
+            "activations_per_100": reconf.total.activations_per_100,
+            "deactivations_per_100": reconf.total.deactivations_per_100,
+            "set_change_ratio": reconf.set_change_ratio,
+            "per_lm": [r.model_dump() for r in reconf.per_lm],
+        },
+        "audit": [a.model_dump() for a in audit_counts(decisions)],
+        "epochs": [
+            {"epoch": i, "objective": e.objective, "jain": e.jain, "requests": e.requests}
+            for i, e in enumerate(result.epochs)
+        ],
+    }
+    return cast(dict[str, Any], rounded(summary))
+
+
+def timing_summary(result: RunResult, wall_s: float) -> dict[str, Any]:
+    """Wall-clock figures of a run; they differ between runs, so they stay out of summaries."""
+    decide = [t.decide_s for t in result.timings]
+    store = [t.store_s for t in result.timings]
+    return cast(
+        dict[str, Any],
+        rounded(
+            {
+                "wall_s": wall_s,
+                "slots_run": len(result.timings),
+                "decide_s_per_slot_mean": statistics.fmean(decide) if decide else None,
+                "decide_s_per_slot_p95": _quantile(decide, 0.95),
+                "decide_s_per_slot_max": max(decide, default=None),
+                "store_s_total": sum(store),
+            }
+        ),
+    )
+
+
+def _quantile(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, math.ceil(q * len(s)) - 1)]
+
+
+def dumps(summary: dict[str, Any]) -> str:
+    """The canonical JSON text of a summary (what `--json` prints and goldens hold)."""
+    return json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

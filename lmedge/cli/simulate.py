@@ -1,0 +1,264 @@
+"""`lmedge simulate`, `lmedge bench`, `lmedge demo`: the control loop on the emulator.
+
+- `simulate` runs one policy and prints a table (or, with `--json`, one
+  deterministic JSON object: same scenario, policy and seed -> the same bytes);
+- `bench` runs several policies (and scenarios, and seeds) on identical traces
+  and writes a report folder with tables and figures;
+- `demo` runs the bundled `testbed` with the best available policy next to
+  the RR and RF baselines, stores the decisions and writes a report.
+
+Every user mistake (a bad manifest, an unknown policy, a bad flag value) is a
+`UserError`: one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from lmedge.bench.report import write_report
+from lmedge.bench.runner import RunOutcome, RunSpec, resolve_scenario, run
+from lmedge.bench.summary import dumps
+from lmedge.controller.assembly import PolicyChoice
+from lmedge.controller.catalog import PROFILES, profile
+from lmedge.errors import ConfigError
+from lmedge.store import Store, open_store, parse_store_location
+
+err = Console(stderr=True)
+out = Console()
+
+#: Demo preference: the multi-agent profile, then the best deterministic ones
+#: by the paper's objective (LL, AL, RL use Lyapunov deployment), then RF.
+DEMO_PREFERENCE = ("ma", "ll", "al", "rl", "rf", "rr")
+BENCH_OUT = Path("reports/bench")
+DEMO_OUT = Path("reports/demo")
+
+
+def _check_slots(slots: int | None) -> None:
+    if slots is not None and slots < 1:
+        raise ConfigError(f"--slots must be at least 1, got {slots}")
+
+
+def _choice(
+    policy: str, planner: str | None, router: str | None, deployer: str | None
+) -> PolicyChoice:
+    choice = PolicyChoice(policy, planner, router, deployer)
+    choice.resolve()  # unknown names fail here, before any work
+    return choice
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Any]:
+    """A rich progress bar on stderr; yields `update(done, total, label)` (a no-op if off)."""
+    if not enabled:
+        yield lambda done, total, label: None
+        return
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    tasks: dict[str, Any] = {}
+
+    def update(done: int, total: int, label: str) -> None:
+        if label not in tasks:
+            tasks[label] = bar.add_task(label, total=total)
+        bar.update(tasks[label], completed=done, total=total)
+
+    with bar:
+        yield update
+
+
+@contextmanager
+def _maybe_store(uri: str | None, enabled: bool) -> Iterator[Store | None]:
+    if not enabled:
+        yield None
+        return
+    store = open_store(uri)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _run_with_progress(spec: RunSpec, store: Store | None, update: Any, label: str) -> RunOutcome:
+    return run(spec, store=store, on_slot=lambda d, t: update(d, t, label))
+
+
+def _table(outcome: RunOutcome) -> Table:
+    s, t = outcome.summary, outcome.timing
+
+    def f(x: Any, d: int = 3) -> str:
+        return "–" if x is None else f"{x:.{d}f}" if isinstance(x, float) else str(x)
+
+    table = Table(title=f"{s['scenario']} · {s['policy']} · seed {s['seed']} · {s['slots']} slots")
+    table.add_column("LM")
+    table.add_column("requests", justify="right")
+    table.add_column("success", justify="right")
+    table.add_column("mean latency (s)", justify="right")
+    for x in s["per_lm"]:
+        table.add_row(x["lm"], str(x["arrivals"]), f(x["success_ratio"]), f(x["mean_latency_s"], 1))
+    table.add_section()
+    table.add_row("all", str(s["requests"]), f(s["success_ratio"]), f(s["mean_latency_s"], 1))
+    table.add_section()
+    conf, rec = s["conflicts"], s["reconfiguration"]
+    for label, value in (
+        ("Jain", f(s["jain"])),
+        ("F_norm", f(s["f_norm"])),
+        ("T_norm", f(s["t_norm"])),
+        ("objective J (lower is better)", f(s["objective"])),
+        ("conflict ratio (cross-node)", f(conf["ratio"])),
+        ("activations / 100 decisions", f(rec["activations_per_100"], 1)),
+        ("deactivations / 100 decisions", f(rec["deactivations_per_100"], 1)),
+        ("decision time per slot (ms, mean)", f((t["decide_s_per_slot_mean"] or 0) * 1000, 2)),
+        ("decision time per slot (ms, p95)", f((t["decide_s_per_slot_p95"] or 0) * 1000, 2)),
+        ("wall time (s)", f(t["wall_s"], 2)),
+    ):
+        table.add_row(label, "", value, "")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate")
+    def simulate(
+        scenario: str = typer.Option(
+            "testbed", "--scenario", "-f", help="Scenario folder, or a bundled example name."
+        ),
+        policy: str = typer.Option("rr", "--policy", "-p", help="Policy profile, e.g. rr, rf, ll."),
+        slots: int | None = typer.Option(None, help="Measured slots (default: the scenario's)."),
+        seed: int = typer.Option(1, help="Seed of the trace, the emulator and the policies."),
+        store: str | None = typer.Option(
+            None, help="Store URI or folder (default: $LMEDGE_STORE, else ./.lmedge/store)."
+        ),
+        no_store: bool = typer.Option(False, "--no-store", help="Do not write to any store."),
+        planner: str | None = typer.Option(None, help="Override the profile's planner."),
+        router: str | None = typer.Option(None, help="Override the profile's router."),
+        deployer: str | None = typer.Option(None, help="Override the profile's deployer."),
+        as_json: bool = typer.Option(False, "--json", help="Print one deterministic JSON object."),
+        timings: bool = typer.Option(
+            False, "--timings", help="With --json: add a `timing` key (wall clock, run id)."
+        ),
+        settle: bool = typer.Option(
+            True, help="Keep running after the measured slots until their requests finish."
+        ),
+    ) -> None:
+        """Run one policy on an emulated scenario and print its metrics."""
+        _check_slots(slots)
+        choice = _choice(policy, planner, router, deployer)
+        spec = RunSpec(resolve_scenario(scenario), choice, seed, slots, settle)
+        if store is not None:
+            parse_store_location(store)
+        with _maybe_store(store, not no_store) as st, _progress(err.is_terminal) as update:
+            outcome = _run_with_progress(spec, st, update, choice.resolve().name)
+        if as_json:
+            payload = dict(outcome.summary)
+            if timings:
+                payload["timing"] = {**outcome.timing, "run_id": outcome.run_id}
+            sys.stdout.write(dumps(payload))
+            return
+        out.print(_table(outcome))
+        if st is not None:
+            out.print(f"run {outcome.run_id} stored in {st.where}")
+
+    @app.command("bench")
+    def bench(
+        scenarios: Annotated[
+            list[str] | None,
+            typer.Option("--scenario", "-f", help="Scenario folder or example name; repeatable."),
+        ] = None,
+        policies: str = typer.Option("rr,rf,ll", help="Comma-separated policy profiles."),
+        slots: int | None = typer.Option(None, help="Measured slots (default: the scenario's)."),
+        seeds: str = typer.Option("1", help="Comma-separated seeds, e.g. 1,2,3."),
+        out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = BENCH_OUT,
+        store: str | None = typer.Option(None, help="Also store every run in this store."),
+    ) -> None:
+        """Run policies side by side on identical traces and write a report folder."""
+        _check_slots(slots)
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+        if not names:
+            raise ConfigError("--policies names no policy")
+        choices = [_choice(n, None, None, None) for n in names]
+        seed_list = _seeds(seeds)
+        paths = [resolve_scenario(s) for s in scenarios or ["testbed"]]
+        outcomes: list[RunOutcome] = []
+        with _maybe_store(store, store is not None) as st, _progress(err.is_terminal) as update:
+            for path in paths:
+                for seed in seed_list:
+                    for choice in choices:
+                        spec = RunSpec(path, choice, seed, slots)
+                        label = f"{path.name} {choice.resolve().name} s{seed}"
+                        outcomes.append(_run_with_progress(spec, st, update, label))
+        md = write_report(
+            out_dir,
+            [o.summary for o in outcomes],
+            [{"run_id": o.run_id, **o.timing} for o in outcomes],
+        )
+        out.print(f"report: {md}")
+
+    @app.command("demo")
+    def demo(
+        store: str | None = typer.Option(
+            None, help="Store URI or folder (default: $LMEDGE_STORE, else ./.lmedge/store)."
+        ),
+        out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = DEMO_OUT,
+        slots: int = typer.Option(200, help="Measured slots."),
+        seed: int = typer.Option(1, help="Seed."),
+    ) -> None:
+        """Run the bundled testbed with the best available policy and write a report."""
+        _check_slots(slots)
+        best = next((p for p in DEMO_PREFERENCE if p in _profiles()), None)
+        if best is None:
+            raise ConfigError("no policy profile is registered")
+        if best != DEMO_PREFERENCE[0]:
+            err.print(
+                f"profile {DEMO_PREFERENCE[0]!r} is not available; using {best!r} "
+                f"({profile(best).summary})",
+                highlight=False,
+            )
+        path = resolve_scenario("testbed")
+        names = list(dict.fromkeys([best, "rr", "rf"]))
+        outcomes: list[RunOutcome] = []
+        with _maybe_store(store, True) as st, _progress(err.is_terminal) as update:
+            assert st is not None
+            where = st.where
+            for name in names:
+                spec = RunSpec(path, PolicyChoice(name), seed, slots)
+                outcomes.append(_run_with_progress(spec, st, update, name))
+        md = write_report(
+            out_dir,
+            [o.summary for o in outcomes],
+            [{"run_id": o.run_id, **o.timing} for o in outcomes],
+        )
+        out.print(_table(outcomes[0]))
+        uri = store or str(parse_store_location(None).path or parse_store_location(None).uri)
+        out.print(f"report: {md}")
+        out.print(f"decisions stored in {where} (run {outcomes[0].run_id})")
+        out.print(
+            f"inspect the planner's decisions: lmedge decisions --store {uri} --agent planner"
+        )
+
+
+def _profiles() -> dict[str, Any]:
+    profile("rr")  # loads the registrations
+    return PROFILES
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise ConfigError("--seeds names no seed")
+    return seeds
