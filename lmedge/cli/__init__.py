@@ -18,6 +18,8 @@ from lmedge.errors import LmedgeError, UserError
 COMMAND_MODULES = [
     "lmedge.cli.crds",
     "lmedge.cli.simulate",
+    "lmedge.cli.dataplane",
+    "lmedge.cli.store_cmds",
 ]
 
 app = typer.Typer(
