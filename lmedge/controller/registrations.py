@@ -17,7 +17,9 @@ from lmedge.controller.catalog import (
 from lmedge.policies import full, local, uniform
 from lmedge.policies import random as rnd
 from lmedge.policies._support import no_params
+from lmedge.policies.cema import build as build_cema
 from lmedge.policies.lyapunov import build as build_lyapunov
+from lmedge.policies.lyreo import build as build_lyreo
 from lmedge.policies.milp import build_deployer as build_milp_deployer
 from lmedge.policies.milp import build_router as build_milp_router
 from lmedge.policies.perllm import build as build_perllm
@@ -100,6 +102,16 @@ add_deployer(
     lambda b: build_milp_deployer(b.context, b.seed, b.params),
     "the activation the milp router solved for this slot (pair with router milp)",
 )
+add_router(
+    "cema",
+    lambda b: build_cema(b.context, b.seed, b.params),
+    "CEMA-Router: memetic batch routing over quality, cost, energy, completion time",
+)
+add_router(
+    "lyreo",
+    lambda b: build_lyreo(b.context, b.seed, b.params),
+    "LYREO: drift-plus-penalty routing, latency vs KV memory-time load balance",
+)
 
 # --- agents (lmedge.agents) ---------------------------------------------------
 add_planner(
@@ -161,5 +173,13 @@ add_profile(
 )
 add_profile(
     Profile("milp", "static", "milp", "milp", "MILP: joint routing and activation per slot")
+)
+add_profile(
+    Profile("cema", "static", "cema", "lyapunov", "CEMA-Router batch routing + Lyapunov deployment")
+)
+add_profile(
+    Profile(
+        "lyreo", "static", "lyreo", "lyapunov", "LYREO load-balanced routing + Lyapunov deployment"
+    )
 )
 # end model-based profiles
