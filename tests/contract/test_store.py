@@ -190,7 +190,7 @@ def test_bad_store_settings_fail_fast_with_one_line(uri: str, message: str) -> N
 
 
 def test_missing_embedded_store_is_not_created_for_reading(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="no store at .*nothing has been recorded"):
+    with pytest.raises(StoreError, match=r"no store at .*nothing has been recorded"):
         open_store(str(tmp_path / "nope"), read_only=True)
     assert not (tmp_path / "nope").exists()
     (tmp_path / "file").write_text("x")

@@ -171,7 +171,7 @@ def test_validators_use_only_the_mongodb_dialect(sample: BaseModel) -> None:
         (lambda d: d.update(colour="red"), "not allowed"),
         (lambda d: d.update(_id=17), "is not"),
     ],
-    ids=["missing", "wrong-type", "out-of-range", "not-in-enum", "unknown-field", "bad-store-field"],
+    ids=["missing", "wrong-type", "out-of-range", "not-in-enum", "unknown-field", "bad-id"],
 )
 def test_validator_rejects_what_pydantic_rejects(mutate: Any, reason: str) -> None:
     doc = to_document(SAMPLES[3])

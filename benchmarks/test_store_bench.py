@@ -1,0 +1,128 @@
+"""Store benchmarks (run by `make bench`): write and query rates per backend.
+
+Measures, on the embedded store (MontyDB/SQLite) and on FerretDB v1/SQLite:
+bulk request records (20,000 in batches of 500), single decision inserts (500),
+and queries (latest decisions, per-LM aggregates, a full request scan of the
+run). Results are printed and written to reports/bench-store.json.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmedge.api.decisions import Decision, Placement
+from lmedge.api.records import RequestRecord
+from lmedge.store import RunInfo, Store, StoreOptions, open_store
+
+pytestmark = pytest.mark.bench
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = 20_000
+BATCH = 500
+DECISIONS = 500
+RESULTS: dict[str, Any] = {}
+
+
+def _ferretdb_module() -> Any:
+    # benchmarks/ is not a package; load the test fixture's server class by path.
+    path = ROOT / "tests" / "fixtures" / "ferretdb.py"
+    spec = importlib.util.spec_from_file_location("_lmedge_bench_ferretdb", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(params=["embedded", "ferretdb"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    options = StoreOptions(spill_dir=tmp_path / "spill", batch_size=BATCH)
+    if request.param == "embedded":
+        with open_store(f"embedded://{tmp_path / 'store'}", options=options) as s:
+            yield "embedded", s
+        return
+    fdb = _ferretdb_module()
+    binary = fdb.ferretdb_binary()
+    if not binary.is_file():
+        pytest.skip(f"FerretDB binary not found at {binary}; build it with `make tools`")
+    server = fdb.FerretDBServer(binary, tmp_path / "ferretdb-data")
+    server.start()
+    try:
+        with open_store(server.uri("bench"), options=options) as s:
+            yield "ferretdb", s
+    finally:
+        server.stop()
+
+
+def _records(n: int) -> list[RequestRecord]:
+    return [
+        RequestRecord(
+            id=f"bench-{i:07d}", run="bench", lm=f"lm{i % 12}", origin=f"n{i % 7}",
+            destination=f"n{(i + 3) % 7}", prompts=5, prompts_done=5, slot=i // 100,
+            submit_s=i * 0.05, uplink_s=0.1, queue_s=0.2, inference_s=1.5, downlink_s=0.05,
+            outcome="success" if i % 10 else "timeout", mode="gpu",
+        )
+        for i in range(n)
+    ]
+
+
+def _decision(i: int) -> Decision[Placement]:
+    value = Placement.model_validate(
+        {"node": f"n{i % 7}", "lms": [{"lm": f"lm{k}", "mode": "gpu", "cpu_cores": 2.0,
+                                       "vgpus": 1} for k in range(4)]}
+    )
+    return Decision[Placement](agent="deployer", policy="bench", source="rule", value=value,
+                               run="bench", epoch=i // 70, slot=i // 7, node=f"n{i % 7}")
+
+
+def _rate(n: int, action: Callable[[], Any]) -> tuple[float, float]:
+    start = time.perf_counter()
+    action()
+    elapsed = time.perf_counter() - start
+    return elapsed, n / elapsed
+
+
+def test_store_write_and_query_rates(store: tuple[str, Store]) -> None:
+    name, s = store
+    s.record_run(RunInfo(id="bench", scenario="bench", policy="MA", seed=1))
+    records = _records(RECORDS)
+    decisions = [_decision(i) for i in range(DECISIONS)]
+
+    def bulk() -> None:
+        for k in range(0, RECORDS, BATCH):
+            s.record_requests(records[k : k + BATCH])
+
+    def singles() -> None:
+        for d in decisions:
+            s.record_decision(d)
+
+    queries = 20
+    out: dict[str, float] = {}
+    out["bulk_s"], out["bulk_records_per_s"] = _rate(RECORDS, bulk)
+    out["single_s"], out["single_decisions_per_s"] = _rate(DECISIONS, singles)
+    out["latest_s"], out["latest_decision_queries_per_s"] = _rate(
+        queries, lambda: [s.decisions(agent="deployer", run="bench", node="n3", limit=20)
+                          for _ in range(queries)]
+    )
+    stats: list[Any] = []
+    out["lm_stats_s"], out["lm_stats_queries_per_s"] = _rate(
+        3, lambda: stats.extend(s.lm_stats("bench") for _ in range(3))
+    )
+    scanned: list[RequestRecord] = []
+    out["scan_s"], out["scan_records_per_s"] = _rate(
+        RECORDS, lambda: scanned.extend(s.requests("bench"))
+    )
+    assert len(scanned) == RECORDS and sum(x.arrivals for x in stats[0]) == RECORDS
+    assert s.buffer_stats().pending == 0
+
+    RESULTS[name] = {k: round(v, 3) for k, v in out.items()}
+    print(f"\n[store bench] {name}: " + ", ".join(f"{k}={v:,.1f}" for k, v in out.items()))
+    report = ROOT / "reports" / "bench-store.json"
+    report.parent.mkdir(exist_ok=True)
+    report.write_text(json.dumps(RESULTS, indent=2) + "\n")
