@@ -126,7 +126,8 @@ def test_inactive_lm_is_recorded_as_conflict(cluster: Cluster) -> None:
     assert response.headers["x-lmedge-destination"] == "worker-2"
     [record] = [r for r in cluster.sink.records if r.lm == "lm2"]
     assert record.conflict and record.outcome == "timeout" and record.latency_s == pytest.approx(3)
-    assert 'lmedge_gateway_conflicts_total{lm="lm2"} 1.0' in httpx.get(cluster.a_url + "/metrics").text
+    metrics = httpx.get(cluster.a_url + "/metrics").text
+    assert 'lmedge_gateway_conflicts_total{lm="lm2"} 1.0' in metrics
 
 
 def test_conflict_then_activation_succeeds(cluster: Cluster, tmp_path: Path) -> None:
@@ -188,8 +189,8 @@ def test_openai_sdk_works_unchanged(cluster: Cluster) -> None:
     [
         ("post", "/v1/prompt-sets", {"json": {"lm": "lm9", "prompts": [{"text": "x"}]}}, 404,
          "unknown LM 'lm9'"),
-        ("post", "/v1/prompt-sets", {"content": b"lm=lm1", "headers": {"Content-Type": "text/plain"}},
-         415, "must be JSON"),
+        ("post", "/v1/prompt-sets",
+         {"content": b"lm=lm1", "headers": {"Content-Type": "text/plain"}}, 415, "must be JSON"),
         ("post", "/v1/prompt-sets", {"json": {"lm": "lm1", "prompts": [{"text": "x" * 70_000}]}},
          413, "larger than"),
         ("post", "/v1/prompt-sets", {"json": {"lm": "lm1", "prompts": []}}, 422, "prompts"),
