@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.ferretdb",
     "tests.fixtures.llm_server",
+    "tests.fixtures.cluster",
 ]
