@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,12 +49,15 @@ Groups = dict[tuple[Any, ...], tuple[int, float]]
 
 _DUPLICATE_KEY = 11000
 _NOT_IMPLEMENTED = frozenset({238, 59, 115})  # NotImplemented, CommandNotFound, NotSupported
-#: Defaults for a server URI that does not set them (milliseconds). Short, so an
-#: outage costs the control loop about a second per attempt, not pymongo's 30 s.
+#: Defaults for a server URI that does not set them (milliseconds). Selection and
+#: connection are short, so a server that is down costs the control loop about a
+#: second per attempt, not pymongo's 30 s. The socket timeout only bounds a server
+#: that accepted a request and then went silent; it must outlast the slowest
+#: legitimate read (FerretDB v1 scans 20,000 request records in about 10 s).
 _MONGO_TIMEOUTS_MS = {
     "serverSelectionTimeoutMS": 1000,
     "connectTimeoutMS": 1000,
-    "socketTimeoutMS": 10000,
+    "socketTimeoutMS": 30000,
 }
 
 
@@ -246,9 +249,13 @@ class MongoBackend(Backend):
 class EmbeddedBackend(Backend):
     """MontyDB over SQLite in a local directory: no server, single machine.
 
-    MontyDB is pure Python: every query decodes and filters the whole collection
-    in the calling process, so it suits runs of up to a few hundred thousand
-    records. Writes go in batches (one SQLite transaction each).
+    MontyDB is pure Python: every query decodes the whole collection in the
+    calling process (about 15,000 documents/s), so it suits runs of up to a few
+    hundred thousand records. Writes go in batches, one SQLite transaction each,
+    with `synchronous=OFF`: in WAL mode a crash of lmedge loses nothing and the
+    file cannot be corrupted; only an OS crash or power cut may lose the last
+    transactions, a fair price for 7x faster single inserts (31 ms -> 4.6 ms on
+    the development VM) on a single-machine run.
     """
 
     kind = "embedded"
@@ -267,7 +274,7 @@ class EmbeddedBackend(Backend):
                 path.mkdir(parents=True, exist_ok=True)
                 # BSON encoding keeps datetimes and 64-bit ints exactly as a server does.
                 montydb.set_storage(str(path), storage="sqlite", use_bson=True)
-            self._client = montydb.MontyClient(str(path), tz_aware=True)
+            self._client = montydb.MontyClient(str(path), tz_aware=True, synchronous="OFF")
         except (OSError, montydb.errors.MontyError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open {self.where}: {exc}") from exc
         self._db = self._client[self._DATABASE]
@@ -317,17 +324,26 @@ class EmbeddedBackend(Backend):
         sort: Sort = (),
         limit: int = 0,
     ) -> Iterator[Doc]:
+        # MontyDB's own filter, sort and projection run through its generic
+        # field walker at ~0.1-0.25 ms per document each, five to ten times its
+        # decoding cost; the store only ever filters by equality on top-level
+        # fields, so decoding everything and doing the rest here is much faster.
+        matches = _equality(filter)
         with self._errors(f"a query of {collection}"):
-            cursor = self._db[collection].find(dict(filter), projection)
-            if sort:
-                cursor = cursor.sort(list(sort))
-            if limit:
-                cursor = cursor.limit(limit)
-            yield from cursor
+            docs = [d for d in self._db[collection].find() if matches(d)]
+        # Stable sorts, least significant key first, give the compound order.
+        for key, direction in reversed(sort):
+            docs.sort(key=_sort_key(key), reverse=direction < 0)
+        if limit:
+            docs = docs[:limit]
+        for doc in docs:
+            yield {k: doc[k] for k in projection if k in doc} if projection else doc
 
     def count(self, collection: str, filter: Mapping[str, Any]) -> int:
-        with self._errors(f"a count of {collection}"):
-            return int(self._db[collection].count_documents(dict(filter)))
+        if not filter:
+            with self._errors(f"a count of {collection}"):
+                return int(self._db[collection].count_documents({}))
+        return sum(1 for _ in self.find(collection, filter, projection={"_id": 1}))
 
     def group(
         self, collection: str, match: Mapping[str, Any], keys: Sequence[str], summed: str
@@ -349,6 +365,32 @@ def open_backend(location: StoreLocation, *, create: bool) -> Backend:
     if location.kind == "mongodb":
         return MongoBackend(location)
     return EmbeddedBackend(location, create=create)
+
+
+def _equality(filter: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
+    """A predicate for a filter of top-level equalities (a missing field equals None)."""
+    items = list(filter.items())
+    for key, value in items:
+        if key.startswith("$") or "." in key or isinstance(value, dict | list):
+            raise ValueError(f"the embedded store only filters by field equality, not {key!r}")
+    return lambda doc: all(doc.get(k) == v for k, v in items)
+
+
+def _sort_key(field: str) -> Callable[[Mapping[str, Any]], tuple[int, Any]]:
+    return lambda doc: _order(doc.get(field))
+
+
+def _order(value: Any) -> tuple[int, Any]:
+    """MongoDB's cross-type sort order for the scalars the store sorts by."""
+    if value is None:
+        return (0, 0)
+    if isinstance(value, bool):
+        return (3, value)
+    if isinstance(value, int | float):
+        return (1, value)
+    if isinstance(value, str):
+        return (2, value)
+    return (4, str(value))
 
 
 def _short(exc: BaseException) -> str:
