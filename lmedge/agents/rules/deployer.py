@@ -17,8 +17,9 @@ On one node, every slot:
    then CPU pods, sharing the cores that remain equally. A GPU-planned text
    LM without a free vGPU runs on CPU instead; an LM that does not fit
    (cores, memory, vGPUs, vRAM) stays off.
-5. vGPUs still free go to the GPU LMs being started, most backlog first, up
-   to their maxVgpus; running instances are not resized.
+5. On a single-GPU node, vGPUs still free go to the GPU LMs being started,
+   most backlog first, up to their maxVgpus (a larger share of the GPU under
+   contention); running instances are not resized.
 
 The result is feasible by construction (it is checked again by the caller).
 """
@@ -110,7 +111,10 @@ def rule_placement(obs: NodeObservation) -> Placement:
                 continue
             placed = LMPlacement(lm=lm, mode="gpu", cpu_cores=cores, vgpus=1)
         elif mode == "cpu":
-            cpu_waiting = sum(1 for x in starting[k:] if mode_of[x] == "cpu") or 1
+            # GPU pods start first, so every text LM after this one also runs on CPU.
+            cpu_waiting = 1 + sum(
+                1 for x in starting[k + 1 :] if services[x].spec.runs_on == "cpu-or-gpu"
+            )
             cores = float(int(free.cores / cpu_waiting))
             if cores < 1:
                 continue
@@ -123,7 +127,9 @@ def rule_placement(obs: NodeObservation) -> Placement:
         (lm for lm in starting if lm in chosen and chosen[lm].mode == "gpu"),
         key=lambda lm: (-backlog[lm], lm),
     )
-    while free.vgpus > 0 and fresh:
+    # Extra vGPUs only help on a single GPU: on more, the slot lands on another GPU
+    # and the model runs there in turn (model parallel), not faster.
+    while free.vgpus > 0 and fresh and len(spec.gpus) == 1:
         grew = False
         for lm in fresh:
             p = chosen[lm]

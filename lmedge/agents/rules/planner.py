@@ -60,7 +60,8 @@ class _NodeBudget:
     vram_free: float
     lms: dict[str, float] = field(default_factory=dict)  # lm -> vGPUs or cores held
     modes: dict[str, str] = field(default_factory=dict)  # lm -> "gpu" or "cpu"
-    all: list[_NodeBudget] = field(default_factory=list, repr=False)  # every node's budget
+    hosts: dict[str, int] = field(default_factory=dict)  # lm -> nodes hosting it (shared)
+    max_hosts: dict[str, int] = field(default_factory=dict)  # lm -> most nodes (shared)
 
 
 @dataclass
@@ -118,8 +119,10 @@ def plan_macro(
                 vram_free=s.total_vram_gib,
             )
         )
+    hosts: dict[str, int] = {}
+    max_hosts = {lm: max(1, len(ctx.feasible_nodes(lm)) - 1) for lm in ctx.lm_names}
     for b in budgets:
-        b.all = budgets
+        b.hosts, b.max_hosts = hosts, max_hosts
     prev_roles = previous.role_map() if previous else {}
     cap: dict[str, float] = dict.fromkeys(d, 0.0)
     cap_at: dict[str, dict[str, float]] = {lm: {} for lm in d}
@@ -186,7 +189,7 @@ def _marginal(ctx: ClusterContext, lm: str, b: _NodeBudget, kind: str) -> float:
     node = ctx.node(b.name).spec
     held = b.lms.get(lm)
     if held is None and (
-        sum(1 for x in b.all if lm in x.lms) >= max(1, len(ctx.feasible_nodes(lm)) - 1)
+        b.hosts.get(lm, 0) >= b.max_hosts[lm]
         or svc.deployment_memory_gib > b.mem_free + 1e-9
         or (kind == "gpu" and svc.min_vram_gib > b.vram_free + 1e-9)
     ):
@@ -231,6 +234,7 @@ def _best_unit(
 def _take(ctx: ClusterContext, lm: str, b: _NodeBudget, kind: str) -> None:
     svc = ctx.service(lm).spec
     if lm not in b.lms:
+        b.hosts[lm] = b.hosts.get(lm, 0) + 1
         b.modes[lm] = kind
         b.mem_free -= svc.deployment_memory_gib
         if kind == "gpu":

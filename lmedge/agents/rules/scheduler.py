@@ -18,13 +18,17 @@ For every (origin, LM) pair with arrivals, in decreasing order of prompts:
 The cheapest candidate wins; ties go to the higher weight, then the origin,
 then the name.
 
-Admission control: when even the cheapest candidate's estimated completion
-is beyond `ADMIT_FRACTION x deadline`, the set is shed -- sent to a feasible
+Admission control: when even the cheapest candidate has a queue and would
+complete the set (queue ahead, cold start, transfer and the set's own
+service) later than `ADMIT_FRACTION x deadline`, the set is shed -- sent to a feasible
 node where the LM is not planned (the planner keeps one such node per LM),
 where it fails at its deadline without taking service time. Under overload
 a FIFO queue otherwise grows until requests wait about tau and many time out
 mid-inference, wasting the capacity the others needed; shedding keeps the
 queues short, so the served requests finish early and no work is wasted.
+Counting the set's own service time sheds the largest sets first, so the
+capacity serves the most requests (success ratios count requests, not
+prompts); an empty queue admits any set, so a light load sheds nothing.
 The shed sets show up as inactive-target conflicts in the metrics. The same
 ranking (top-k per LM) is what the LLM prompt shows.
 """
@@ -38,7 +42,7 @@ from lmedge.api import Arrival, ClusterContext, MacroPolicy, NodeState, Route, R
 
 #: Admission horizon as a fraction of the deadline: a request set whose best
 #: estimated completion is later than this is shed (see the module docstring).
-ADMIT_FRACTION = 0.1
+ADMIT_FRACTION = 0.15
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class Candidate:
 
     node: str
     cost_s: float
+    start_s: float  # estimated wait before the set starts (queue ahead + cold start)
     backlog: int
     status: str  # "ready", "pending", "role" (will be started) or "off"
     p: float
@@ -100,10 +105,11 @@ def candidates(
             rate, status, wait = best_rate(svc, node), "off", tau
         if rate <= 0:
             continue
-        cost = (backlog + prompts) / rate + wait
+        start = backlog / rate + wait
         if origin is not None:
-            cost += transfer_s(ctx, origin, n, svc.profile.request_kib * prompts)
-        out.append(Candidate(n, cost, backlog, status, weights.get(n, 0.0)))
+            start += transfer_s(ctx, origin, n, svc.profile.request_kib * prompts)
+        cost = start + prompts / rate
+        out.append(Candidate(n, cost, start, backlog, status, weights.get(n, 0.0)))
     out.sort(key=lambda c: (c.cost_s, -c.p, c.node != origin, c.node))
     return out
 
@@ -125,7 +131,8 @@ def rule_routing(
             continue
         usable = [c for c in ranked if c.status != "off"] or ranked
         dest = usable[0].node
-        if usable[0].cost_s > ADMIT_FRACTION * ctx.deadline_s(a.lm):
+        best = usable[0]
+        if best.backlog > 0 and best.cost_s > ADMIT_FRACTION * ctx.deadline_s(a.lm):
             sinks = [c for c in ranked if c.status == "off"]
             if sinks:
                 dest = sinks[-1].node

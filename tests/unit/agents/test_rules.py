@@ -1,0 +1,211 @@
+"""The rule backends: feasible by construction, and the behaviours they document."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmedge.agents.rules.deployer import rule_placement
+from lmedge.agents.rules.planner import (
+    BOOST_MAX,
+    RulePlannerState,
+    plan_macro,
+    rule_macro_policy,
+    update_boost,
+)
+from lmedge.agents.rules.scheduler import rule_routing
+from lmedge.api import (
+    Arrival,
+    ClusterContext,
+    EpochMetrics,
+    InstanceState,
+    LMStats,
+    MacroPolicy,
+    NodeObservation,
+    NodeState,
+    PlanningObservation,
+    check_macro_policy,
+    check_placement,
+    check_routing_map,
+)
+from lmedge.sim.scenario import Scenario
+
+
+def _metrics(ratios: dict[str, float]) -> EpochMetrics:
+    return EpochMetrics(
+        per_lm=[
+            LMStats(lm=lm, arrivals=100, successes=int(r * 100), success_ratio=r, mean_latency_s=60)
+            for lm, r in ratios.items()
+        ],
+        requests=400,
+        successes=200,
+        mean_latency_s=60,
+        jain=0.8,
+        f_norm=0.7,
+        t_norm=0.1,
+        objective=0.2,
+    )
+
+
+@pytest.mark.parametrize("name", ["testbed", "large"])
+def test_planner_policy_is_feasible_and_leaves_a_shedding_node(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    scenario: Scenario = request.getfixturevalue(name)
+    ctx = scenario.context()
+    policy = plan_macro(ctx, {}, {})
+    assert check_macro_policy(policy, ctx) == []
+    roles = policy.role_map()
+    for lm in ctx.lm_names:
+        feasible = ctx.feasible_nodes(lm)
+        hosting = [n for n in feasible if lm in roles.get(n, [])]
+        assert hosting, f"{lm} has no node"
+        if len(feasible) > 1:
+            assert len(hosting) < len(feasible), f"{lm} has no node to shed load to"
+
+
+def test_planner_runs_lm1_on_cores_and_keeps_vgpus_for_the_rest(ctx: ClusterContext) -> None:
+    policy = plan_macro(ctx, {"lm1": 100, "lm2": 100, "lm3": 100, "lm4": 100}, {})
+    w = policy.weights()
+    assert w["lm4"].keys() <= {"worker-2", "worker-3", "worker-4", "worker-5", "worker-6"}
+    assert len(w["lm4"]) >= 4, "the heaviest GPU-only LM spreads over GPU nodes"
+    assert "worker-1" in w["lm1"]
+    assert abs(sum(w["lm3"].values()) - 1) < 1e-6
+
+
+def test_boost_moves_capacity_to_the_lm_that_failed(ctx: ClusterContext) -> None:
+    state = RulePlannerState()
+    update_boost(state, _metrics({"lm1": 0.9, "lm2": 0.9, "lm3": 0.9, "lm4": 0.1}))
+    assert state.boost["lm4"] > 1 > state.boost["lm1"]
+    for _ in range(20):
+        update_boost(state, _metrics({"lm1": 0.9, "lm2": 0.9, "lm3": 0.9, "lm4": 0.0}))
+    assert state.boost["lm4"] == BOOST_MAX
+    traffic = {"lm1": 100, "lm2": 100, "lm3": 100, "lm4": 100}
+    plain = plan_macro(ctx, traffic, {})
+    boosted = plan_macro(ctx, traffic, state.boost)
+    nodes = [r.node for r in boosted.roles if "lm4" in r.lms]
+    assert len(nodes) >= len([r.node for r in plain.roles if "lm4" in r.lms])
+    assert "lm4" in boosted.rationale
+
+
+def _states(ctx: ClusterContext, backlog: int = 0, running: bool = True) -> dict[str, NodeState]:
+    policy = plan_macro(ctx, {}, {})
+    out = {}
+    for n in ctx.workers:
+        lms = policy.role_map()[n.name]
+        inst = (
+            [
+                InstanceState(
+                    lm=lm,
+                    mode="gpu" if n.spec.has_gpu and lm != "lm1" else "cpu",
+                    cpu_cores=2,
+                    vgpus=1 if n.spec.has_gpu and lm != "lm1" else 0,
+                    status="ready",
+                )
+                for lm in lms
+            ]
+            if running
+            else []
+        )
+        out[n.name] = NodeState(name=n.name, backlog=dict.fromkeys(lms, backlog), instances=inst)
+    return out
+
+
+def _arrivals(ctx: ClusterContext, prompts: int = 1) -> list[Arrival]:
+    return [
+        Arrival(origin=n.name, lm=lm, requests=1, prompts=prompts)
+        for n in ctx.workers
+        for lm in ctx.lm_names
+    ]
+
+
+def test_scheduler_routes_every_pair_to_planned_nodes(ctx: ClusterContext) -> None:
+    macro = plan_macro(ctx, {}, {})
+    arrivals = _arrivals(ctx)
+    routing = rule_routing(ctx, macro, _states(ctx), arrivals)
+    assert check_routing_map(routing, ctx, arrivals) == []
+    roles = macro.role_map()
+    assert all(r.lm in roles[r.destination] for r in routing.routes)
+
+
+def test_scheduler_sheds_what_cannot_finish_in_time(ctx: ClusterContext) -> None:
+    macro = plan_macro(ctx, {}, {})
+    arrivals = _arrivals(ctx)
+    routing = rule_routing(ctx, macro, _states(ctx, backlog=500), arrivals)
+    assert routing.routes
+    assert check_routing_map(routing, ctx, arrivals) == []
+    roles = macro.role_map()
+    shed = [r for r in routing.routes if r.lm not in roles[r.destination]]
+    assert len(shed) == len(routing.routes), "every queue is far beyond the horizon"
+
+
+def test_scheduler_admits_anything_to_an_empty_queue(ctx: ClusterContext) -> None:
+    macro = plan_macro(ctx, {}, {})
+    arrivals = [Arrival(origin="worker-2", lm="lm4", requests=1, prompts=64)]
+    routing = rule_routing(ctx, macro, _states(ctx), arrivals)
+    assert "lm4" in macro.role_map()[routing.routes[0].destination]
+
+
+def test_scheduler_without_macro_uses_feasible_nodes(ctx: ClusterContext) -> None:
+    arrivals = _arrivals(ctx)
+    routing = rule_routing(ctx, None, _states(ctx, running=False), arrivals)
+    assert check_routing_map(routing, ctx, arrivals) == []
+
+
+def _node_obs(
+    ctx: ClusterContext, node: str, roles: list[str], state: NodeState
+) -> NodeObservation:
+    return NodeObservation(
+        slot=1, epoch=0, node=ctx.node(node), services=ctx.services, roles=roles, state=state
+    )
+
+
+@pytest.mark.parametrize("node", ["worker-1", "worker-2", "worker-6", "control"])
+def test_deployer_starts_the_role_feasibly(ctx: ClusterContext, node: str) -> None:
+    macro = plan_macro(ctx, {}, {})
+    roles = macro.role_map().get(node, [])
+    obs = _node_obs(ctx, node, roles, NodeState(name=node, backlog=dict.fromkeys(roles, 3)))
+    placement = rule_placement(obs)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    assert sorted(placement.active()) == sorted(roles)
+    for p in placement.active().values():
+        if ctx.node(node).spec.total_vgpus > 2:
+            assert p.vgpus <= 1, "one vGPU per pod on a multi-GPU node"
+
+
+def test_deployer_lm1_on_cores_next_to_gpu_pods(ctx: ClusterContext) -> None:
+    obs = _node_obs(ctx, "worker-2", ["lm1", "lm3", "lm4"], NodeState(name="worker-2"))
+    active = rule_placement(obs).active()
+    assert active["lm1"].mode == "cpu" and active["lm1"].cpu_cores >= 8
+    assert active["lm3"].mode == active["lm4"].mode == "gpu"
+
+
+def test_deployer_keeps_running_pods_and_waits_while_pending(ctx: ClusterContext) -> None:
+    running = InstanceState(lm="lm4", mode="gpu", cpu_cores=3, vgpus=2, status="ready")
+    state = NodeState(name="worker-2", backlog={"lm3": 5, "lm4": 1}, instances=[running])
+    obs = _node_obs(ctx, "worker-2", ["lm3", "lm4"], state)
+    active = rule_placement(obs).active()
+    assert (active["lm4"].cpu_cores, active["lm4"].vgpus) == (3, 2), "no resize churn"
+    assert "lm3" not in active, "no vGPU left: lm3 waits rather than evicting lm4"
+    pending = running.model_copy(update={"status": "pending"})
+    obs = _node_obs(
+        ctx, "worker-2", ["lm3", "lm4"], state.model_copy(update={"instances": [pending]})
+    )
+    assert list(rule_placement(obs).active()) == ["lm4"]
+
+
+def test_deployer_ignores_shed_load_but_serves_leftover_backlog(ctx: ClusterContext) -> None:
+    left = InstanceState(lm="lm2", mode="gpu", cpu_cores=2, vgpus=1, status="ready")
+    state = NodeState(name="worker-3", backlog={"lm3": 9, "lm2": 4}, instances=[left])
+    active = rule_placement(_node_obs(ctx, "worker-3", ["lm4"], state)).active()
+    assert "lm3" not in active, "shed requests are not served off-role"
+    assert "lm2" in active, "a running LM with backlog keeps running"
+    assert "lm4" in active
+
+
+def test_rule_step_updates_boost(ctx: ClusterContext) -> None:
+    state = RulePlannerState()
+    obs = PlanningObservation(
+        epoch=1, context=ctx, last=_metrics({"lm1": 1.0, "lm2": 0.5, "lm3": 0.5, "lm4": 0.2})
+    )
+    policy = rule_macro_policy(obs, state)
+    assert isinstance(policy, MacroPolicy) and state.boost["lm4"] > 1
