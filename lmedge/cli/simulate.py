@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -102,7 +103,8 @@ def _table(outcome: RunOutcome) -> Table:
     def f(x: Any, d: int = 3) -> str:
         return "–" if x is None else f"{x:.{d}f}" if isinstance(x, float) else str(x)
 
-    table = Table(title=f"{s['scenario']} · {s['policy']} · seed {s['seed']} · {s['slots']} slots")
+    title = f"{s['scenario']} · {s['policy']} · seed {s['seed']} · {s['slots']} slots"
+    table = Table(title=escape(title))
     table.add_column("LM")
     table.add_column("requests", justify="right")
     table.add_column("success", justify="right")
