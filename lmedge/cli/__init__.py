@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "lmedge.cli.simulate",
     "lmedge.cli.dataplane",
     "lmedge.cli.store_cmds",
+    "lmedge.cli.calibrate",
 ]
 
 app = typer.Typer(
