@@ -327,3 +327,28 @@ def test_bad_names_are_rejected_by_the_loader_and_the_crd(name: str) -> None:
             parse_resources([("bad.yaml", doc)])
         name_schema = root_schema(kind)["properties"]["metadata"]["properties"]["name"]
         assert not jsonschema_rs.Draft4Validator(name_schema).is_valid(name)
+
+
+def _status_problems(kind: str, status: dict[str, Any]) -> list[str]:
+    node = root_schema(kind)["properties"]["status"]
+    errors = [e.message for e in jsonschema_rs.Draft4Validator(node).iter_errors(status)]
+    return errors + [f"pruned: {p}" for p in _unknown_fields(node, status, "status")]
+
+
+def test_operator_status_fits_the_status_schemas() -> None:
+    """What the operator patches into status must survive: no schema error, no pruning."""
+    from lmedge.backends.kubernetes.pods import ObservedPod
+    from lmedge.operator.logic import ServiceStats, edge_node_status, lmservice_status
+
+    spec = EdgeNodeSpec.model_validate(EDGENODE)
+    for problems in ([], ["spec.cpuCores=16 but the Node allocates 8 CPU"]):
+        assert _status_problems("EdgeNode", edge_node_status(spec, problems, 2)) == []
+    pods = [
+        ObservedPod(name="a", lm="lm1", node="w1", placement_hash="h", phase="Running", ready=True),
+        ObservedPod(
+            name="b", lm="lm1", node="w2", placement_hash="h", phase="Pending", ready=False
+        ),
+    ]
+    stats = ServiceStats(requests=10, success_ratio=0.8, mean_latency_s=42.0)
+    for s in (stats, None):
+        assert _status_problems("LMService", lmservice_status(pods, s, 5)) == []
