@@ -173,6 +173,8 @@ class NodeSim:
         self.info = info
         self.spec = info.spec
         self.queues: dict[str, deque[Job]] = {lm: deque() for lm in lms}
+        # Q_ni kept incrementally: remaining prompts of the jobs queued or in service here
+        self.waiting: dict[str, int] = dict.fromkeys(lms, 0)
         self.instances: dict[str, Instance] = {}
         n_gpu = len(self.spec.gpus)
         self.slots_used = [0] * n_gpu
@@ -225,11 +227,7 @@ class NodeSim:
 
     def backlog(self, lm: str) -> int:
         """Q_ni: prompts of `lm` waiting or in service here."""
-        total = sum(j.prompts - j.done for j in self.queues[lm] if j.state == QUEUED)
-        inst = self.instances.get(lm)
-        if inst is not None and inst.job is not None:
-            total += inst.job.prompts - inst.job.done
-        return total
+        return self.waiting[lm]
 
 
 class Emulator:
@@ -266,7 +264,7 @@ class Emulator:
     # ----------------------------------------------------------------- workload
     def arrivals(self, slot: int) -> list[Arrival]:
         return [
-            Arrival(origin=r.origin, lm=r.lm, requests=1, prompts=r.prompts)
+            Arrival.model_construct(origin=r.origin, lm=r.lm, requests=1, prompts=r.prompts)
             for r in self.workload.slot(slot)
         ]
 
@@ -338,6 +336,7 @@ class Emulator:
         job.state = QUEUED
         job.wait_since = self.env.now
         node.queues[job.lm].append(job)
+        node.waiting[job.lm] += job.prompts - job.done
         if inst is not None and inst.ready and inst.job is None and self._take_next(node, inst):
             self._rebalance(node)
 
@@ -377,6 +376,7 @@ class Emulator:
             return
         job = inst.job
         job.done += 1
+        self.nodes[job.dest].waiting[job.lm] -= 1
         self.stats["prompts_done"] += 1
         inst.work_left = 0.0
         if job.done < job.prompts:
@@ -410,6 +410,8 @@ class Emulator:
         now = self.env.now
         tau = job.deadline - job.submit
         state = job.state
+        if state in (QUEUED, SERVING):
+            self.nodes[job.dest].waiting[job.lm] -= job.prompts - job.done
         if state == QUEUED:
             job.queue_s += now - job.wait_since
         elif state == SERVING:
@@ -659,7 +661,7 @@ class Emulator:
     # ------------------------------------------------------------ observation
     def snapshot(self, slot: int) -> Snapshot:
         now = self.env.now
-        return Snapshot(
+        return Snapshot.model_construct(
             slot=slot,
             time_s=now,
             nodes=[self._node_state(n, now) for n in self.nodes.values()],

@@ -9,7 +9,7 @@ import pytest
 from lmedge.api import LMPlacement, Placement
 from lmedge.backends.emulated import EmulatedBackend
 from lmedge.sim import Scenario
-from tests.sim.conftest import place, run_all
+from tests.sim.conftest import place, route, run_all
 
 
 def _p(node: str, *lms: tuple[str, str, float, int]) -> Placement:
@@ -77,29 +77,32 @@ def test_resize_restarts_the_pod_with_a_cold_start(make_scenario: Callable[..., 
 def test_deactivation_mid_set_resumes_without_losing_or_repeating_prompts(
     make_scenario: Callable[..., Scenario],
 ) -> None:
-    sc = make_scenario([(0, "w1", "a", 8, 0.0), (0, "w1", "b", 3, 0.0)])
-    be = EmulatedBackend(sc, seed=0)
+    rows = [(0, "w1", "a", 8, 0.0), (0, "w2", "a", 1, 0.5), (0, "w1", "b", 3, 0.0)]
+    be = EmulatedBackend(make_scenario(rows), seed=0)
     place(be, "w1", ("a", "gpu", 4, 1))
+    route(be, 0, ("w2", "a", "w1"))
     be.clock.sleep_until(25.0)  # ready at ~1 s; prompts done at ~11 and ~21, third in flight
-    assert be.snapshot(0).node("w1").backlog["a"] == 6
+    assert be.snapshot(0).node("w1").backlog["a"] == 6 + 1
     place(be, "w1", ("a", "off", 0, 0))
-    assert be.snapshot(0).node("w1").backlog["a"] == 6  # kept, waiting at the head
+    assert be.snapshot(0).node("w1").backlog["a"] == 6 + 1  # kept, the set back at the head
     be.clock.sleep_until(40.0)
     place(be, "w1", ("a", "gpu", 4, 1))
     be.clock.sleep_until(45.0)
     place(be, "w1", ("a", "off", 0, 0))  # a second interruption, mid-prompt again
     be.clock.sleep_until(50.0)
     place(be, "w1", ("a", "gpu", 4, 1))
-    recs = {r.lm: r for r in run_all(be, 1000)}
-    a = recs["a"]
+    recs = {(r.origin, r.lm): r for r in run_all(be, 1000)}
+    a, later = recs[("w1", "a")], recs[("w2", "a")]
     assert a.outcome == "success" and a.prompts_done == a.prompts == 8
     stats = be.emulator.stats
-    # every completion is counted once: 8 prompts of a, none run twice, none lost
-    assert stats["prompts_done"] == 8 and stats["prompts_lost"] == 2
-    assert recs["b"].outcome == "timeout" and recs["b"].prompts_done == 0
+    # every completion is counted once: 8 + 1 prompts of a, none run twice, none lost
+    assert stats["prompts_done"] == 9 and stats["prompts_lost"] == 2
+    assert recs[("w1", "b")].outcome == "timeout" and recs[("w1", "b")].prompts_done == 0
     # inference: ~24 s before the stop, ~4 s lost after the restart, then 6 x 10 s
     assert a.inference_s == pytest.approx(24.0 + 4.0 + 60.0, abs=0.02)
     assert a.latency_s == pytest.approx(a.done_s - a.submit_s)
+    # the interrupted set resumed first: the later set starts when it ends (~111 s)
+    assert later.submit_s + later.uplink_s + later.queue_s == pytest.approx(111.0, abs=0.02)
 
 
 def test_cold_start_delays_the_first_prompt(make_scenario: Callable[..., Scenario]) -> None:
