@@ -11,8 +11,8 @@ from lmedge.api.decisions import (
     NodeRole,
     Placement,
     Route,
-    RoutingMap,
     RouteWeight,
+    RoutingMap,
     Source,
 )
 from lmedge.api.feasibility import (

@@ -228,6 +228,7 @@ def nearest_feasible(
         key=lambda p: (prio.get(p.lm, 0.0), -list(fixed).index(p.lm)),
     )
     result = Placement(node=node.name, lms=[fixed[k] for k in svc])
+    victims: list[LMPlacement] = []
     while check_placement(result, node, services):
         shrinkable = [p for p in order if p.mode == "gpu" and fixed[p.lm].vgpus > 1]
         if shrinkable and _sum_vgpus(fixed) > spec.total_vgpus:
@@ -235,10 +236,19 @@ def nearest_feasible(
             fixed[lm] = fixed[lm].model_copy(update={"vgpus": fixed[lm].vgpus - 1})
         elif order:
             victim = order.pop(0)
+            victims.append(fixed[victim.lm])
             fixed[victim.lm] = _off(victim.lm)
         else:
             break
         result = Placement(node=node.name, lms=[fixed[k] for k in svc])
+    # Switching off a large LM may have freed room for a smaller one switched
+    # off before it: give the victims back, highest priority first, if they fit.
+    for p in reversed(victims):
+        trial = dict(fixed)
+        trial[p.lm] = p
+        candidate = Placement(node=node.name, lms=[trial[k] for k in svc])
+        if not check_placement(candidate, node, services):
+            fixed, result = trial, candidate
     return result
 
 
