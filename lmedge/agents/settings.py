@@ -123,3 +123,33 @@ def resolve_settings(
         budget = min(s.budget_s, slot_s / 2)
         s = s.model_copy(update={"budget_s": budget, "timeout_s": min(s.timeout_s, budget)})
     return s
+
+
+AGENTIC = "agentic"
+
+
+def agentic_params(
+    tiers: Mapping[str, str],
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+) -> dict[str, dict[str, str]]:
+    """Plugin parameters handing LLM settings to the tiers whose plugin is `agentic`.
+
+    `tiers` maps "planner"/"router"/"deployer" to plugin names. Returns {} when
+    no setting is given; raises `ConfigError` when settings are given but no
+    tier is agentic (they would be silently ignored otherwise).
+    """
+    llm = {
+        k: v
+        for k, v in (("llm_base_url", base_url), ("llm_model", model), ("llm_api_key", api_key))
+        if v
+    }
+    if not llm:
+        return {}
+    out = {tier: dict(llm) for tier, name in tiers.items() if name == AGENTIC}
+    if not out:
+        raise ConfigError(
+            "--llm-* options need an agentic planner, router or deployer, e.g. --policy ma"
+        )
+    return out

@@ -13,6 +13,7 @@ Every user mistake (a bad manifest, an unknown policy, a bad flag value) is a
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from lmedge.agents.settings import agentic_params
 from lmedge.bench.report import write_report
 from lmedge.bench.runner import RunOutcome, RunSpec, resolve_scenario, run
 from lmedge.bench.summary import dumps
@@ -154,10 +156,26 @@ def register(app: typer.Typer) -> None:
         settle: bool = typer.Option(
             True, help="Keep running after the measured slots until their requests finish."
         ),
+        llm_base_url: str | None = typer.Option(
+            None, help="OpenAI-compatible endpoint for the agentic plugins (else: rule backends)."
+        ),
+        llm_model: str | None = typer.Option(None, help="Model name for the agentic plugins."),
+        llm_api_key: str | None = typer.Option(
+            None, help="API key for the agentic plugins (or LMEDGE_LLM_API_KEY)."
+        ),
     ) -> None:
         """Run one policy on an emulated scenario and print its metrics."""
         _check_slots(slots)
         choice = _choice(policy, planner, router, deployer)
+        tiers = choice.resolve()
+        llm = agentic_params(
+            {"planner": tiers.planner, "router": tiers.router, "deployer": tiers.deployer},
+            llm_base_url,
+            llm_model,
+            llm_api_key,
+        )
+        if llm:
+            choice = dataclasses.replace(choice, params=llm)
         spec = RunSpec(resolve_scenario(scenario), choice, seed, slots, settle)
         if store is not None:
             parse_store_location(store)

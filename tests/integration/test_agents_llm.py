@@ -235,3 +235,55 @@ def test_ma_survives_a_storm_of_faults(llm_server: LLMServer) -> None:
             assert d.outcome == "replaced"
     assert any(d.source == "fallback" for d in result.decisions)
     assert any(d.source == "llm" and d.outcome == "accepted" for d in result.decisions)
+
+
+def test_cli_simulate_ma_uses_the_llm_endpoint(llm_server: LLMServer, tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-c",
+        "from lmedge.cli import main; main()",
+        "simulate",
+        "-f",
+        str(TESTBED),
+        "--policy",
+        "ma",
+        "--slots",
+        "3",
+        "--no-store",
+        "--no-settle",
+        "--json",
+        "--llm-base-url",
+        llm_server.base_url,
+        "--llm-model",
+        "test-model",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["policy"] == "ma"
+    bodies = [json.loads(b) for b in llm_server.bodies]
+    assert len(bodies) >= 1 + 3 + 3 * 6, "planner, scheduler and six deployers per slot"
+    assert {b["model"] for b in bodies} == {"test-model"}
+
+
+def test_cli_llm_options_need_an_agentic_tier(llm_server: LLMServer, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-c",
+        "from lmedge.cli import main; main()",
+        "simulate",
+        "--policy",
+        "rr",
+        "--no-store",
+        "--llm-base-url",
+        llm_server.base_url,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "need an agentic" in done.stderr and "Traceback" not in done.stderr
