@@ -55,7 +55,7 @@ class BufferStats:
     spilled: int
     #: Re-inserted from spill files.
     replayed: int
-    #: Lost because a spill file could not be written.
+    #: Lost: a spill file could not be written, or the server refused them for good.
     dropped: int
 
 
@@ -72,7 +72,9 @@ class WriteBuffer:
     (spill files, then memory) and stops at the first `StoreUnavailable`, keeping
     that batch and everything after it. Thread-safe: one flush at a time, and
     `add` may run concurrently with a flush (the batch in flight is outside the
-    bound for that moment).
+    bound for that moment). A batch the server refuses for good (any error but
+    `StoreUnavailable`) is dropped, counted and re-raised, so it cannot block
+    the batches behind it.
     """
 
     def __init__(self, *, limit: int, spill_dir: Path, prefix: str) -> None:
@@ -132,11 +134,22 @@ class WriteBuffer:
                     self._pending -= len(batch.docs)
                 try:
                     insert(batch.collection, batch.docs)
-                except BaseException:
+                except StoreUnavailable:
                     with self._lock:
                         self._batches.appendleft(batch)
                         self._pending += len(batch.docs)
                         self._enforce_bound()
+                    raise
+                except Exception:
+                    # Refused for good (e.g. a validator): retrying would wedge
+                    # every later write behind this batch, so it is dropped.
+                    with self._lock:
+                        self._dropped += len(batch.docs)
+                    log.error(
+                        "store buffer: %d documents for %s refused and dropped",
+                        len(batch.docs),
+                        batch.collection,
+                    )
                     raise
                 sent += len(batch.docs)
 

@@ -138,3 +138,24 @@ def test_without_a_writable_disk_the_overflow_is_dropped_and_counted(tmp_path: P
 def test_limit_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         make(tmp_path, limit=0)
+
+
+def test_a_batch_refused_for_good_is_dropped_not_retried(tmp_path: Path) -> None:
+    from lmedge.errors import StoreError
+
+    buf, server = make(tmp_path), FlakyServer()
+    calls = {"n": 0}
+
+    def refuse_first(collection: str, docs: Sequence[dict[str, Any]]) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StoreError("document failed validation")
+        return server(collection, docs)
+
+    buf.add("requests", batch(0, 3))
+    buf.add("requests", batch(3, 2))
+    with pytest.raises(StoreError):
+        buf.flush(refuse_first)
+    assert buf.stats().dropped == 3 and buf.stats().pending == 2
+    buf.flush(refuse_first)
+    assert sorted(server.docs) == ["d00003", "d00004"]
