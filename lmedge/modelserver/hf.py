@@ -31,6 +31,14 @@ def _device(device: str) -> str:
     return device
 
 
+def _dtype_keyword() -> str:
+    """The dtype keyword of `from_pretrained`: `dtype` from transformers 4.56, else `torch_dtype`."""
+    import transformers
+    from packaging.version import Version
+
+    return "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+
+
 def _decode_image(data: str | None) -> Any:
     from PIL import Image
 
@@ -47,7 +55,7 @@ class _HFBackend:
 
     def _placement(self) -> dict[str, Any]:
         if self.mode == "gpu":
-            return {"device_map": "auto", "torch_dtype": torch.float16}
+            return {"device_map": "auto", _dtype_keyword(): torch.float16}
         return {}
 
 
@@ -134,13 +142,13 @@ class TextToImageBackend(_HFBackend):
         # Typed as Any: diffusers is untyped where it is installed and absent where not.
         pipeline: Any = StableDiffusionPipeline
         dtype = torch.float16 if self.mode == "gpu" else torch.float32
+        # Cast after loading: the dtype keyword of from_pretrained differs across versions.
         self._pipe = pipeline.from_pretrained(
             self.path,
             local_files_only=True,
-            torch_dtype=dtype,
             safety_checker=None,
             requires_safety_checker=False,
-        ).to(self.device)
+        ).to(self.device, dtype)
         self._pipe.set_progress_bar_config(disable=True)
 
     def run(self, prompt: Prompt) -> Output:
