@@ -32,7 +32,7 @@ def _device(device: str) -> str:
 
 
 def _dtype_keyword() -> str:
-    """The dtype keyword of `from_pretrained`: `dtype` from transformers 4.56, else `torch_dtype`."""
+    """The dtype keyword of `from_pretrained`: `dtype` since transformers 4.56."""
     import transformers
     from packaging.version import Version
 
