@@ -15,7 +15,7 @@ from typing import Any
 
 from lmedge.agents.core import AgentCore
 from lmedge.agents.rendering import render_slot
-from lmedge.agents.rules.scheduler import candidates, rule_routing
+from lmedge.agents.rules.scheduler import Plan, candidates, rule_routing
 from lmedge.api import ClusterContext, Decision, RoutingMap, SlotObservation, check_routing_map
 from lmedge.policies.local import local_routing
 
@@ -39,7 +39,8 @@ class AgenticRouter:
 
         def prompts() -> tuple[str, str]:
             lms = sorted({a.lm for a in obs.arrivals if a.requests > 0 and ctx.has_service(a.lm)})
-            ranked = {lm: candidates(ctx, obs.macro, states, lm) for lm in lms}
+            plan = Plan.of(ctx, obs.macro)
+            ranked = {lm: candidates(ctx, obs.macro, states, lm, plan=plan) for lm in lms}
             return render_slot(ctx, obs.slot, obs.epoch, obs.macro, ranked, obs.arrivals, reference)
 
         if not reference.routes:

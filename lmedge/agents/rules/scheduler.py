@@ -10,8 +10,8 @@ For every (origin, LM) pair with arrivals, in decreasing order of prompts:
   + the uplink transfer, where the rate is that of the running instance, or
   of a typical new one (capacity.py) when the LM is only in the node's role;
 - a node where the LM is neither running, starting nor in the role (an
-  inactive-target conflict) pays `tau`: it is chosen only when nothing else
-  is feasible, or to shed load (below);
+  inactive-target conflict) costs `2 tau`: it is chosen only when nothing
+  else is feasible, or to shed load (below);
 - the macro weight breaks ties (it is proportional to planned capacity,
   which the rate already reflects).
 
@@ -57,6 +57,27 @@ class Candidate:
     p: float
 
 
+@dataclass
+class Plan:
+    """The macro policy as lookups, computed once per slot (not once per pair)."""
+
+    weights: dict[str, dict[str, float]]
+    roles: dict[str, set[str]]
+    _feasible: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, ctx: ClusterContext, macro: MacroPolicy | None) -> Plan:
+        if macro is None:
+            return cls({}, {}, {})
+        roles = {n: set(lms) for n, lms in macro.role_map().items()}
+        return cls(macro.weights(), roles, {})
+
+    def feasible(self, ctx: ClusterContext, lm: str) -> list[str]:
+        if lm not in self._feasible:
+            self._feasible[lm] = ctx.feasible_nodes(lm)
+        return self._feasible[lm]
+
+
 def transfer_s(ctx: ClusterContext, origin: str, dest: str, kib: float) -> float:
     """Uplink time of `kib` KiB from origin to dest over the declared links."""
     if origin == dest or not ctx.has_node(origin):
@@ -78,31 +99,35 @@ def candidates(
     extra: dict[tuple[str, str], int] | None = None,
     prompts: int = 1,
     origin: str | None = None,
+    plan: Plan | None = None,
 ) -> list[Candidate]:
     """Every feasible destination for `lm`, cheapest first."""
     extra = extra or {}
-    weights = macro.weights().get(lm, {}) if macro else {}
-    roles = macro.role_map() if macro else {}
+    plan = plan or Plan.of(ctx, macro)
+    weights = plan.weights.get(lm, {})
+    roles = plan.roles
     svc = ctx.service(lm).spec
-    feasible = ctx.feasible_nodes(lm)
-    planned = {n for n in feasible if weights.get(n, 0.0) > 0 or lm in roles.get(n, [])}
+    feasible = plan.feasible(ctx, lm)
+    planned = {n for n in feasible if weights.get(n, 0.0) > 0 or lm in roles.get(n, ())}
     if not planned:
         planned = set(feasible)
     out: list[Candidate] = []
     tau = ctx.deadline_s(lm)
     for n in feasible:
         st = states.get(n)
-        node = ctx.node(n).spec
         inst = st.instance(lm) if st else None
         backlog = (st.backlog.get(lm, 0) if st else 0) + extra.get((n, lm), 0)
+        if inst is None and n not in planned:
+            # Not planned and not running: only a place to shed load; no estimate needed.
+            out.append(Candidate(n, 2 * tau, tau, backlog, "off", 0.0))
+            continue
+        node = ctx.node(n).spec
         status: str
         if inst is not None:
             rate, status = instance_rate(svc, node, inst), inst.status
             wait = COLD_START_S / 2 if inst.status == "pending" else 0.0
-        elif n in planned:
-            rate, status, wait = best_rate(svc, node), "role", COLD_START_S
         else:
-            rate, status, wait = best_rate(svc, node), "off", tau
+            rate, status, wait = best_rate(svc, node), "role", COLD_START_S
         if rate <= 0:
             continue
         start = backlog / rate + wait
@@ -123,10 +148,11 @@ def rule_routing(
     """The rule's routing map for this slot's arrivals (see the module docstring)."""
     extra: dict[tuple[str, str], int] = {}
     routes: list[Route] = []
+    plan = Plan.of(ctx, macro)
     for a in sorted(arrivals, key=lambda x: (-x.prompts, x.origin, x.lm)):
         if a.requests <= 0 or not ctx.has_service(a.lm):
             continue
-        ranked = candidates(ctx, macro, states, a.lm, extra, max(1, a.prompts), a.origin)
+        ranked = candidates(ctx, macro, states, a.lm, extra, max(1, a.prompts), a.origin, plan)
         if not ranked:
             continue
         usable = [c for c in ranked if c.status != "off"] or ranked

@@ -1,0 +1,272 @@
+"""Agent benchmarks (run by `make bench`): fault tolerance, prompt size, deterministic overhead.
+
+1. Fault injection: >= 10,000 agent calls (planner, scheduler, deployer) against
+   the local OpenAI-compatible server, cycling through every scripted fault
+   (malformed, wrong schema, empty, infeasible, timeout, 429, 5xx, json_schema
+   rejected). Required: no call raises, every decision that is not a clean
+   LLM answer is audited (error or violations), every call ends within its
+   budget.
+2. Prompt size in tokens (characters / 4; tiktoken is not a dependency) for the
+   testbed and the 120-worker `large` example: planner, scheduler with every
+   worker an origin of every LM, one deployer.
+3. Deterministic overhead per slot, without the LLM call: the rule decisions
+   (scheduler + every deployer) and, for the LLM path, rendering the prompts
+   and checking a reply, on testbed and large.
+
+Results are printed and written to reports/bench-agents.json.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmedge.agents import AgenticDeployer, AgenticPlanner, AgenticRouter
+from lmedge.agents.llm import forget_endpoint_capabilities
+from lmedge.agents.memory import select_cases
+from lmedge.agents.rendering import render_node, render_planning, render_slot
+from lmedge.agents.rules.deployer import rule_placement
+from lmedge.agents.rules.planner import plan_macro
+from lmedge.agents.rules.scheduler import candidates, rule_routing
+from lmedge.api import (
+    Arrival,
+    ClusterContext,
+    Decision,
+    InstanceState,
+    NodeObservation,
+    NodeState,
+    PlanningObservation,
+    SlotObservation,
+    Snapshot,
+    check_placement,
+    check_routing_map,
+)
+from lmedge.sim.scenario import load_scenario
+from tests.fixtures.llm_server import running_server
+
+pytestmark = pytest.mark.bench
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "reports" / "bench-agents.json"
+RESULTS: dict[str, Any] = {}
+
+CALLS = 10_200
+FAULTS = [
+    "good",
+    "malformed",
+    "wrong_schema",
+    "empty",
+    "gpu_on_cpu",
+    "bad_sum",
+    "unknown_name",
+    "timeout",
+    "429",
+    "500",
+    "503",
+    "fenced",
+]
+TIMEOUT_S, BUDGET_S = 0.05, 0.25
+
+
+def _ctx(name: str) -> ClusterContext:
+    return load_scenario(ROOT / "examples" / name).context()
+
+
+def _busy_slot(ctx: ClusterContext) -> SlotObservation:
+    """Every worker an origin of every LM, queues on every planned instance."""
+    macro = plan_macro(ctx, {}, {})
+    roles = macro.role_map()
+    nodes = []
+    for n in ctx.workers:
+        lms = roles.get(n.name, [])
+        inst = [
+            InstanceState(lm=lm, mode="cpu", cpu_cores=4, vgpus=0, status="ready")
+            if ctx.service(lm).spec.runs_on == "cpu-or-gpu" and not n.spec.has_gpu
+            else InstanceState(lm=lm, mode="gpu", cpu_cores=2, vgpus=1, status="ready")
+            for lm in lms
+        ]
+        nodes.append(NodeState(name=n.name, backlog=dict.fromkeys(lms, 5), instances=inst))
+    arrivals = [
+        Arrival(origin=n.name, lm=lm, requests=1, prompts=4)
+        for n in ctx.workers
+        for lm in ctx.lm_names
+    ]
+    snap = Snapshot(slot=1, time_s=30, nodes=nodes)
+    return SlotObservation(
+        slot=1, epoch=0, context=ctx, macro=macro, snapshot=snap, arrivals=arrivals
+    )
+
+
+def _node_obs(ctx: ClusterContext, slot: SlotObservation, node: str) -> NodeObservation:
+    roles = slot.macro.role_map().get(node, []) if slot.macro else []
+    return NodeObservation(
+        slot=1,
+        epoch=0,
+        node=ctx.node(node),
+        services=ctx.services,
+        roles=roles,
+        state=slot.snapshot.node(node),
+    )
+
+
+def _audited(d: Decision[Any]) -> bool:
+    if d.source == "llm" and d.validated:
+        return d.error is None and not d.violations
+    if d.source == "llm":
+        return bool(d.violations)
+    return d.source == "fallback" and d.outcome == "replaced" and bool(d.error)
+
+
+def test_fault_injection_ten_thousand_calls() -> None:
+    ctx = _ctx("testbed")
+    slot = _busy_slot(ctx)
+    nodes = [n.name for n in ctx.workers]
+    with running_server() as server:
+        server.keep_bodies = False
+        server.slow_s = TIMEOUT_S * 3
+        server.script(*(FAULTS * (CALLS // len(FAULTS) * 3)))
+        forget_endpoint_capabilities()
+        params = {
+            "llm_base_url": server.base_url,
+            "llm_timeout_s": TIMEOUT_S,
+            "llm_budget_s": BUDGET_S,
+            "llm_max_retries": 1,
+        }
+        planner = AgenticPlanner.build(ctx, params)
+        router = AgenticRouter.build(ctx, params)
+        deployer = AgenticDeployer.build(ctx, params)
+        plan_obs = PlanningObservation(epoch=0, context=ctx)
+        node_obs = [_node_obs(ctx, slot, n) for n in nodes]
+
+        def call(i: int) -> tuple[Decision[Any] | None, float, str | None]:
+            started = time.monotonic()
+            try:
+                d: Decision[Any]
+                if i % 50 == 0:
+                    d = planner.plan(plan_obs)
+                elif i % 7 == 0:
+                    d = router.route(slot)
+                else:
+                    d = deployer.place(node_obs[i % len(node_obs)])
+                return d, time.monotonic() - started, None
+            except Exception as exc:  # the benchmark counts crashes instead of stopping
+                return None, time.monotonic() - started, f"{type(exc).__name__}: {exc}"
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(call, range(CALLS)))
+        wall = time.monotonic() - started
+        http_calls = len(server.served)
+    crashes = [e for _, _, e in results if e is not None]
+    decisions = [d for d, _, _ in results if d is not None]
+    unaudited = [d for d in decisions if not _audited(d)]
+    latencies = sorted(t for _, t, _ in results)
+    outcome = Counter(
+        f"{d.agent}:{d.source}:{'ok' if d.validated else 'flagged'}" for d in decisions
+    )
+    RESULTS["fault_injection"] = {
+        "agent_calls": len(results),
+        "http_requests": http_calls,
+        "crashes": len(crashes),
+        "unaudited": len(unaudited),
+        "fallbacks": sum(1 for d in decisions if d.source == "fallback"),
+        "flagged_infeasible": sum(1 for d in decisions if d.source == "llm" and not d.validated),
+        "accepted": sum(1 for d in decisions if d.source == "llm" and d.validated),
+        "by_outcome": dict(sorted(outcome.items())),
+        "latency_s_p50": round(statistics.median(latencies), 4),
+        "latency_s_max": round(latencies[-1], 4),
+        "budget_s": BUDGET_S,
+        "wall_s": round(wall, 2),
+    }
+    print(json.dumps(RESULTS["fault_injection"], indent=2))
+    assert len(results) >= 10_000
+    assert crashes == []
+    assert unaudited == []
+    assert latencies[-1] < BUDGET_S + 0.5
+
+
+@pytest.mark.parametrize("name", ["testbed", "large"])
+def test_prompt_size_in_tokens(name: str) -> None:
+    ctx = _ctx(name)
+    slot = _busy_slot(ctx)
+    macro = slot.macro
+    assert macro is not None
+    plan_obs = PlanningObservation(epoch=1, context=ctx, previous=macro, traffic={"lm1": 100})
+    _, planner_user = render_planning(plan_obs, select_cases([], {}), macro)
+    states = {n.name: n for n in slot.snapshot.nodes}
+    reference = rule_routing(ctx, macro, states, slot.arrivals)
+    ranked = {lm: candidates(ctx, macro, states, lm) for lm in ctx.lm_names}
+    sched_system, sched_user = render_slot(ctx, 1, 0, macro, ranked, slot.arrivals, reference)
+    pairs = next(x for x in sched_user.splitlines() if x.startswith("Pairs to route"))
+    obs = _node_obs(ctx, slot, ctx.workers[1].name)
+    dep_system, dep_user = render_node(obs, rule_placement(obs))
+    routing_json = len(reference.model_dump_json())
+
+    def tokens(text: str) -> int:
+        return len(text) // 4
+
+    RESULTS[f"prompt_tokens_{name}"] = {
+        "workers": len(ctx.workers),
+        "lms": len(ctx.lm_names),
+        "planner_user": tokens(planner_user),
+        "scheduler_total": tokens(sched_system + sched_user),
+        "scheduler_without_pairs": tokens(sched_system + sched_user) - tokens(pairs),
+        "scheduler_pairs": len(slot.arrivals),
+        "routing_map_reply": routing_json // 4,
+        "deployer_total": tokens(dep_system + dep_user),
+    }
+    print(json.dumps(RESULTS[f"prompt_tokens_{name}"], indent=2))
+    assert RESULTS[f"prompt_tokens_{name}"]["scheduler_without_pairs"] < 1_500
+
+
+@pytest.mark.parametrize("name", ["testbed", "large"])
+def test_deterministic_overhead_per_slot(name: str) -> None:
+    ctx = _ctx(name)
+    slot = _busy_slot(ctx)
+    macro = slot.macro
+    assert macro is not None
+    states = {n.name: n for n in slot.snapshot.nodes}
+    obs = [_node_obs(ctx, slot, n.name) for n in ctx.workers]
+    rounds = 5 if name == "testbed" else 2
+    rule_s, llm_path_s = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        reference = rule_routing(ctx, macro, states, slot.arrivals)
+        check_routing_map(reference, ctx, slot.arrivals)
+        placements = [rule_placement(o) for o in obs]
+        for o, p in zip(obs, placements, strict=True):
+            check_placement(p, o.node, o.services)
+        t1 = time.perf_counter()
+        ranked = {lm: candidates(ctx, macro, states, lm) for lm in ctx.lm_names}
+        render_slot(ctx, 1, 0, macro, ranked, slot.arrivals, reference)
+        for o, p in zip(obs, placements, strict=True):
+            render_node(o, p)
+        t2 = time.perf_counter()
+        rule_s.append(t1 - t0)
+        llm_path_s.append(t2 - t0)
+    t0 = time.perf_counter()
+    plan_macro(ctx, {}, {}, macro)
+    plan_s = time.perf_counter() - t0
+    RESULTS[f"overhead_{name}"] = {
+        "workers": len(ctx.workers),
+        "pairs": len(slot.arrivals),
+        "rule_slot_ms": round(min(rule_s) * 1000, 2),
+        "llm_path_slot_ms_excluding_call": round(min(llm_path_s) * 1000, 2),
+        "rule_plan_epoch_ms": round(plan_s * 1000, 2),
+    }
+    print(json.dumps(RESULTS[f"overhead_{name}"], indent=2))
+    assert min(llm_path_s) < ctx.slot_s / 10
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_report() -> Any:
+    yield
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(json.dumps(RESULTS, indent=2, sort_keys=True) + "\n")
