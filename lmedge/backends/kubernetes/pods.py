@@ -12,7 +12,7 @@ changes, which makes actuation idempotent.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,12 @@ class ObservedPod:
     phase: str
     ready: bool
     deleting: bool = False
+    #: What the pod holds (from its container requests); 0 when unknown.
+    mode: str = ""
+    cpu_cores: float = 0.0
+    memory_gib: float = 0.0
+    vgpus: int = 0
+    ip: str = ""
 
     @property
     def pending(self) -> bool:
@@ -161,6 +167,9 @@ def model_pod(
         "spec": {
             "nodeName": node,
             "restartPolicy": "Always",
+            # A model server never calls the API server.
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 10,
             "containers": [container],
             "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
@@ -209,3 +218,53 @@ def plan_node(
         else:
             actions.create.append(target)
     return actions
+
+
+def parse_cpu(q: str | int | float) -> float:
+    """CPU cores from a quantity ("4", "2500m")."""
+    text = str(q)
+    return int(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+_MEMORY_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6,
+                 "G": 10**9, "T": 10**12}  # fmt: skip
+
+
+def parse_memory_gib(q: str | int | float) -> float:
+    """GiB from a memory quantity ("3584Mi", "3Gi", bytes)."""
+    text = str(q)
+    for suffix in sorted(_MEMORY_UNITS, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * _MEMORY_UNITS[suffix] / 2**30
+    return float(text) / 2**30
+
+
+def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
+    """The reconciler's view of a pod given as its JSON object (API field names)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    cpu = memory = 0.0
+    vgpus = 0
+    for container in spec.get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        cpu += parse_cpu(requests.get("cpu", 0))
+        memory += parse_memory_gib(requests.get("memory", 0))
+        vgpus += int(requests.get(GPU_RESOURCE, 0))
+    return ObservedPod(
+        name=str(meta.get("name", "")),
+        lm=str(labels.get(LABEL_LM, "")),
+        node=str(spec.get("nodeName") or labels.get(LABEL_NODE, "")),
+        placement_hash=str((meta.get("annotations") or {}).get(ANNOTATION_HASH, "")),
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        deleting=meta.get("deletionTimestamp") is not None,
+        mode=str(labels.get(LABEL_MODE, "")),
+        cpu_cores=cpu,
+        memory_gib=memory,
+        vgpus=vgpus,
+        ip=str(status.get("podIP") or ""),
+    )

@@ -1,0 +1,343 @@
+"""`KubernetesBackend`: the `ClusterBackend` of a real cluster.
+
+The world is read, never simulated:
+
+- context: the `EdgeNode`s (cluster-wide) and the `LMService`s of one
+  namespace, plus the loop constants of `KubernetesSettings`;
+- snapshot: per node, the model pods (ready or pending = not Ready) and the
+  headroom left by their requests under the EdgeNode's spec; the backlog Q_ni
+  is the queue depth the node's gateway reports, or 0 without gateways;
+- arrivals: the future is unknown on a cluster, so slot t announces every
+  (worker, LM) pair whose LM some worker can host, with the request and
+  prompt counts of the records that finished during slot t-1 (in steady state
+  as many finish per slot as arrive; 0 for pairs with none).
+  Announcing every pair keeps each gateway's routing map complete, so a
+  request of a pair quiet last slot still finds a route;
+- publish_routing: pushed to every gateway (`PUT /control/routing`); the loop
+  stores the decision too, so a gateway that missed a push can be audited;
+- apply_placement: `plan_node` (with the pending rule), then delete and create
+  model pods through `KubeClient` (retries on 409/429/5xx, timeouts).
+  Re-applying a placement finds the pods it wants by name and changes nothing;
+- drain_records / telemetry: what gateways and node agents wrote to the store
+  for this run (records are idempotent by id, so the loop re-storing them is
+  harmless); without a store, nothing.
+
+Errors of one node's actuation are reported in its `ActuationResult`, never
+raised: the loop must go on with the other nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmedge.api import (
+    ActuationResult,
+    Arrival,
+    ClusterContext,
+    EdgeNodeSpec,
+    InstanceState,
+    LMServiceSpec,
+    NodeInfo,
+    NodeState,
+    NodeTelemetry,
+    Placement,
+    RequestRecord,
+    RoutingMap,
+    ServiceInfo,
+    Snapshot,
+)
+from lmedge.backends.kubernetes.client import KubeClient
+from lmedge.backends.kubernetes.gateways import GatewayClient
+from lmedge.backends.kubernetes.pods import ObservedPod, model_pod, plan_node
+from lmedge.errors import LmedgeError, ManifestError
+from lmedge.store import Store
+
+__all__ = ["KubernetesBackend", "KubernetesSettings", "WallClock", "load_context"]
+
+log = logging.getLogger(__name__)
+
+
+class WallClock:
+    """Seconds since `start` (Unix time) on the wall clock.
+
+    Node agents and the controller anchor on the same `start` (the run's
+    start), so their slot boundaries agree to within clock skew.
+    """
+
+    def __init__(self, start: float | None = None) -> None:
+        self.start = time.time() if start is None else start
+
+    def now(self) -> float:
+        return max(0.0, time.time() - self.start)
+
+    def sleep_until(self, t: float) -> None:
+        delay = self.start + t - time.time()
+        if delay > 0:
+            time.sleep(delay)
+
+    def slot(self, slot_s: float) -> int:
+        """The slot the clock is in now."""
+        return int(self.now() // slot_s)
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """Where the backend acts and the loop's constants.
+
+    `namespace`: where the LMServices and their model pods live (default
+    `default`). `slot_s` (default 30 s, the paper's), `epoch_slots` (50),
+    `tau_s` (900 s) and `lam` (0.5) are the loop constants. `gateways` maps a
+    node to its gateway's base URL; empty means no data plane (backlog 0, no
+    routing push). `run` names the run in records and gateway pushes.
+    """
+
+    namespace: str = "default"
+    slot_s: float = 30.0
+    epoch_slots: int = 50
+    tau_s: float = 900.0
+    lam: float = 0.5
+    gateways: Mapping[str, str] = field(default_factory=dict)
+    control_token: str | None = None
+    run: str = ""
+
+
+def _spec(model: type[Any], obj: Mapping[str, Any], kind: str) -> Any:
+    from pydantic import ValidationError
+
+    name = obj["metadata"]["name"]
+    try:
+        return model.model_validate(obj.get("spec") or {})
+    except ValidationError as exc:
+        raise ManifestError(f"{kind} {name}", "spec", str(exc.errors()[0]["msg"])) from exc
+
+
+def load_context(
+    kube: KubeClient, settings: KubernetesSettings
+) -> tuple[ClusterContext, dict[str, str]]:
+    """The static context from the API server, and each LMService's uid (for owner refs).
+
+    EdgeNodes being deleted and ones whose spec does not validate are left out
+    (the operator reports those); LMServices likewise.
+    """
+    nodes: list[NodeInfo] = []
+    for obj in sorted(kube.list_edge_nodes(), key=lambda o: o["metadata"]["name"]):
+        if obj["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            spec: EdgeNodeSpec = _spec(EdgeNodeSpec, obj, "EdgeNode")
+        except ManifestError as exc:
+            log.warning("skipping %s", exc)
+            continue
+        nodes.append(NodeInfo(name=obj["metadata"]["name"], spec=spec))
+    services: list[ServiceInfo] = []
+    uids: dict[str, str] = {}
+    for obj in sorted(
+        kube.list_lmservices(settings.namespace), key=lambda o: o["metadata"]["name"]
+    ):
+        if obj["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            sspec: LMServiceSpec = _spec(LMServiceSpec, obj, "LMService")
+        except ManifestError as exc:
+            log.warning("skipping %s", exc)
+            continue
+        services.append(ServiceInfo(name=obj["metadata"]["name"], spec=sspec))
+        uids[obj["metadata"]["name"]] = obj["metadata"]["uid"]
+    ctx = ClusterContext(
+        nodes=nodes,
+        services=services,
+        tau_s=settings.tau_s,
+        lam=settings.lam,
+        slot_s=settings.slot_s,
+        epoch_slots=settings.epoch_slots,
+    )
+    return ctx, uids
+
+
+def node_state(
+    node: NodeInfo,
+    pods: Sequence[ObservedPod],
+    services: Mapping[str, ServiceInfo],
+    backlog: Mapping[str, int] | None = None,
+) -> NodeState:
+    """One node's state from its model pods: instances and the headroom they leave.
+
+    Pods being deleted still hold their resources until they are gone (the
+    scheduler counts them too), so they count against headroom but are not
+    instances.
+    """
+    spec = node.spec
+    mine = [p for p in pods if p.node == node.name]
+    instances = [
+        InstanceState(
+            lm=p.lm,
+            mode="gpu" if p.mode == "gpu" or p.vgpus else "cpu",
+            cpu_cores=p.cpu_cores,
+            vgpus=p.vgpus,
+            status="ready" if p.ready else "pending",
+        )
+        for p in sorted(mine, key=lambda p: (p.lm, p.name))
+        if not p.deleting and p.lm in services
+    ]
+    vram = sum(services[p.lm].spec.min_vram_gib for p in mine if p.vgpus and p.lm in services)
+    return NodeState(
+        name=node.name,
+        backlog=dict(sorted((backlog or {}).items())),
+        instances=instances,
+        free_cpu_cores=max(0.0, spec.cpu_cores - sum(p.cpu_cores for p in mine)),
+        free_memory_gib=max(0.0, spec.memory_gib - sum(p.memory_gib for p in mine)),
+        free_vgpus=max(0, spec.total_vgpus - sum(p.vgpus for p in mine)),
+        free_vram_gib=max(0.0, spec.total_vram_gib - vram),
+    )
+
+
+def actuate(
+    kube: KubeClient,
+    placement: Placement,
+    ctx: ClusterContext,
+    owners: Mapping[str, str],
+    namespace: str,
+    observed: Sequence[ObservedPod],
+) -> ActuationResult:
+    """Reconcile one node's model pods to `placement` (shared by backend and node agent)."""
+    services = {s.name: s for s in ctx.services}
+    actions = plan_node(placement, observed, services)
+    by_name = {p.name: p for p in observed}
+    result = ActuationResult(node=placement.node, voided=list(actions.voided))
+    deleted: set[str] = set()
+    for name in actions.delete:
+        try:
+            kube.delete_pod(namespace, name)
+            deleted.add(by_name[name].lm)
+        except LmedgeError as exc:
+            result.errors.append(str(exc))
+    created: set[str] = set()
+    for target in actions.create:
+        manifest = model_pod(
+            services[target.lm], target, placement.node, namespace, owners.get(target.lm)
+        )
+        try:
+            kube.create_pod(manifest)
+            created.add(target.lm)
+        except LmedgeError as exc:
+            result.errors.append(str(exc))
+    result.resized = sorted(deleted & created)
+    result.started = sorted(created - deleted)
+    result.stopped = sorted(deleted - created - set(actions.unchanged))
+    return result
+
+
+class KubernetesBackend:
+    """`ClusterBackend` over a Kubernetes API server (module docstring)."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        settings: KubernetesSettings,
+        *,
+        store: Store | None = None,
+        clock: WallClock | None = None,
+        gateways: GatewayClient | None = None,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.store = store
+        self.clock = clock or WallClock()
+        self.gateways = gateways or (
+            GatewayClient(settings.gateways, settings.control_token) if settings.gateways else None
+        )
+        self._ctx, self._owners = load_context(kube, settings)
+        self._seen: set[str] = set()
+        self._last_arrivals: Counter[tuple[str, str]] = Counter()
+        self._last_prompts: Counter[tuple[str, str]] = Counter()
+
+    def context(self) -> ClusterContext:
+        return self._ctx
+
+    def refresh(self) -> ClusterContext:
+        """Re-read EdgeNodes and LMServices (a new LMService, a changed node)."""
+        self._ctx, self._owners = load_context(self.kube, self.settings)
+        return self._ctx
+
+    def snapshot(self, slot: int) -> Snapshot:
+        pods = self.kube.list_model_pods(self.settings.namespace)
+        services = {s.name: s for s in self._ctx.services}
+        workers = [n.name for n in self._ctx.workers]
+        depths = self.gateways.queue_depths(workers) if self.gateways else {}
+        return Snapshot(
+            slot=slot,
+            time_s=self.clock.now(),
+            nodes=[node_state(n, pods, services, depths.get(n.name)) for n in self._ctx.workers],
+        )
+
+    def node_snapshot(self, node: str) -> tuple[NodeState, list[ObservedPod]]:
+        """One node's state and its observed pods (what a node agent needs)."""
+        pods = self.kube.list_model_pods(self.settings.namespace, node=node)
+        services = {s.name: s for s in self._ctx.services}
+        depths = self.gateways.queue_depths([node]) if self.gateways else {}
+        return node_state(self._ctx.node(node), pods, services, depths.get(node)), pods
+
+    def arrivals(self, slot: int) -> list[Arrival]:
+        out: list[Arrival] = []
+        for origin in self._ctx.workers:
+            for lm in self._ctx.lm_names:
+                if not self._ctx.feasible_nodes(lm):
+                    continue
+                key = (origin.name, lm)
+                out.append(
+                    Arrival(
+                        origin=origin.name,
+                        lm=lm,
+                        requests=self._last_arrivals[key],
+                        prompts=self._last_prompts[key],
+                    )
+                )
+        return out
+
+    def publish_routing(self, slot: int, routing: RoutingMap) -> None:
+        if self.gateways is None:
+            return
+        failed = self.gateways.push_routing(self.settings.run, slot, routing, self.clock.start)
+        if failed:
+            log.warning("slot %d: routing not delivered to %s", slot, ", ".join(failed))
+
+    def apply_placement(self, placement: Placement) -> ActuationResult:
+        if not self._ctx.has_node(placement.node):
+            return ActuationResult(node=placement.node, errors=[f"no EdgeNode {placement.node}"])
+        try:
+            observed = self.kube.list_model_pods(self.settings.namespace, node=placement.node)
+        except LmedgeError as exc:
+            return ActuationResult(node=placement.node, errors=[str(exc)])
+        return actuate(
+            self.kube, placement, self._ctx, self._owners, self.settings.namespace, observed
+        )
+
+    def drain_records(self) -> list[RequestRecord]:
+        if self.store is None or not self.settings.run:
+            return []
+        try:
+            fresh = [r for r in self.store.requests(self.settings.run) if r.id not in self._seen]
+        except LmedgeError as exc:
+            log.warning("no request records this slot: %s", exc)
+            return []
+        self._seen.update(r.id for r in fresh)
+        # Requests finished in the last slot estimate the next slot's arrivals:
+        # in steady state as many finish per slot as arrive.
+        self._last_arrivals, self._last_prompts = Counter(), Counter()
+        for r in fresh:
+            self._last_arrivals[(r.origin, r.lm)] += 1
+            self._last_prompts[(r.origin, r.lm)] += r.prompts
+        return fresh
+
+    def telemetry(self) -> list[NodeTelemetry]:
+        # Node agents store their own node's telemetry; the loop would only copy it.
+        return []
+
+    def close(self) -> None:
+        if self.gateways is not None:
+            self.gateways.close()

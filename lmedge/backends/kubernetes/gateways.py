@@ -1,0 +1,111 @@
+"""The control plane's client of the node gateways (the only backend module that
+imports httpx).
+
+Three control endpoints of `lmedge.dataplane.app`, all with the control token:
+
+- `PUT /control/routing` — the slot's routing map, pushed by the controller
+  (the paper's per-slot broadcast);
+- `PUT /control/models` — the model pods serving on a node, pushed by its node
+  agent after it starts or stops pods;
+- `GET /control/status` — the gateway's per-LM queue depth, which is the
+  backlog Q_ni of the snapshot.
+
+The bodies are built here as plain JSON in the shapes of
+`lmedge.dataplane.wire` (`RoutingUpdate`, `LocalModels`, `GatewayStatus`); the
+backend sits below the data plane in the layering and cannot import it, and a
+unit test checks that the shapes still validate there.
+
+A gateway that does not answer is logged and skipped: one slow node must not
+stall the slot for every other node. The caller learns which pushes failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from lmedge.api import RoutingMap
+
+__all__ = ["GatewayClient", "models_body", "routing_body"]
+
+log = logging.getLogger(__name__)
+
+
+def routing_body(
+    run: str, slot: int, routing: RoutingMap, run_started_at: float | None
+) -> dict[str, Any]:
+    """A `RoutingUpdate` as JSON."""
+    return {
+        "run": run,
+        "slot": slot,
+        "run_started_at": run_started_at,
+        "routing": routing.model_dump(mode="json"),
+    }
+
+
+def models_body(endpoints: Mapping[str, str]) -> dict[str, Any]:
+    """A `LocalModels` message as JSON: {lm: base URL of its pod}."""
+    return {"models": [{"lm": lm, "url": url} for lm, url in sorted(endpoints.items())]}
+
+
+class GatewayClient:
+    """Pushes to and reads from the gateways named in `urls` ({node: base URL}).
+
+    `timeout_s` (default 2 s) bounds each call: a push that takes longer than
+    a fraction of a slot is worse than a skipped one, since the gateway keeps
+    the previous slot's map.
+    """
+
+    def __init__(
+        self,
+        urls: Mapping[str, str],
+        token: str | None = None,
+        timeout_s: float = 2.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.urls = {node: url.rstrip("/") for node, url in urls.items()}
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
+
+    def push_routing(
+        self, run: str, slot: int, routing: RoutingMap, run_started_at: float | None
+    ) -> list[str]:
+        """PUT the map to every gateway; the nodes whose gateway failed."""
+        body = routing_body(run, slot, routing, run_started_at)
+        return [n for n in sorted(self.urls) if not self._put(n, "/control/routing", body)]
+
+    def push_models(self, node: str, endpoints: Mapping[str, str]) -> bool:
+        """PUT `node`'s serving model pods to its gateway; False if it failed."""
+        if node not in self.urls:
+            return False
+        return self._put(node, "/control/models", models_body(endpoints))
+
+    def queue_depths(self, nodes: Sequence[str]) -> dict[str, dict[str, int]]:
+        """{node: {lm: prompts waiting or in service}} for the gateways that answered."""
+        out: dict[str, dict[str, int]] = {}
+        for node in nodes:
+            url = self.urls.get(node)
+            if url is None:
+                continue
+            try:
+                resp = self._http.get(url + "/control/status")
+                resp.raise_for_status()
+                depth = resp.json().get("queue_depth") or {}
+                out[node] = {str(lm): int(n) for lm, n in depth.items()}
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                log.warning("gateway of %s: no status (%s)", node, exc)
+        return out
+
+    def _put(self, node: str, path: str, body: dict[str, Any]) -> bool:
+        try:
+            self._http.put(self.urls[node] + path, json=body).raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("gateway of %s: PUT %s failed (%s)", node, path, exc)
+            return False
+        return True
+
+    def close(self) -> None:
+        self._http.close()
