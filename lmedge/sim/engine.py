@@ -508,7 +508,14 @@ class Emulator:
 
     # ------------------------------------------------------------- actuation
     def apply_placement(self, placement: Placement) -> ActuationResult:
-        """Start, stop or resize pods on one node (see the module docstring for the rules)."""
+        """Start, stop or resize pods on one node (see the module docstring for the rules).
+
+        Order: stops first, then starts and resizes in placement order, each
+        checked against the node's free cores, memory, vGPU slots and vRAM
+        (a misfit is reported in `errors` and not applied). The pending rule
+        looks at the node as it was when the call began, so one placement may
+        start several pods. LMs the placement omits are left as they are.
+        """
         res = ActuationResult(node=placement.node)
         node = self.nodes.get(placement.node)
         if node is None:

@@ -14,7 +14,8 @@ from the LMService profile and the instance's own resources, and the *rate*
   pod's slots. Alone, a pod therefore runs at rate 1 whatever its vGPU count:
   more vGPUs buy a larger share under contention, never a speedup.
   Context-switch overhead: f(eta_gpu) with eta_gpu = B_g / slots of g when two
-  or more pods are busy on g, else 0.
+  or more pods are busy on g, else 0. A GPU pod's CPU cores do not change its
+  speed (assumption: host-side work is not the bottleneck).
 - CPU mode: base = `cpuSecondsPerPrompt` * S(defaultCpuCores) / S(c) with
   Amdahl's S(c) = 1 / ((1 - p) + p / c); rate = f(eta_cpu) * f(eta_mem) as in
   the paper's Eq. 13.

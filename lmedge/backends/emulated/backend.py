@@ -9,7 +9,7 @@ public surface, so the engine can change without touching the controller.
 from __future__ import annotations
 
 from lmedge.api.decisions import Placement, RoutingMap
-from lmedge.api.interfaces import ActuationResult
+from lmedge.api.interfaces import ActuationResult, Clock, ClusterBackend
 from lmedge.api.observations import Arrival, ClusterContext, Snapshot
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.sim.clock import SimClock
@@ -31,7 +31,7 @@ class EmulatedBackend:
         self.scenario = scenario
         self.seed = seed
         self.emulator = Emulator(scenario, seed)
-        self.clock = SimClock(self.emulator.env)
+        self.clock: Clock = SimClock(self.emulator.env)
         self._context = scenario.context()
 
     def context(self) -> ClusterContext:
@@ -47,6 +47,7 @@ class EmulatedBackend:
         self.emulator.publish_routing(slot, routing)
 
     def apply_placement(self, placement: Placement) -> ActuationResult:
+        """Start, stop or resize pods on one node; LMs the placement omits are left as they are."""
         return self.emulator.apply_placement(placement)
 
     def drain_records(self) -> list[RequestRecord]:
@@ -57,3 +58,8 @@ class EmulatedBackend:
 
     def close(self) -> None:
         """Nothing to release: the emulation lives in memory and ends with the object."""
+
+
+def _implements_cluster_backend(backend: EmulatedBackend) -> ClusterBackend:
+    """Static check (mypy) that `EmulatedBackend` satisfies the protocol."""
+    return backend
