@@ -75,3 +75,27 @@ def test_snapshot_reports_backlog_instances_headroom_and_utilization(
     assert tel.gpu_util == [pytest.approx(29 / 30, abs=0.01), 0.0]
     assert tel.vram_used_gib == [1.0, 0.0] and tel.memory_util == pytest.approx(6 / 24)
     assert tel.extra["backlog_prompts"] == 4
+
+
+@pytest.mark.parametrize("name", ["testbed", "testbed-expanded", "bursty", "large"])
+def test_every_example_runs(name: str) -> None:
+    from lmedge.api import LMPlacement, Placement, nearest_feasible
+
+    be = EmulatedBackend(load_scenario(TESTBED.parent / name), seed=2)
+    ctx = be.context()
+    for n in ctx.workers:
+        gpu = n.spec.has_gpu
+        lms = [
+            LMPlacement(lm=s.name, mode="gpu" if gpu else "cpu", cpu_cores=4, vgpus=int(gpu))
+            for s in ctx.services
+        ]
+        res = be.apply_placement(nearest_feasible(Placement(node=n.name, lms=lms), n, ctx.services))
+        assert res.started and not res.errors
+    for t in range(10):
+        be.snapshot(t)
+        be.arrivals(t)
+        be.publish_routing(t, RoutingMap(routes=[]))
+        be.clock.sleep_until((t + 1) * ctx.slot_s)
+    recs = be.drain_records()
+    assert any(r.outcome == "success" for r in recs)
+    assert all(r.destination in ctx.feasible_nodes(r.lm) for r in recs)

@@ -87,3 +87,12 @@ def test_per_service_deadline_overrides_tau(make_scenario: Callable[..., Scenari
     (rec,) = run_all(be, 100)
     assert rec.outcome == "timeout" and rec.latency_s == pytest.approx(5.0)
     assert rec.prompts_done == 1
+
+
+def test_a_pending_pod_counts_as_active_no_conflict(
+    make_scenario: Callable[..., Scenario],
+) -> None:
+    be = EmulatedBackend(make_scenario([(0, "w1", "a", 1, 0.5)]), seed=0)
+    place(be, "w1", ("a", "gpu", 4, 1))  # pending until ~1 s; the request arrives at 0.5 s
+    (rec,) = run_all(be, 100)
+    assert not rec.conflict and rec.queue_s == pytest.approx(0.5, abs=0.01)
