@@ -275,12 +275,12 @@ class KubernetesBackend:
             nodes=[node_state(n, pods, services, depths.get(n.name)) for n in self._ctx.workers],
         )
 
-    def node_snapshot(self, node: str) -> tuple[NodeState, list[ObservedPod]]:
-        """One node's state and its observed pods (what a node agent needs)."""
+    def node_snapshot(self, node: str) -> NodeState:
+        """One node's state (what its node agent observes)."""
         pods = self.kube.list_model_pods(self.settings.namespace, node=node)
         services = {s.name: s for s in self._ctx.services}
         depths = self.gateways.queue_depths([node]) if self.gateways else {}
-        return node_state(self._ctx.node(node), pods, services, depths.get(node)), pods
+        return node_state(self._ctx.node(node), pods, services, depths.get(node))
 
     def arrivals(self, slot: int) -> list[Arrival]:
         out: list[Arrival] = []

@@ -1,0 +1,224 @@
+"""The node agent: one per worker, the paper's LM Deployment Agent for its own
+node, plus the actuation of what it decides.
+
+Each slot (wall-clock slots anchored on the run's start, the same anchor as
+the controller's):
+
+1. observe its own node: the model pods bound to it (ready, or pending = not
+   Ready), the headroom under its EdgeNode, the backlog its gateway reports;
+2. read the role intent of the latest macro policy the controller stored;
+3. call the deployer plugin; a failure, or a value that is not a `Placement`
+   for this node, is replaced by the feasible fallback, an infeasible one by
+   `nearest_feasible` (the same rules as the controller loop);
+4. actuate on its own node only — `plan_node`, the pending rule, idempotent pod
+   names — and tell its gateway which model pods now serve;
+5. store the `Decision`, stamped like the loop stamps it.
+
+Crash safety comes from the reconcile, not from local state: a restarted
+agent lists the pods on its node, keeps the ones matching the placement by
+name, deletes duplicates and pods of LMs it turns off, and creates only what
+is missing. It keeps nothing on disk.
+
+The agent never acts on another node: it lists pods with a field selector on
+its node, and in a cluster the ValidatingAdmissionPolicy in `deploy/rbac/`
+refuses its pod creates and deletes anywhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lmedge.api import (
+    ActuationResult,
+    ClusterContext,
+    Decision,
+    Deployer,
+    MacroPolicy,
+    NodeObservation,
+    NodeState,
+    Placement,
+    check_placement,
+    nearest_feasible,
+)
+from lmedge.backends.kubernetes.backend import KubernetesBackend
+from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
+from lmedge.controller.fallbacks import fallback_placement
+from lmedge.errors import LmedgeError
+from lmedge.store import Store
+
+__all__ = ["NodeAgent", "SlotReport", "latest_macro"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SlotReport:
+    """What one slot of the agent did."""
+
+    slot: int
+    decision: Decision[Placement]
+    actuation: ActuationResult
+
+
+def latest_macro(store: Store | None, run: str) -> MacroPolicy | None:
+    """The newest macro policy the controller stored for `run` (None without one)."""
+    if store is None or not run:
+        return None
+    try:
+        found = store.decisions(agent="planner", run=run, limit=1)
+    except LmedgeError as exc:
+        log.warning("no macro policy from the store: %s", exc)
+        return None
+    value = found[0].value if found else None
+    return value if isinstance(value, MacroPolicy) else None
+
+
+class NodeAgent:
+    """Runs `deployer` for `node` each slot and actuates its placement there."""
+
+    def __init__(
+        self,
+        node: str,
+        backend: KubernetesBackend,
+        deployer: Deployer,
+        *,
+        store: Store | None = None,
+    ) -> None:
+        ctx = backend.context()
+        if not any(n.name == node for n in ctx.workers):
+            known = ", ".join(n.name for n in ctx.workers) or "none"
+            raise LmedgeError(f"{node} is not a worker EdgeNode (workers: {known})")
+        self.node = node
+        self.backend = backend
+        self.deployer = deployer
+        self.store = store
+        self.run_id = backend.settings.run
+        self._previous: Placement | None = None
+
+    @property
+    def ctx(self) -> ClusterContext:
+        return self.backend.context()
+
+    def step(self, slot: int) -> SlotReport:
+        """One slot: observe, decide, validate, actuate, record."""
+        ctx = self.ctx
+        info = ctx.node(self.node)
+        state = self.backend.node_snapshot(self.node)
+        macro = latest_macro(self.store, self.run_id)
+        roles = macro.role_map().get(self.node, []) if macro else []
+        obs = NodeObservation(
+            slot=slot,
+            epoch=slot // ctx.epoch_slots,
+            node=info,
+            services=ctx.services,
+            roles=roles,
+            state=state,
+            previous=self._previous,
+            tau_s=ctx.tau_s,
+            slot_s=ctx.slot_s,
+        )
+        decision = self._decide(obs, state)
+        actuation = self.backend.apply_placement(decision.value)
+        self._previous = decision.value
+        self._push_models()
+        if self.store is not None:
+            self.store.record_decision(decision)
+        if actuation.errors:
+            log.warning("slot %d on %s: %s", slot, self.node, "; ".join(actuation.errors))
+        return SlotReport(slot, decision, actuation)
+
+    def _decide(self, obs: NodeObservation, state: NodeState) -> Decision[Placement]:
+        ctx, info = self.ctx, obs.node
+        services = ctx.services
+        started = time.perf_counter()
+        update: dict[str, Any] = {}
+        try:
+            d = self.deployer.place(obs)
+            if not isinstance(d, Decision) or not isinstance(d.value, Placement):
+                raise TypeError(f"returned {type(d).__name__}, not a Decision[Placement]")
+        except Exception as exc:  # a plugin bug must not stop the node
+            d = Decision[Placement](
+                agent="deployer",
+                policy=self.deployer.name,
+                source="fallback",
+                value=fallback_placement(info, services, state),
+                parsed=False,
+                validated=False,
+                outcome="replaced",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        else:
+            found = [str(v) for v in check_placement(d.value, info, services)]
+            if found:
+                update = {"validated": False, "outcome": "replaced",
+                          "violations": [*d.violations, *found]}  # fmt: skip
+                repaired = nearest_feasible(d.value, info, services)
+                if check_placement(repaired, info, services):
+                    repaired = fallback_placement(info, services, state)
+                    update["source"] = "fallback"
+                update["value"] = repaired
+        return d.model_copy(
+            update={
+                **update,
+                "run": self.run_id,
+                "epoch": obs.epoch,
+                "slot": obs.slot,
+                "node": self.node,
+                "latency_s": time.perf_counter() - started,
+                "sim_time_s": self.backend.clock.now(),
+            }
+        )
+
+    def _push_models(self) -> None:
+        gateways = self.backend.gateways
+        if gateways is None:
+            return
+        try:
+            pods = self.backend.kube.list_model_pods(self.backend.settings.namespace, self.node)
+        except LmedgeError as exc:
+            log.warning("cannot list pods for the gateway: %s", exc)
+            return
+        gateways.push_models(self.node, serving_endpoints(pods))
+
+    def run(
+        self,
+        slots: int | None = None,
+        stop: threading.Event | None = None,
+        on_slot: Callable[[SlotReport], None] | None = None,
+    ) -> None:
+        """Step at the start of every slot from the current one on, until `stop` is set.
+
+        A slot whose step fails (API server down) is skipped and logged; the
+        next slot reconciles from scratch.
+        """
+        stop = stop or threading.Event()
+        clock = self.backend.clock
+        slot_s = self.ctx.slot_s
+        slot = clock.slot(slot_s)
+        done = 0
+        while not stop.is_set() and (slots is None or done < slots):
+            try:
+                report = self.step(slot)
+            except LmedgeError as exc:
+                log.warning("slot %d on %s skipped: %s", slot, self.node, exc)
+            else:
+                if on_slot is not None:
+                    on_slot(report)
+            done += 1
+            slot = max(slot + 1, clock.slot(slot_s))
+            while not stop.is_set() and clock.now() < slot * slot_s:
+                stop.wait(min(0.5, max(0.0, slot * slot_s - clock.now())))
+
+
+def serving_endpoints(pods: list[ObservedPod]) -> dict[str, str]:
+    """{lm: URL} of the Ready model pods (one per LM; the first by name wins)."""
+    out: dict[str, str] = {}
+    for p in sorted(pods, key=lambda p: p.name):
+        if p.ready and not p.deleting and p.ip and p.lm not in out:
+            out[p.lm] = f"http://{p.ip}:{MODEL_PORT}"
+    return out

@@ -1,0 +1,253 @@
+"""The node agent against a real API server (KWOK plays the kubelets).
+
+The agent's deployer here is a fixed placement, so each test states exactly
+what the node should run; everything below it — the snapshot from pods, the
+reconcile plan, the pending rule, pod creation and deletion, owner references
+and garbage collection — is the production path.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from lmedge.api import Decision, LMPlacement, NodeObservation, Placement
+from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
+from lmedge.backends.kubernetes.client import KubeClient
+from lmedge.backends.kubernetes.pods import GPU_RESOURCE, LABEL_LM, model_pod
+from lmedge.nodeagent.agent import NodeAgent
+from tests.fixtures.cluster import HOLD_READY_ANNOTATION, REPO, KubeCluster, wait_until
+
+WAIT = 30.0
+GROUP, VERSION = "lmedge.io", "v1alpha1"
+
+
+class FixedDeployer:
+    """A deployer plugin that always answers with `placement` (set by the test)."""
+
+    name = "fixed"
+
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]:
+        return Decision[Placement](
+            agent="deployer", policy=self.name, source="rule", value=self.placement
+        )
+
+
+def on(node: str, *lms: LMPlacement) -> Placement:
+    return Placement(node=node, lms=list(lms))
+
+
+def gpu(lm: str, vgpus: int, cores: float) -> LMPlacement:
+    return LMPlacement(lm=lm, mode="gpu", cpu_cores=cores, vgpus=vgpus)
+
+
+def cpu(lm: str, cores: float) -> LMPlacement:
+    return LMPlacement(lm=lm, mode="cpu", cpu_cores=cores, vgpus=0)
+
+
+@pytest.fixture
+def namespace(lmedge_cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace holding the testbed's four LMServices."""
+    name = lmedge_cluster.create_namespace(f"agent-{uuid.uuid4().hex[:6]}")
+    with lmedge_cluster.api_client() as api:
+        custom = client.CustomObjectsApi(api)
+        for doc in yaml.safe_load_all((REPO / "examples/testbed/services.yaml").read_text()):
+            if doc:
+                custom.create_namespaced_custom_object(GROUP, VERSION, name, "lmservices", doc)
+        yield name
+        client.CoreV1Api(api).delete_namespace(name)
+
+
+@pytest.fixture
+def kube(lmedge_cluster: KubeCluster) -> Iterator[KubeClient]:
+    k = KubeClient.connect(lmedge_cluster.kubeconfig)
+    yield k
+    k.close()
+
+
+@pytest.fixture
+def core(lmedge_cluster: KubeCluster) -> Iterator[client.CoreV1Api]:
+    with lmedge_cluster.api_client() as api:
+        yield client.CoreV1Api(api)
+
+
+def agent_for(kube: KubeClient, namespace: str, node: str, placement: Placement) -> NodeAgent:
+    backend = KubernetesBackend(kube, KubernetesSettings(namespace=namespace, slot_s=1.0))
+    return NodeAgent(node, backend, FixedDeployer(placement))
+
+
+def pods(core: client.CoreV1Api, namespace: str, node: str | None = None) -> list[Any]:
+    field = f"spec.nodeName={node}" if node else None
+    out = core.list_namespaced_pod(namespace, label_selector=LABEL_LM, field_selector=field)
+    return [p for p in out.items if p.metadata.deletion_timestamp is None]
+
+
+def all_ready(core: client.CoreV1Api, namespace: str, node: str) -> bool:
+    return all(
+        any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        for p in pods(core, namespace, node)
+    )
+
+
+def test_agent_creates_pods_with_the_exact_resources(
+    kube: KubeClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    agent = agent_for(
+        kube, namespace, "worker-6", on("worker-6", gpu("lm4", 2, 2.5), cpu("lm1", 4))
+    )
+
+    report = agent.step(0)
+
+    assert report.decision.outcome == "accepted", report.decision.violations
+    assert (report.actuation.started, report.actuation.errors) == (["lm1", "lm4"], [])
+    created = {p.metadata.labels[LABEL_LM]: p for p in pods(core, namespace)}
+    assert sorted(created) == ["lm1", "lm4"]
+    lm4 = created["lm4"].spec.containers[0].resources
+    assert lm4.requests == lm4.limits == {"cpu": "2500m", "memory": "3584Mi", GPU_RESOURCE: "2"}
+    lm1 = created["lm1"].spec.containers[0].resources
+    assert lm1.requests == lm1.limits == {"cpu": "4", "memory": "3Gi"}
+    owners = client.CustomObjectsApi(kube.api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "lmservices"
+    )["items"]
+    uid = {o["metadata"]["name"]: o["metadata"]["uid"] for o in owners}
+    for lm, pod in created.items():
+        assert pod.spec.node_name == "worker-6"
+        (ref,) = pod.metadata.owner_references
+        assert (ref.kind, ref.name, ref.uid, ref.controller) == ("LMService", lm, uid[lm], True)
+        assert pod.spec.containers[0].readiness_probe.http_get.path == "/readyz"
+        assert pod.metadata.labels["app.kubernetes.io/managed-by"] == "lmedge-node-agent"
+
+
+def test_reapplying_a_placement_changes_nothing(
+    kube: KubeClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    agent = agent_for(kube, namespace, "worker-5", on("worker-5", gpu("lm2", 1, 2)))
+    agent.step(0)
+    wait_until(lambda: all_ready(core, namespace, "worker-5"), WAIT, "lm2 Ready")
+    before = {p.metadata.name: p.metadata.uid for p in pods(core, namespace, "worker-5")}
+
+    again = agent.step(1)
+
+    assert again.actuation.model_dump(exclude={"node"}) == {
+        "started": [], "stopped": [], "resized": [], "voided": [], "errors": [],
+    }  # fmt: skip
+    after = {p.metadata.name: p.metadata.uid for p in pods(core, namespace, "worker-5")}
+    assert after == before
+
+
+def test_resize_and_stop(kube: KubeClient, core: client.CoreV1Api, namespace: str) -> None:
+    deployer = FixedDeployer(on("worker-2", gpu("lm3", 1, 2), cpu("lm1", 2)))
+    backend = KubernetesBackend(kube, KubernetesSettings(namespace=namespace, slot_s=1.0))
+    agent = NodeAgent("worker-2", backend, deployer)
+    agent.step(0)
+    wait_until(lambda: all_ready(core, namespace, "worker-2"), WAIT, "pods Ready")
+
+    deployer.placement = on("worker-2", gpu("lm3", 2, 2))
+    report = agent.step(1)
+
+    assert (report.actuation.resized, report.actuation.stopped) == (["lm3"], ["lm1"])
+    left = pods(core, namespace, "worker-2")
+    assert [p.metadata.labels[LABEL_LM] for p in left] == ["lm3"]
+    assert left[0].spec.containers[0].resources.limits[GPU_RESOURCE] == "2"
+
+
+def test_pending_rule_voids_creations_while_a_pod_is_cold_starting(
+    kube: KubeClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    agent = agent_for(kube, namespace, "worker-3", on("worker-3", gpu("lm4", 1, 2), cpu("lm1", 4)))
+    # A cold-starting lm4 pod the agent itself would have created: Pending, not Ready.
+    held = model_pod(agent.ctx.service("lm4"), gpu("lm4", 1, 2), "worker-3", namespace)
+    held["metadata"]["annotations"][HOLD_READY_ANNOTATION] = "true"
+    core.create_namespaced_pod(namespace, held)
+
+    blocked = agent.step(0)
+
+    assert blocked.actuation.voided == ["lm1"]
+    assert blocked.actuation.started == []
+    assert [p.metadata.labels[LABEL_LM] for p in pods(core, namespace, "worker-3")] == ["lm4"]
+
+    core.patch_namespaced_pod(
+        held["metadata"]["name"],
+        namespace,
+        {"metadata": {"annotations": {HOLD_READY_ANNOTATION: None}}},
+    )
+    wait_until(lambda: all_ready(core, namespace, "worker-3"), WAIT, "the held pod Ready")
+    freed = agent.step(1)
+
+    assert (freed.actuation.started, freed.actuation.voided) == (["lm1"], [])
+
+
+def test_deleting_an_lmservice_garbage_collects_its_pods(
+    kube: KubeClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    agent = agent_for(kube, namespace, "worker-4", on("worker-4", gpu("lm2", 1, 2), cpu("lm1", 4)))
+    agent.step(0)
+    assert len(pods(core, namespace, "worker-4")) == 2
+
+    client.CustomObjectsApi(kube.api).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, "lmservices", "lm2"
+    )
+
+    def only_lm1() -> bool:
+        return [p.metadata.labels[LABEL_LM] for p in pods(core, namespace, "worker-4")] == ["lm1"]
+
+    wait_until(only_lm1, WAIT, "the garbage collector to delete lm2's pod")
+
+
+class CrashingClient(KubeClient):
+    """The real client, but the process "dies" after `creates` pod creations."""
+
+    def __init__(self, base: KubeClient, creates: int) -> None:
+        super().__init__(base.api, base.retry)
+        self.left = creates
+
+    def create_pod(self, manifest: Any) -> bool:
+        if self.left == 0:
+            raise KeyboardInterrupt("killed mid-slot")
+        self.left -= 1
+        return super().create_pod(manifest)
+
+
+def test_agent_killed_mid_slot_and_restarted_leaves_no_orphan_or_duplicate(
+    kube: KubeClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    first = on("worker-6", gpu("lm3", 1, 2), gpu("lm4", 1, 2), cpu("lm1", 2))
+    dying = agent_for(CrashingClient(kube, creates=1), namespace, "worker-6", first)
+    with pytest.raises(KeyboardInterrupt):
+        dying.step(0)
+    assert len(pods(core, namespace, "worker-6")) == 1
+    # Restarted with a different decision: lm4 resized, lm3 off, lm1 as before.
+    second = on("worker-6", gpu("lm4", 2, 2), cpu("lm1", 2))
+    restarted = agent_for(kube, namespace, "worker-6", second)
+
+    for slot in range(1, 4):
+        restarted.step(slot)
+        wait_until(lambda: all_ready(core, namespace, "worker-6"), WAIT, "pods Ready")
+
+    left = pods(core, namespace, "worker-6")
+    by_lm = sorted((p.metadata.labels[LABEL_LM], p.metadata.name) for p in left)
+    assert [lm for lm, _ in by_lm] == ["lm1", "lm4"], by_lm
+    limits = {p.metadata.labels[LABEL_LM]: p.spec.containers[0].resources.limits for p in left}
+    assert limits["lm4"][GPU_RESOURCE] == "2"
+    assert GPU_RESOURCE not in limits["lm1"]
+
+
+def test_agent_refuses_a_node_that_is_not_a_worker(kube: KubeClient, namespace: str) -> None:
+    backend = KubernetesBackend(kube, KubernetesSettings(namespace=namespace))
+    with pytest.raises(Exception, match="control is not a worker EdgeNode"):
+        NodeAgent("control", backend, FixedDeployer(on("control")))
+
+
+def test_delete_of_a_missing_pod_is_not_an_error(kube: KubeClient, namespace: str) -> None:
+    assert kube.delete_pod(namespace, "never-existed") is False
+    with pytest.raises(ApiException):
+        kube.core.read_namespaced_pod("never-existed", namespace)
