@@ -45,6 +45,9 @@ class AgenticDeployer:
 
     def __init__(self, core: AgentCore) -> None:
         self.core = core
+        #: With an endpoint each call waits on HTTP: the loop then runs the nodes'
+        #: deployers concurrently, as the paper's per-node agents are.
+        self.io_bound = core.uses_llm
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticDeployer:

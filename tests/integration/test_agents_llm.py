@@ -287,3 +287,9 @@ def test_cli_llm_options_need_an_agentic_tier(llm_server: LLMServer, tmp_path: P
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2
     assert "need an agentic" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_deployers_run_concurrently_only_on_the_llm_path(llm_server: LLMServer) -> None:
+    ctx = load_scenario(TESTBED).context()
+    assert AgenticDeployer.build(ctx, _params(llm_server)).io_bound
+    assert not AgenticDeployer.build(ctx, {}).io_bound
