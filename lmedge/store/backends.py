@@ -37,6 +37,9 @@ from pymongo import uri_parser
 from lmedge.errors import StoreError, StoreUnavailable
 from lmedge.store.documents import CollectionSpec
 from lmedge.store.location import StoreLocation
+from lmedge.store.montypatch import apply as _apply_montydb_fix
+
+_apply_montydb_fix()
 
 __all__ = ["Backend", "EmbeddedBackend", "MongoBackend", "open_backend"]
 
