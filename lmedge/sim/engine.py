@@ -434,6 +434,12 @@ class Emulator:
         else:
             job.downlink_s = max(0.0, tau - job.uplink_s - job.queue_s - job.infer_s)
         job.state = DONE
+        if state == QUEUED:
+            # deadlines are nearly FIFO, so expired sets gather at the head: trim them
+            # there, or a queue whose LM never comes back would grow without bound
+            q = self.nodes[job.dest].queues[job.lm]
+            while q and q[0].state == DONE:
+                q.popleft()
         self._record(job, "timeout")
 
     def _record(self, job: Job, outcome: Literal["success", "timeout"]) -> None:

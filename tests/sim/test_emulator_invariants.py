@@ -81,3 +81,16 @@ def test_backlog_and_prompt_conservation_under_random_churn() -> None:
     assert all(abs(r.latency_s - 300) < 1e-6 for r in records if r.outcome == "timeout")
     assert all(r.latency_s <= 300 + 1e-6 for r in records)
     assert all(v == 0 for v in _scan_backlog(be.emulator).values())
+
+
+def test_queues_of_an_lm_that_never_comes_back_stay_bounded() -> None:
+    sc = load_scenario(TESTBED, loop={"tau_s": 60})
+    be = EmulatedBackend(sc, seed=1)
+    for t in range(100):
+        routes = [Route(origin=a.origin, lm=a.lm, destination="worker-6") for a in be.arrivals(t)]
+        be.publish_routing(t, RoutingMap(routes=routes))
+        be.clock.sleep_until((t + 1) * 30)
+    queues = be.emulator.nodes["worker-6"].queues
+    # at most the sets of the last tau = 2 slots from 6 origins wait, expired ones are gone
+    assert all(len(q) <= 2 * 6 + 1 for q in queues.values())
+    assert len(be.drain_records()) > 1000
