@@ -46,8 +46,18 @@ def classified() -> Iterator[None]:
         raise kopf.PermanentError(str(exc)) from exc
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The pod's service account in a cluster, else $KUBECONFIG (read now, not at import)."""
+    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs)
+    return info or kopf.login_with_kubeconfig(**kwargs)
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # kopf logs in by itself; the handlers' own client (`kube`) needs the same
+    # cluster: in-cluster config in a pod, else $KUBECONFIG.
+    kube.load_config()
     settings.posting.level = logging.WARNING
     settings.persistence.finalizer = "lmedge.io/finalizer"
     settings.watching.server_timeout = 300

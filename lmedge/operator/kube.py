@@ -4,6 +4,7 @@ and 5xx are transient (`ClusterUnavailable`, retried), others are permanent."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -42,7 +43,9 @@ def load_config(kubeconfig: str | None = None) -> None:
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        # The client reads $KUBECONFIG once, at import; read it now.
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        config.load_kube_config(config_file=path)  # type: ignore[no-untyped-call]
 
 
 def node_allocatable(name: str) -> dict[str, str]:

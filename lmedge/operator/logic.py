@@ -80,6 +80,7 @@ def edge_node_status(
 ) -> dict[str, Any]:
     ok = not problems
     return {
+        "gpus": len(spec.gpus),
         "vgpus": spec.total_vgpus,
         "observedGeneration": generation,
         "conditions": [

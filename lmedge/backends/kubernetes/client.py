@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -116,8 +117,10 @@ class KubeClient:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except config.ConfigException:
             try:
+                # The client reads $KUBECONFIG once, at import; read it now.
+                path = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG")
                 config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=str(kubeconfig) if kubeconfig else None, client_configuration=cfg
+                    config_file=path, client_configuration=cfg
                 )
             except (config.ConfigException, OSError) as exc:
                 raise ClusterUnavailable(f"no Kubernetes configuration: {exc}") from exc
