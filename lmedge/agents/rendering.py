@@ -19,7 +19,7 @@ from importlib import resources
 from string import Template
 
 from lmedge.agents.memory import SelectedCase
-from lmedge.agents.rules.scheduler import Candidate
+from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Candidate
 from lmedge.api import (
     Arrival,
     ClusterContext,
@@ -156,7 +156,11 @@ def render_slot(
     reference: RoutingMap,
 ) -> tuple[str, str]:
     """(system, user) prompts for the scheduler: top-k candidates per LM, then the pairs."""
-    system = template("scheduler").substitute(slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}")
+    system = template("scheduler").substitute(
+        slot_s=f"{ctx.slot_s:g}",
+        tau_s=f"{ctx.tau_s:g}",
+        horizon_s=f"{ADMIT_FRACTION * ctx.tau_s:g}",
+    )
     lines = [f"Epoch {epoch}, slot {slot}."]
     if macro is None:
         lines.append("No macro policy yet: use any candidate.")
