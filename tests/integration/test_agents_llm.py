@@ -15,6 +15,7 @@ time budget, with an audit record, and never raise:
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -289,7 +290,11 @@ def test_cli_llm_options_need_an_agentic_tier(llm_server: LLMServer, tmp_path: P
     assert "need an agentic" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_deployers_run_concurrently_only_on_the_llm_path(llm_server: LLMServer) -> None:
+def test_deployers_run_concurrently_only_on_the_llm_path(
+    llm_server: LLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in [k for k in os.environ if k.startswith("LMEDGE_")]:
+        monkeypatch.delenv(key)
     ctx = load_scenario(TESTBED).context()
     assert AgenticDeployer.build(ctx, _params(llm_server)).io_bound
     assert not AgenticDeployer.build(ctx, {}).io_bound
