@@ -77,8 +77,13 @@ def describe_service(sv: ServiceInfo) -> str:
 
 
 def describe_cluster(ctx: ClusterContext) -> str:
+    """Servers (identical ones on one line, so the text grows by a name per node) and LMs."""
+    groups: dict[str, list[str]] = {}
+    for n in ctx.nodes:
+        text = describe_node(n)
+        groups.setdefault(text[len(n.name) :], []).append(n.name)
     lines = ["Servers:"]
-    lines += [f"- {describe_node(n)}" for n in ctx.nodes]
+    lines += [f"- {', '.join(names)}{rest}" for rest, names in groups.items()]
     lines.append("LMs:")
     lines += [f"- {describe_service(s)}" for s in ctx.services]
     return "\n".join(lines)
