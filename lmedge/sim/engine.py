@@ -257,6 +257,9 @@ class Emulator:
         self._jitter = lognormal_unit(self.em.service_time_cv) if self.em.service_time_cv else None
         self._routing: dict[int, dict[tuple[str, str], str]] = {}
         self._default: dict[tuple[str, str], str] = {}
+        self._hostable = {
+            (n.name, lm) for lm in lms for n in self.ctx.workers if self.ctx.can_host(n.name, lm)
+        }
         self._records: list[RequestRecord] = []
         self.stats = {"submitted": 0, "prompts_done": 0, "prompts_lost": 0, "cold_starts": 0}
         self.env.process(self._arrival_process())
@@ -271,11 +274,7 @@ class Emulator:
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
         table: dict[tuple[str, str], str] = {}
         for r in routing.routes:
-            if (
-                self.ctx.has_node(r.destination)
-                and self.ctx.has_service(r.lm)
-                and self.ctx.can_host(r.destination, r.lm)
-            ):
+            if (r.destination, r.lm) in self._hostable:
                 table[(r.origin, r.lm)] = r.destination
         self._routing[slot] = table
         for old in [s for s in self._routing if s < slot - 2]:

@@ -22,44 +22,41 @@ KIB_BITS = 1024 * 8
 
 
 class Network:
-    """Delay lookups with per node-pair (latency s, bandwidth bit/s) precomputed lazily."""
+    """Delay lookups: O(1) per call from per-node link tables (no per-pair cache,
+    which would grow with the square of the node count)."""
 
     def __init__(self, nodes: Sequence[NodeInfo]) -> None:
-        self._nodes = {n.name: n for n in nodes}
+        self._site: dict[str, str] = {}
+        self._intra: dict[str, tuple[float, float]] = {}
+        self._links: dict[str, dict[str, tuple[float, float]]] = {}
         self._site_links: dict[tuple[str, str], tuple[float, float]] = {}
         for n in nodes:
-            for lk in n.spec.links:
-                self._site_links.setdefault(
-                    (n.spec.site, lk.site), (lk.latency_ms / 1000.0, lk.bandwidth_mbps * 1e6)
-                )
-        self._pairs: dict[tuple[str, str], tuple[float, float]] = {}
+            sp = n.spec
+            self._site[n.name] = sp.site
+            self._intra[n.name] = (
+                sp.intra_site_latency_ms / 1000.0,
+                sp.intra_site_bandwidth_mbps * 1e6,
+            )
+            own = {lk.site: (lk.latency_ms / 1000.0, lk.bandwidth_mbps * 1e6) for lk in sp.links}
+            self._links[n.name] = own
+            for site, val in own.items():
+                self._site_links.setdefault((sp.site, site), val)
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         """(latency s, bandwidth bit/s) from `src` to `dst`; (0, inf) when local."""
-        key = (src, dst)
-        hit = self._pairs.get(key)
-        if hit is not None:
-            return hit
-        a, b = self._nodes[src].spec, self._nodes[dst].spec
         if src == dst:
-            val = (0.0, float("inf"))
-        elif a.site == b.site:
-            val = (a.intra_site_latency_ms / 1000.0, a.intra_site_bandwidth_mbps * 1e6)
-        else:
-            own = next((lk for lk in a.links if lk.site == b.site), None)
-            back = next((lk for lk in b.links if lk.site == a.site), None)
-            if own is not None:
-                val = (own.latency_ms / 1000.0, own.bandwidth_mbps * 1e6)
-            elif back is not None:
-                val = (back.latency_ms / 1000.0, back.bandwidth_mbps * 1e6)
-            else:
-                site = self._site_links.get((a.site, b.site)) or self._site_links.get(
-                    (b.site, a.site)
-                )
-                if site is None:
-                    raise KeyError(f"no link between sites {a.site!r} and {b.site!r}")
-                val = site
-        self._pairs[key] = val
+            return (0.0, float("inf"))
+        a, b = self._site[src], self._site[dst]
+        if a == b:
+            return self._intra[src]
+        val = (
+            self._links[src].get(b)
+            or self._links[dst].get(a)
+            or self._site_links.get((a, b))
+            or self._site_links.get((b, a))
+        )
+        if val is None:
+            raise KeyError(f"no link between sites {a!r} and {b!r}")
         return val
 
     def delay(self, src: str, dst: str, kib: float) -> float:
