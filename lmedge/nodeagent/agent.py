@@ -197,7 +197,7 @@ class NodeAgent:
         next slot reconciles from scratch.
         """
         stop = stop or threading.Event()
-        clock = self.backend.clock
+        clock = self.backend.wall_clock
         slot_s = self.ctx.slot_s
         slot = clock.slot(slot_s)
         done = 0

@@ -10,8 +10,10 @@ restore what they change on cluster-scoped objects.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from lmedge.api import LMPlacement, LMServiceSpec, ServiceInfo
+from lmedge.backends.kubernetes.backend import KubernetesSettings
+from lmedge.backends.kubernetes.client import KubeClient
+from lmedge.backends.kubernetes.leader import LeaseElector
 from lmedge.backends.kubernetes.pods import model_pod
+from lmedge.controller.assembly import PolicyChoice
+from lmedge.operator.process import ControllerSettings, run_controller
+from lmedge.store import open_store
 from tests.fixtures.cluster import REPO, KubeCluster, wait_until
 
 GROUP, VERSION = "lmedge.io", "v1alpha1"
@@ -232,3 +240,90 @@ def test_lmservice_status_counts_ready_instances_per_node(
         assert valid is not None and valid["status"] == "True"
     finally:
         core.delete_namespace(ns)
+
+
+# -- the controller process: leader election gating the loop ---------------------
+
+
+@pytest.fixture
+def kube(lmedge_cluster: KubeCluster) -> Iterator[KubeClient]:
+    k = KubeClient.connect(lmedge_cluster.kubeconfig)
+    yield k
+    k.close()
+
+
+def test_only_one_elector_leads_and_a_released_lease_passes_on(
+    operator: KopfRunner, kube: KubeClient
+) -> None:
+    name = f"lease-{uuid.uuid4().hex[:6]}"
+    first = LeaseElector(kube, SYSTEM, name, "first", duration_s=3, renew_s=1)
+    second = LeaseElector(kube, SYSTEM, name, "second", duration_s=3, renew_s=1)
+
+    assert first.acquire()
+    assert second.try_acquire() is False
+    time.sleep(2)  # renewals keep it
+    assert second.try_acquire() is False
+    first.release()
+
+    assert second.try_acquire() is True
+    lease = kube.read_lease(SYSTEM, name)
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "second"
+    assert lease["spec"]["leaseTransitions"] == 2
+
+
+def test_an_expired_lease_is_taken_over(operator: KopfRunner, kube: KubeClient) -> None:
+    name = f"lease-{uuid.uuid4().hex[:6]}"
+    crashed = LeaseElector(kube, SYSTEM, name, "crashed", duration_s=2)
+    assert crashed.try_acquire()  # and never renews: the replica died
+    standby = LeaseElector(kube, SYSTEM, name, "standby", duration_s=2)
+
+    assert standby.try_acquire() is False
+    time.sleep(2.5)
+
+    assert standby.try_acquire() is True
+
+
+def test_controller_leads_runs_planner_and_router_and_hands_back_the_lease(
+    operator: KopfRunner, lmedge_cluster: KubeCluster, kube: KubeClient, tmp_path: Path
+) -> None:
+    ns = lmedge_cluster.create_namespace(f"ctl-{uuid.uuid4().hex[:6]}")
+    custom = client.CustomObjectsApi(kube.api)
+    for doc in yaml.safe_load_all((REPO / "examples/testbed/services.yaml").read_text()):
+        if doc:
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, "lmservices", doc)
+    lease = f"ctl-{uuid.uuid4().hex[:6]}"
+    settings = ControllerSettings(
+        backend=KubernetesSettings(namespace=ns, slot_s=0.5, epoch_slots=2, run="ctl-test"),
+        policy=PolicyChoice(profile="rr"),
+        lease_namespace=SYSTEM,
+        lease_name=lease,
+        identity="replica-a",
+        slots=3,
+        operator=False,  # the module's KopfRunner already operates
+    )
+    store = open_store(str(tmp_path / "store"))
+    held: list[str] = []
+
+    def during(slot: int) -> None:
+        got = kube.read_lease(SYSTEM, lease)
+        held.append((got or {}).get("spec", {}).get("holderIdentity", ""))
+
+    try:
+        code = run_controller(settings, kube, store, on_slot=during)
+        planned = store.decisions(agent="planner", run="ctl-test", limit=10)
+        routed = store.decisions(agent="scheduler", run="ctl-test", limit=10)
+        deployed = store.decisions(agent="deployer", run="ctl-test", limit=10)
+        run = store.runs(limit=1)[0]
+    finally:
+        store.close()
+
+    assert code == 0
+    assert held == ["replica-a"] * 3
+    assert sorted(d.slot for d in planned) == [0, 2]  # epochs of two slots
+    assert sorted(d.slot for d in routed) == [0, 1, 2]
+    assert deployed == []  # deployers are the node agents' job
+    assert (run.id, run.backend) == ("ctl-test", "kubernetes")
+    pairs = {(r.origin, r.lm) for r in routed[0].value.routes}
+    assert ("worker-1", "lm1") in pairs
+    assert (kube.read_lease(SYSTEM, lease) or {})["spec"].get("holderIdentity") in ("", None)

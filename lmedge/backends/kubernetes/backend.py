@@ -38,6 +38,7 @@ from typing import Any
 from lmedge.api import (
     ActuationResult,
     Arrival,
+    Clock,
     ClusterContext,
     EdgeNodeSpec,
     InstanceState,
@@ -247,7 +248,9 @@ class KubernetesBackend:
         self.kube = kube
         self.settings = settings
         self.store = store
-        self.clock = clock or WallClock()
+        self.wall_clock = clock or WallClock()
+        #: The loop's view of the same clock (the `ClusterBackend` protocol).
+        self.clock: Clock = self.wall_clock
         self.gateways = gateways or (
             GatewayClient(settings.gateways, settings.control_token) if settings.gateways else None
         )
@@ -302,7 +305,7 @@ class KubernetesBackend:
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
         if self.gateways is None:
             return
-        failed = self.gateways.push_routing(self.settings.run, slot, routing, self.clock.start)
+        failed = self.gateways.push_routing(self.settings.run, slot, routing, self.wall_clock.start)
         if failed:
             log.warning("slot %d: routing not delivered to %s", slot, ", ".join(failed))
 

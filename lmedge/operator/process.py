@@ -1,0 +1,177 @@
+"""The `lmedge controller` process: operator + planner + scheduler, one active replica.
+
+Leader election gates everything: a replica first takes the Lease
+(`lmedge.backends.kubernetes.leader`), then runs
+
+- the kopf operator (`lmedge.operator.handlers`) in a thread with its own
+  event loop (`kopf.operator`, as `kopf.testing.KopfRunner` does), and
+- the controller loop (`lmedge.controller.loop.ControlLoop`, unchanged) over
+  the `KubernetesBackend` with the planner and the router of the chosen
+  profile. Its deployers are remote: each worker's node agent runs the
+  profile's deployer for its own node, so the loop is given none (a loop
+  without deployers decides and publishes the macro policy and the routing
+  only; node agents read the macro policy's role intent from the store).
+
+It lives in `lmedge.operator` because it composes the operator with the
+loop; `lmedge.controller` sits below the operator in the layering.
+
+When the Lease is lost both stop and `run_controller` returns 1, so the
+Deployment restarts the replica as a candidate; a replica that never acted
+cannot double-act. Configuration comes from flags / Helm values (no settings
+CRD): they are read once at start, like the loop reads its context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings, WallClock
+from lmedge.backends.kubernetes.client import KubeClient
+from lmedge.backends.kubernetes.leader import LeaseElector
+from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
+from lmedge.controller.loop import ControlLoop
+from lmedge.store import RunInfo, Store
+
+__all__ = ["ControllerSettings", "OperatorThread", "run_controller"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """What one controller replica runs.
+
+    `lease_namespace` holds the leader Lease (the controller's own namespace).
+    `slots` bounds the run (None: until stopped). `operator` runs kopf too
+    (off only where an operator already runs, e.g. tests of the loop).
+    """
+
+    backend: KubernetesSettings
+    policy: PolicyChoice = field(default_factory=lambda: PolicyChoice(profile="rr"))
+    lease_namespace: str = "lmedge-system"
+    lease_name: str = "lmedge-controller"
+    identity: str | None = None
+    seed: int = 0
+    slots: int | None = None
+    operator: bool = True
+    lease_duration_s: float = 15.0
+
+
+class OperatorThread:
+    """The kopf operator in a background thread with its own event loop."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kopf", daemon=True)
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        import kopf
+
+        import lmedge.operator.handlers  # noqa: F401  (registers the handlers)
+
+        try:
+            # kopf accepts threading events as its stop and ready flags.
+            asyncio.run(
+                kopf.operator(
+                    clusterwide=True, standalone=True, stop_flag=self._stop, ready_flag=self.ready
+                )
+            )
+        except BaseException as exc:  # reported to the process, which exits
+            self.error = exc
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+def remote_deployers(plugins: PolicyPlugins) -> PolicyPlugins:
+    """The same planner and router, with the deployers left to the node agents."""
+    return PolicyPlugins(plugins.name, plugins.planner, plugins.router, {})
+
+
+def run_controller(
+    settings: ControllerSettings,
+    kube: KubeClient,
+    store: Store | None,
+    stop: threading.Event | None = None,
+    on_slot: Callable[[int], None] | None = None,
+) -> int:
+    """Lead, then operate and run the loop until `stop`, the slot budget or a lost Lease.
+
+    Returns the process exit code: 0 after a clean stop, 1 when leadership
+    was lost or the operator died.
+    """
+    stop = stop or threading.Event()
+    elector = LeaseElector(
+        kube,
+        settings.lease_namespace,
+        settings.lease_name,
+        settings.identity,
+        duration_s=settings.lease_duration_s,
+        renew_s=settings.lease_duration_s / 3,
+    )
+    if not elector.acquire(stop):
+        return 0
+    operator = OperatorThread() if settings.operator else None
+    code = 0
+    try:
+        if operator is not None:
+            operator.start()
+        clock = WallClock()
+        run_id = settings.backend.run or f"k8s-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+        backend_settings = KubernetesSettings(**{**settings.backend.__dict__, "run": run_id})
+        backend = KubernetesBackend(kube, backend_settings, store=store, clock=clock)
+        plugins = remote_deployers(build_plugins(settings.policy, backend.context(), settings.seed))
+        if store is not None:
+            started = datetime.fromtimestamp(clock.start, UTC)
+            store.record_run(
+                RunInfo(
+                    id=run_id,
+                    scenario="kubernetes",
+                    policy=plugins.name,
+                    seed=None,
+                    started=started,
+                    backend="kubernetes",
+                )
+            )
+        loop = ControlLoop(
+            backend, plugins, run_id=run_id, seed=settings.seed, store=store, keep_decisions=False
+        )
+        log.info("controller leading run %s with %s", run_id, plugins.name)
+        slot = 0
+        try:
+            while not stop.is_set() and (settings.slots is None or slot < settings.slots):
+                if elector.lost.is_set():
+                    log.error("leadership lost; stopping")
+                    code = 1
+                    break
+                if operator is not None and not operator.alive:
+                    log.error("the operator stopped: %s", operator.error)
+                    code = 1
+                    break
+                loop.step(slot)
+                if on_slot is not None:
+                    on_slot(slot)
+                slot += 1
+        finally:
+            loop.close()
+            backend.close()
+    finally:
+        if operator is not None:
+            operator.stop()
+        elector.release()
+    return code
