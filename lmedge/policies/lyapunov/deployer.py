@@ -11,7 +11,9 @@ cpu with the default cores, or gpu with 1..max vGPUs), the one maximizing
     C_gpu(a)  = pi(eta_gpu(a)) * N_GPU(a),  pi(eta) = p0 + p1 eta + p2 eta^2
     C_churn(a)= lambda_churn * sum_i |1[i active in a] - 1[i active now]| * (1 + kappa Q_ni)
 
-See README.md for the choices the paper leaves open (f, pi, eta). It does not
+eta is the node's measured utilization at slot t by default (the paper's
+eta_n(t)), or the allocation of the action (`utilization: action`). See
+README.md for the choices the paper leaves open (f, pi, eta). It does not
 look at the planner's role intent: the paper's Lyapunov baselines deploy from
 local queues alone, which is what separates MAL from MA.
 """
@@ -22,7 +24,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -70,6 +72,10 @@ class LyapunovParams(PluginParams):
         ge=0,
         le=1,
         description="beta: rate grows as vGPUs^beta; 0 = time-slicing adds no share.",
+    )
+    utilization: Literal["observed", "action"] = Field(
+        default="observed",
+        description="eta from the node's measured utilization (paper) or the action's allocation.",
     )
     max_enumeration: int = Field(
         default=4096, ge=1, description="Exhaustive search up to this many actions, else local."
@@ -192,6 +198,14 @@ class _Scorer:
         self.cap_cores, self.cap_mem = spec.cpu_cores, spec.memory_gib
         self.cap_vgpus, self.cap_vram = spec.total_vgpus, spec.total_vram_gib
         self.gamma_gpu = float(spec.vgpus_per_gpu - 1)
+        state = obs.state
+        #: Measured eta at slot t (paper: eta_n(t)); None = derive eta from the action.
+        self.observed: tuple[float, float, float] | None = None
+        if params.utilization == "observed":
+            mem_used = (
+                1.0 - state.free_memory_gib / spec.memory_gib if state.free_memory_gib else 0.0
+            )
+            self.observed = (state.gpu_util, state.cpu_util, min(max(mem_used, 0.0), 1.0))
 
     def feasible(self, action: Sequence[_Option]) -> bool:
         return (
@@ -204,9 +218,12 @@ class _Scorer:
     def score(self, action: Sequence[_Option]) -> float:
         p = self.p
         n_gpu = sum(o.vgpus for o in action)
-        eta_gpu = n_gpu / self.cap_vgpus if self.cap_vgpus else 0.0
-        eta_cpu = sum(o.cores for o in action) / self.cap_cores
-        eta_mem = sum(o.memory for o in action) / self.cap_mem
+        if self.observed is not None:
+            eta_gpu, eta_cpu, eta_mem = self.observed
+        else:
+            eta_gpu = n_gpu / self.cap_vgpus if self.cap_vgpus else 0.0
+            eta_cpu = sum(o.cores for o in action) / self.cap_cores
+            eta_mem = sum(o.memory for o in action) / self.cap_mem
         f_gpu = contention(eta_gpu, self.gamma_gpu)
         f_cpu = contention(eta_cpu, p.cpu_contention) * contention(eta_mem, p.cpu_contention)
         reward = 0.0

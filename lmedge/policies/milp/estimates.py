@@ -14,6 +14,8 @@ which policies may not import (the layering keeps policies below the emulator).
 
 from __future__ import annotations
 
+from typing import Any
+
 from lmedge.api import ClusterContext, Mode, NodeState
 
 #: Median pod cold start (pod start + model load) measured in the paper, seconds.
@@ -88,3 +90,67 @@ def backlog_s(ctx: ClusterContext, state: NodeState, lm: str) -> float:
     per = service_s(ctx, lm, mode) if mode != "off" else float("inf")
     wait = state.backlog.get(lm, 0) * per
     return wait if running else wait + COLD_START_S
+
+
+class LinkTable:
+    """Vectorized `transfer_s` from one origin to many workers (for large clusters).
+
+    Rows are built lazily per origin with numpy over site-level link tables, so
+    a 1,000-worker cluster costs one O(workers) row per origin that routes.
+    """
+
+    def __init__(self, ctx: ClusterContext) -> None:
+        import numpy as np
+
+        self._np = np
+        self.ctx = ctx
+        self.workers = [n.name for n in ctx.workers]
+        self.index = {n: k for k, n in enumerate(self.workers)}
+        sites = sorted({n.spec.site for n in ctx.nodes})
+        self.site_of = {s: k for k, s in enumerate(sites)}
+        self.worker_site = np.array([self.site_of[ctx.node(n).spec.site] for n in self.workers])
+        m = len(sites)
+        self.site_lat = np.full((m, m), DEFAULT_LINK[0])
+        self.site_bw = np.full((m, m), DEFAULT_LINK[1])
+        declared = np.zeros((m, m), dtype=bool)
+        # A receiver's declared link is used only where the sender declares none.
+        for own in (False, True):
+            for n in ctx.nodes:
+                for lk in n.spec.links:
+                    if lk.site not in self.site_of:
+                        continue
+                    a, b = self.site_of[n.spec.site], self.site_of[lk.site]
+                    src, dst = (a, b) if own else (b, a)
+                    if own or not declared[src, dst]:
+                        self.site_lat[src, dst] = lk.latency_ms / 1000.0
+                        self.site_bw[src, dst] = lk.bandwidth_mbps * 1e6
+                        declared[src, dst] = True
+        self._rows: dict[str, tuple[Any, Any]] = {}
+
+    def row(self, origin: str) -> tuple[Any, Any]:
+        """(latency s, bandwidth bit/s) from `origin` to every worker, in worker order."""
+        hit = self._rows.get(origin)
+        if hit is not None:
+            return hit
+        np = self._np
+        spec = self.ctx.node(origin).spec
+        o = self.site_of[spec.site]
+        lat = self.site_lat[o, self.worker_site].astype(float)
+        bw = self.site_bw[o, self.worker_site].astype(float)
+        same = self.worker_site == o
+        lat[same] = spec.intra_site_latency_ms / 1000.0
+        bw[same] = spec.intra_site_bandwidth_mbps * 1e6
+        if origin in self.index:
+            lat[self.index[origin]] = 0.0
+            bw[self.index[origin]] = np.inf
+        self._rows[origin] = (lat, bw)
+        return lat, bw
+
+    def transfer(self, origin: str, lm: str, prompts: int, idx: Any) -> Any:
+        """Uplink + downlink seconds to the workers at positions `idx`."""
+        if not self.ctx.has_node(origin):
+            return self._np.zeros(len(idx))
+        lat, bw = self.row(origin)
+        profile = self.ctx.service(lm).spec.profile
+        bits = prompts * (profile.request_kib + profile.response_kib) * KIB_BITS
+        return 2 * lat[idx] + bits / bw[idx]

@@ -11,9 +11,9 @@ arrive only when a request completes or times out, so each pull waits in a
 *pending-reward queue* keyed by (slot, origin, LM) until its records come back
 through `observe`. Arm choice:
 
-1. arms never rewarded are tried first, the one with the fewest pulls still
-   pending first (so delayed feedback does not make every slot re-pick the same
-   unexplored arm), ties broken by a seeded shuffle;
+1. arms never rewarded are tried first, cycling through them from a seeded
+   offset (so delayed feedback does not make every slot re-pick the same
+   unexplored arm);
 2. otherwise UCB1: argmax mean_a + c * sqrt(2 ln N / n_a), N and n_a counting
    received rewards.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
@@ -53,25 +53,53 @@ class Arm:
         return self.total / self.rewards if self.rewards else 0.0
 
 
-@dataclass
 class Bandit:
-    """UCB1 over one (origin, LM) pair's destinations."""
+    """UCB1 over one (origin, LM) pair's destinations.
 
-    arms: dict[str, Arm]
-    order: list[str] = field(default_factory=list)
+    Arms are created lazily (a 1,000-node cluster has 1,000 arms per pair);
+    unexplored arms are visited in a cycle from a seeded offset, skipping arms
+    that already have a reward, which is "fewest pending pulls first".
+    """
+
+    def __init__(self, order: Sequence[str], offset: int) -> None:
+        self.order = order
+        self.offset = offset
+        self.cursor = 0
+        self.arms: dict[str, Arm] = {}
+        self.rewarded = 0
+
+    def arm(self, name: str) -> Arm:
+        a = self.arms.get(name)
+        if a is None:
+            a = self.arms[name] = Arm()
+        return a
+
+    def credit(self, name: str, value: float) -> None:
+        a = self.arm(name)
+        if a.rewards == 0:
+            self.rewarded += 1
+        a.rewards += 1
+        a.total += value
 
     def choose(self, c: float) -> str:
-        unexplored = [a for a in self.order if self.arms[a].rewards == 0]
-        if unexplored:
-            return min(unexplored, key=lambda a: self.arms[a].pulls)
-        n = sum(arm.rewards for arm in self.arms.values())
+        n_arms = len(self.order)
+        if self.rewarded < n_arms:
+            for _ in range(n_arms):
+                name = self.order[(self.offset + self.cursor) % n_arms]
+                self.cursor += 1
+                if self.arms.get(name, _NO_ARM).rewards == 0:
+                    return name
+        n = sum(a.rewards for a in self.arms.values())
         log_n = math.log(max(n, 1))
 
-        def ucb(a: str) -> float:
-            arm = self.arms[a]
-            return arm.mean + c * math.sqrt(2 * log_n / arm.rewards)
+        def ucb(name: str) -> float:
+            a = self.arms[name]
+            return a.mean + c * math.sqrt(2 * log_n / a.rewards)
 
         return max(self.order, key=ucb)
+
+
+_NO_ARM = Arm()
 
 
 @dataclass
@@ -99,18 +127,19 @@ class PerLLMRouter:
         self.params = params
         self.rng = random.Random(seed)
         self.bandits: dict[tuple[str, str], Bandit] = {}
+        self._feasible: dict[str, list[str]] = {}
         #: The pending-reward queue, by (slot, origin, LM).
         self.pending: dict[tuple[int, str, str], Pending] = {}
 
     def bandit(self, origin: str, lm: str) -> Bandit | None:
         key = (origin, lm)
         if key not in self.bandits:
-            nodes = self.context.feasible_nodes(lm)
+            if lm not in self._feasible:
+                self._feasible[lm] = self.context.feasible_nodes(lm)
+            nodes = self._feasible[lm]
             if not nodes:
                 return None
-            order = list(nodes)
-            self.rng.shuffle(order)
-            self.bandits[key] = Bandit(arms={n: Arm() for n in nodes}, order=order)
+            self.bandits[key] = Bandit(nodes, self.rng.randrange(len(nodes)))
         return self.bandits[key]
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
@@ -122,7 +151,7 @@ class PerLLMRouter:
             if bandit is None:
                 continue
             dest = bandit.choose(self.params.exploration)
-            bandit.arms[dest].pulls += 1
+            bandit.arm(dest).pulls += 1
             self.pending[(obs.slot, a.origin, a.lm)] = Pending(dest, a.requests)
             routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
         return Decision[RoutingMap](
@@ -136,18 +165,16 @@ class PerLLMRouter:
             entry = self.pending.get(key)
             dest = entry.destination if entry is not None else r.destination
             bandit = self.bandits.get((r.origin, r.lm))
-            if bandit is None or dest not in bandit.arms:
+            if bandit is None or dest not in self._feasible.get(r.lm, ()):
                 continue
-            arm = bandit.arms[dest]
-            arm.rewards += 1
-            arm.total += reward(r, self.context.deadline_s(r.lm))
+            bandit.credit(dest, reward(r, self.context.deadline_s(r.lm)))
             if entry is not None:
                 entry.outstanding -= 1
                 if entry.outstanding <= 0:
                     del self.pending[key]
             else:
                 # A request routed by someone else (e.g. the loop's fallback): still evidence.
-                arm.pulls += 1
+                bandit.arm(dest).pulls += 1
 
 
 def build(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> PerLLMRouter:

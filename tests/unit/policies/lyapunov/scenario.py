@@ -33,8 +33,12 @@ def node_obs(
     running: dict[str, str] | None = None,
     ctx: ClusterContext | None = None,
     slot: int = 1,
+    util: tuple[float, float, float] = (0.0, 0.0, 0.0),
 ) -> NodeObservation:
-    """A deployer observation: `running` maps LM -> "gpu"/"cpu" for ready instances."""
+    """A deployer observation: `running` maps LM -> "gpu"/"cpu" for ready instances.
+
+    `util` is the measured (gpu, cpu, memory) utilization of the node.
+    """
     ctx = ctx or paper_testbed()
     info = ctx.node(node)
     instances = [
@@ -53,7 +57,14 @@ def node_obs(
         node=info,
         services=ctx.services,
         roles=[],
-        state=NodeState(name=node, backlog=dict(backlog or {}), instances=instances),
+        state=NodeState(
+            name=node,
+            backlog=dict(backlog or {}),
+            instances=instances,
+            gpu_util=util[0],
+            cpu_util=util[1],
+            free_memory_gib=info.spec.memory_gib * (1.0 - util[2]),
+        ),
     )
 
 

@@ -32,41 +32,59 @@ def test_default_alphas_are_the_papers_calibrated_weights() -> None:
     assert [round(cpu[f"lm{i}"], 2) for i in range(1, 5)] == [3.68, 1.00, 0.0, 0.0]
 
 
-CASES: list[tuple[str, str, dict[str, int], dict[str, str], dict[str, str]]] = [
-    # id, node, backlog, running, expected modes
+ACTION = {"utilization": "action"}
+OFF4 = {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "off"}
+BUSY_GPU = (0.9, 0.2, 0.3)
+IDLE = (0.0, 0.0, 0.0)
+
+# id, node, backlog, running, measured util, params, expected modes
+CASES: list[
+    tuple[
+        str,
+        str,
+        dict[str, int],
+        dict[str, str],
+        tuple[float, float, float],
+        dict[str, Any],
+        dict[str, str],
+    ]
+] = [
+    ("idle-stays-off", "worker-2", {}, {}, IDLE, {}, OFF4),
+    ("lm4-backlog", "worker-2", {"lm4": 10}, {}, IDLE, {}, OFF4 | {"lm4": "gpu"}),
     (
-        "idle-stays-off",
-        "worker-2",
-        {},
-        {},
-        {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "off"},
-    ),
-    (
-        "lm4-backlog",
-        "worker-2",
-        {"lm4": 10},
-        {},
-        {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "gpu"},
-    ),
-    (
-        "two-vgpus-go-to-the-fastest-gpu-gains",
+        "two-vgpus-go-to-the-largest-gpu-gains",
         "worker-2",
         {"lm1": 10, "lm2": 10, "lm3": 10, "lm4": 10},
+        {},
+        IDLE,
         {},
         {"lm1": "cpu", "lm2": "gpu", "lm3": "gpu", "lm4": "off"},
     ),
     (
-        # Two pods on one time-sliced GPU split it, so a deep LM4 queue takes it alone.
-        "a-deep-lm4-queue-takes-the-gpu-alone",
+        "a-deep-lm4-queue-wins-a-vgpu",
         "worker-2",
         {"lm1": 10, "lm2": 10, "lm3": 10, "lm4": 60},
         {},
+        IDLE,
+        {},
+        {"lm1": "cpu", "lm2": "gpu", "lm3": "off", "lm4": "gpu"},
+    ),
+    (
+        # Action-induced eta: two pods on one time-sliced GPU split it, so LM4 takes it alone.
+        "action-eta-deep-lm4-queue-takes-the-gpu-alone",
+        "worker-2",
+        {"lm1": 10, "lm2": 10, "lm3": 10, "lm4": 60},
+        {},
+        IDLE,
+        ACTION,
         {"lm1": "cpu", "lm2": "cpu", "lm3": "off", "lm4": "gpu"},
     ),
     (
         "cpu-only-node-never-places-gpu-only-lms",
         "worker-1",
         {"lm1": 5, "lm2": 5, "lm3": 50, "lm4": 50},
+        {},
+        IDLE,
         {},
         {"lm1": "cpu", "lm2": "cpu", "lm3": "off", "lm4": "off"},
     ),
@@ -75,33 +93,48 @@ CASES: list[tuple[str, str, dict[str, int], dict[str, str], dict[str, str]]] = [
         "worker-2",
         {},
         {"lm1": "cpu"},
-        {"lm1": "cpu", "lm2": "off", "lm3": "off", "lm4": "off"},
+        BUSY_GPU,
+        {},
+        OFF4 | {"lm1": "cpu"},
     ),
     (
-        "idle-gpu-only-lm-is-stopped-when-its-vgpu-costs-more-than-churn",
+        "idle-gpu-only-lm-kept-while-the-gpu-is-cheap",
         "worker-2",
         {},
         {"lm3": "gpu"},
-        {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "off"},
+        IDLE,
+        {},
+        OFF4 | {"lm3": "gpu"},
     ),
     (
-        "control-node-hosts-nothing",
-        "control",
-        {"lm1": 9},
+        "idle-gpu-only-lm-stopped-when-its-vgpu-costs-more-than-churn",
+        "worker-2",
         {},
-        {"lm1": "off", "lm2": "off", "lm3": "off", "lm4": "off"},
+        {"lm3": "gpu"},
+        BUSY_GPU,
+        {},
+        OFF4,
     ),
+    ("action-eta-idle-gpu-only-lm-stopped", "worker-2", {}, {"lm3": "gpu"}, IDLE, ACTION, OFF4),
+    ("control-node-hosts-nothing", "control", {"lm1": 9}, {}, IDLE, {}, OFF4),
 ]
 
 
 @pytest.mark.parametrize(
-    ("node", "backlog", "running", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+    ("node", "backlog", "running", "util", "params", "expected"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
 )
 def test_placement_cases(
-    node: str, backlog: dict[str, int], running: dict[str, str], expected: dict[str, str]
+    node: str,
+    backlog: dict[str, int],
+    running: dict[str, str],
+    util: tuple[float, float, float],
+    params: dict[str, Any],
+    expected: dict[str, str],
 ) -> None:
-    obs = node_obs(node, backlog, running)
-    decision = build(paper_testbed(), 0, {}).place(obs)
+    obs = node_obs(node, backlog, running, util=util)
+    decision = build(paper_testbed(), 0, params).place(obs)
     assert decision.source == "rule" and decision.policy == "lyapunov" and decision.node == node
     assert modes(decision.value) == expected
     assert check_placement(decision.value, obs.node, obs.services) == []
@@ -115,9 +148,13 @@ def reference_score(p: LyapunovParams, obs: NodeObservation, action: list[LMPlac
     mem = {s.name: s.spec.deployment_memory_gib for s in obs.services}
     was = {i.lm for i in obs.state.instances}
     n_gpu = sum(a.vgpus for a in action)
-    eta_g = n_gpu / spec.total_vgpus if spec.total_vgpus else 0.0
-    eta_c = sum(a.cpu_cores for a in action) / spec.cpu_cores
-    eta_m = sum(mem[a.lm] for a in action if a.mode != "off") / spec.memory_gib
+    if p.utilization == "observed":
+        st = obs.state
+        eta_g, eta_c, eta_m = st.gpu_util, st.cpu_util, 1 - st.free_memory_gib / spec.memory_gib
+    else:
+        eta_g = n_gpu / spec.total_vgpus if spec.total_vgpus else 0.0
+        eta_c = sum(a.cpu_cores for a in action) / spec.cpu_cores
+        eta_m = sum(mem[a.lm] for a in action if a.mode != "off") / spec.memory_gib
     f_g = 1 / (1 + (spec.vgpus_per_gpu - 1) * eta_g)
     f_c = 1 / (1 + p.cpu_contention * eta_c) / (1 + p.cpu_contention * eta_m)
     total = 0.0
@@ -172,14 +209,25 @@ BRUTE = [
 ]
 
 
+UTILS = [("action", IDLE), ("observed", IDLE), ("observed", (0.6, 0.5, 0.4))]
+
+
 @pytest.mark.parametrize(
-    ("node", "backlog", "running", "params"), [b[1:] for b in BRUTE], ids=[b[0] for b in BRUTE]
+    ("node", "backlog", "running", "params", "eta", "util"),
+    [b[1:] + u for b in BRUTE for u in UTILS],
+    ids=[f"{b[0]}-{u[0]}-{u[1][0]}" for b in BRUTE for u in UTILS],
 )
 def test_matches_brute_force_optimum(
-    node: str, backlog: dict[str, int], running: dict[str, str], params: dict[str, Any]
+    node: str,
+    backlog: dict[str, int],
+    running: dict[str, str],
+    params: dict[str, Any],
+    eta: str,
+    util: tuple[float, float, float],
 ) -> None:
     ctx: ClusterContext = paper_testbed()
-    obs = node_obs(node, backlog, running)
+    obs = node_obs(node, backlog, running, util=util)
+    params = params | {"utilization": eta}
     p = LyapunovParams(**params)
     chosen = build(ctx, 0, params).place(obs).value
     best = max(reference_score(p, obs, a) for a in all_actions(obs.node, obs.services))

@@ -98,9 +98,10 @@ def test_ucb_bonus_eventually_revisits_a_rarely_pulled_arm() -> None:
     r = router(exploration=1.0)
     bandit = r.bandit("worker-2", "lm3")
     assert bandit is not None
-    for name, arm in bandit.arms.items():
-        arm.rewards = arm.pulls = 1000 if name == "worker-2" else 1
-        arm.total = arm.rewards * (0.6 if name == "worker-2" else 0.5)
+    for name in bandit.order:
+        times = 1000 if name == "worker-2" else 1
+        for _ in range(times):
+            bandit.credit(name, 0.6 if name == "worker-2" else 0.5)
     assert bandit.choose(1.0) != "worker-2"  # bonus sqrt(2 ln N / 1) dominates
     assert bandit.choose(0.0) == "worker-2"  # pure exploitation
 
@@ -110,8 +111,8 @@ def test_records_of_foreign_routes_still_count_as_evidence() -> None:
     r.route(slot_obs([("worker-3", "lm2", 1)], slot=0))
     r.observe([record(7, "worker-3", "lm2", "worker-5", 90.0)])
     bandit = r.bandit("worker-3", "lm2")
-    assert bandit is not None and bandit.arms["worker-5"].rewards == 1
-    assert bandit.arms["worker-5"].mean == pytest.approx(0.9)
+    assert bandit is not None and bandit.arm("worker-5").rewards == 1
+    assert bandit.arm("worker-5").mean == pytest.approx(0.9)
 
 
 def test_same_seed_same_choices() -> None:
