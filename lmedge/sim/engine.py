@@ -185,7 +185,7 @@ class NodeSim:
         self.int_cpu = 0.0
         self.int_gpu = [0.0] * n_gpu
         # (time, int_cpu, int_gpu) at the last read, per reader (snapshot, telemetry)
-        self.marks: dict[str, tuple[float, float, list[float]]] = {}
+        self.marks: dict[str, tuple[float, float, list[float], tuple[float, list[float]]]] = {}
 
     @property
     def cores_used(self) -> float:
@@ -213,17 +213,27 @@ class NodeSim:
         self.t_last = now
 
     def window(self, reader: str, now: float) -> tuple[float, list[float]]:
-        """Mean busy CPU cores and per-GPU busy fraction since this reader's last call."""
+        """Mean busy CPU cores and per-GPU busy fraction since this reader's last call.
+
+        A second call at the same instant repeats the last window (so two
+        readers in one slot see one picture); before any time has passed it
+        is the instantaneous state.
+        """
         self.integrate(now)
-        t0, c0, g0 = self.marks.get(reader, (0.0, 0.0, [0.0] * len(self.int_gpu)))
-        self.marks[reader] = (now, self.int_cpu, list(self.int_gpu))
+        last = self.marks.get(reader)
+        if last is not None and now <= last[0]:
+            return last[3]
+        t0, c0, g0 = last[:3] if last is not None else (0.0, 0.0, [0.0] * len(self.int_gpu))
         dt = now - t0
         if dt <= 0:
-            busy_gpu = [1.0 if b else 0.0 for b in self.busy_pods]
-            return self.cpu_level, busy_gpu
-        return (self.int_cpu - c0) / dt, [
-            (g - g_0) / dt for g, g_0 in zip(self.int_gpu, g0, strict=True)
-        ]
+            result = (self.cpu_level, [1.0 if b else 0.0 for b in self.busy_pods])
+        else:
+            result = (
+                (self.int_cpu - c0) / dt,
+                [(g - g_0) / dt for g, g_0 in zip(self.int_gpu, g0, strict=True)],
+            )
+        self.marks[reader] = (now, self.int_cpu, list(self.int_gpu), result)
+        return result
 
     def backlog(self, lm: str) -> int:
         """Q_ni: prompts of `lm` waiting or in service here."""
