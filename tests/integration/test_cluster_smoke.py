@@ -30,9 +30,10 @@ def core(api: Any) -> client.CoreV1Api:
 
 
 @pytest.fixture
-def namespace(core: client.CoreV1Api) -> Iterator[str]:
-    name = f"smoke-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
+def namespace(kube_cluster: KubeCluster, core: client.CoreV1Api) -> Iterator[str]:
+    # create_namespace waits for the default service account: pods created
+    # before the controller manager makes it are rejected by admission.
+    name = kube_cluster.create_namespace(f"smoke-{uuid.uuid4().hex[:8]}")
     yield name
     try:
         core.delete_namespace(name)
@@ -129,9 +130,10 @@ def test_scheduler_counts_vgpus(core: client.CoreV1Api, namespace: str) -> None:
     assert core.read_namespaced_pod("too-big", namespace).spec.node_name is None
 
 
-def test_deleting_a_namespace_removes_its_pods(core: client.CoreV1Api) -> None:
-    name = f"smoke-ns-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
+def test_deleting_a_namespace_removes_its_pods(
+    kube_cluster: KubeCluster, core: client.CoreV1Api
+) -> None:
+    name = kube_cluster.create_namespace(f"smoke-ns-{uuid.uuid4().hex[:8]}")
     core.create_namespaced_pod(name, gpu_pod("doomed", nodeName="worker-3"))
     wait_running(core, name, "doomed")
 
