@@ -189,7 +189,7 @@ def register(app: typer.Typer) -> None:
             return
         out.print(_table(outcome))
         if st is not None:
-            out.print(f"run {outcome.run_id} stored in {st.where}")
+            out.print(f"run {outcome.run_id} stored in {st.where}", soft_wrap=True)
 
     @app.command("bench")
     def bench(
@@ -224,7 +224,7 @@ def register(app: typer.Typer) -> None:
             [o.summary for o in outcomes],
             [{"run_id": o.run_id, **o.timing} for o in outcomes],
         )
-        out.print(f"report: {md}")
+        out.print(f"report: {md}", soft_wrap=True)
 
     @app.command("demo")
     def demo(
@@ -254,7 +254,9 @@ def register(app: typer.Typer) -> None:
             where = st.where
             for name in names:
                 spec = RunSpec(path, PolicyChoice(name), seed, slots)
-                outcomes.append(_run_with_progress(spec, st, update, name))
+                # Only the featured run is stored: the baselines are there to compare with.
+                target = st if name == best else None
+                outcomes.append(_run_with_progress(spec, target, update, name))
         md = write_report(
             out_dir,
             [o.summary for o in outcomes],
@@ -262,7 +264,7 @@ def register(app: typer.Typer) -> None:
         )
         out.print(_table(outcomes[0]))
         uri = store or str(parse_store_location(None).path or parse_store_location(None).uri)
-        out.print(f"report: {md}")
+        out.print(f"report: {md}", soft_wrap=True)
         out.print(f"decisions stored in {where} (run {outcomes[0].run_id})")
         out.print(
             f"inspect the planner's decisions: lmedge decisions --store {uri} --agent planner"

@@ -14,8 +14,10 @@ slot t (length `ClusterContext.slot_s`):
    `check_placement`, mapped to `nearest_feasible` (outcome `replaced`,
    violations kept), else a feasible fallback; then actuated;
 5. the clock advances to the slot end (the emulator runs its events); the
-   finished requests are drained, stored in one batch with the slot's
-   decisions, and fed to plugins implementing `FeedbackConsumer`;
+   finished requests are drained, queued for the store with the slot's
+   decisions and telemetry (sent as a few batch inserts every `store_every`
+   slots: 1 on a cluster, more in the emulator where slots take
+   milliseconds), and fed to plugins implementing `FeedbackConsumer`;
 6. at an epoch end, `EpochMetrics` over the requests finished in the epoch
    and a `MemoryCase`.
 
