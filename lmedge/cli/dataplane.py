@@ -132,6 +132,13 @@ def register(app: typer.Typer) -> None:
         ] = 32,
         image_steps: Annotated[int, typer.Option(help="Text-to-image: denoising steps.")] = 20,
         image_size: Annotated[int, typer.Option(help="Text-to-image: image side, pixels.")] = 512,
+        fsync: Annotated[
+            bool,
+            typer.Option(
+                help="fsync progress after each prompt; without it progress survives a pod "
+                "restart but not a node crash."
+            ),
+        ] = True,
     ) -> None:
         """Run a model pod's server: one LM, /infer with resumable prompt sets."""
         import uvicorn
@@ -154,5 +161,5 @@ def register(app: typer.Typer) -> None:
             image_steps=image_steps,
             image_size=image_size,
         )
-        server = ModelServer(lm, chosen, progress_dir)
+        server = ModelServer(lm, chosen, progress_dir, fsync=fsync)
         uvicorn.run(create_app(server), host=host, port=port, log_level="warning")

@@ -13,6 +13,8 @@ not error.
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 from pydantic import ValidationError
 
@@ -52,6 +54,12 @@ class HttpClients:
         timeout = httpx.Timeout(None, connect=connect_timeout_s, pool=None)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._connect_timeout_s = connect_timeout_s
+        # Requests wait for a connection here, not in httpcore's pool: its queue
+        # is rescanned on every state change, which is quadratic in the number
+        # waiting and stalled 2,000 concurrent sets.
+        self._slots = max_connections
+        self._peer_slots: asyncio.Semaphore | None = None
+        self._model_slots: asyncio.Semaphore | None = None
         self._peers = httpx.AsyncClient(
             limits=limits, timeout=timeout, headers=headers, transport=peer_transport
         )
@@ -65,14 +73,17 @@ class HttpClients:
     ) -> ForwardResult:
         """Hand a prompt set to the destination's gateway and wait for its result."""
         url = base_url.rstrip("/") + "/internal/forward"
+        if self._peer_slots is None:
+            self._peer_slots = asyncio.Semaphore(self._slots)
         try:
-            response = await self._peers.post(
-                url,
-                content=request.model_dump_json(),
-                timeout=self._timeout(timeout_s),
-                headers={"Content-Type": "application/json"},
-            )
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(timeout_s), self._peer_slots:
+                response = await self._peers.post(
+                    url,
+                    content=request.model_dump_json(),
+                    timeout=self._timeout(timeout_s),
+                    headers={"Content-Type": "application/json"},
+                )
+        except (httpx.HTTPError, TimeoutError) as exc:
             raise PeerUnavailable(
                 f"gateway at {base_url} did not answer: {_describe(exc)}"
             ) from exc
@@ -88,14 +99,17 @@ class HttpClients:
     async def infer(self, url: str, request: InferRequest, timeout_s: float) -> InferResult:
         """Run a prompt set on a model pod."""
         target = url.rstrip("/") + "/infer"
+        if self._model_slots is None:
+            self._model_slots = asyncio.Semaphore(self._slots)
         try:
-            response = await self._models.post(
-                target,
-                content=request.model_dump_json(),
-                timeout=self._timeout(timeout_s),
-                headers={"Content-Type": "application/json"},
-            )
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(timeout_s), self._model_slots:
+                response = await self._models.post(
+                    target,
+                    content=request.model_dump_json(),
+                    timeout=self._timeout(timeout_s),
+                    headers={"Content-Type": "application/json"},
+                )
+        except (httpx.HTTPError, TimeoutError) as exc:
             raise ModelUnavailable(f"model server at {url}: {_describe(exc)}") from exc
         if response.status_code in (502, 503, 504):
             raise ModelUnavailable(f"model server at {url} not ready ({response.status_code})")
@@ -111,5 +125,5 @@ class HttpClients:
         await self._models.aclose()
 
 
-def _describe(exc: httpx.HTTPError) -> str:
+def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -75,8 +75,11 @@ def _metrics(lm: str) -> _Metrics:
 class ModelServer:
     """Runs prompt sets on one backend, persisting progress under `progress_dir`."""
 
-    def __init__(self, lm: str, backend: Backend, progress_dir: Path) -> None:
+    def __init__(
+        self, lm: str, backend: Backend, progress_dir: Path, *, fsync: bool = True
+    ) -> None:
         self.lm = lm
+        self.fsync = fsync
         self.backend = backend
         self.progress_dir = progress_dir
         self.metrics = _metrics(lm)
@@ -103,7 +106,7 @@ class ModelServer:
 
     def _run_set(self, request: InferRequest) -> InferResult:
         start = time.monotonic()
-        log_ = ProgressLog(self.progress_dir, request.id, list(request.prompts))
+        log_ = ProgressLog(self.progress_dir, request.id, list(request.prompts), fsync=self.fsync)
         done = log_.open()
         resumed = len(done)
         if resumed:

@@ -1,0 +1,9 @@
+#!/bin/sh
+# Start the model server for the LM baked into this image. Extra arguments
+# (e.g. --device cpu, --max-new-tokens 64) are passed through.
+set -eu
+exec lmedge model-server \
+  --host 0.0.0.0 --port 8000 \
+  --lm "${LMEDGE_LM}" --modality "${LMEDGE_MODALITY}" --backend "${LMEDGE_BACKEND}" \
+  --model-path /models/model --progress-dir /var/lib/lmedge/progress \
+  "$@"
