@@ -84,6 +84,9 @@ def register(app: typer.Typer) -> None:
         lease_namespace: Annotated[
             str, typer.Option(help="Namespace of the leader-election Lease.")
         ] = "lmedge-system",
+        lease_name: Annotated[str, typer.Option(help="Name of the leader-election Lease.")] = (
+            "lmedge-controller"
+        ),
         identity: Annotated[
             str | None, typer.Option(envvar="POD_NAME", help="This replica's Lease identity.")
         ] = None,
@@ -125,6 +128,7 @@ def register(app: typer.Typer) -> None:
             backend=backend,
             policy=choice,
             lease_namespace=lease_namespace,
+            lease_name=lease_name,
             identity=identity,
             seed=seed,
             slots=slots,

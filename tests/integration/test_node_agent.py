@@ -8,8 +8,13 @@ and garbage collection — is the production path.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +26,9 @@ from lmedge.api import Decision, LMPlacement, NodeObservation, Placement
 from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.pods import GPU_RESOURCE, LABEL_LM, model_pod
+from lmedge.errors import StoreError
 from lmedge.nodeagent.agent import NodeAgent
+from lmedge.store import open_store
 from tests.fixtures.cluster import HOLD_READY_ANNOTATION, REPO, KubeCluster, wait_until
 
 WAIT = 30.0
@@ -251,3 +258,74 @@ def test_delete_of_a_missing_pod_is_not_an_error(kube: KubeClient, namespace: st
     assert kube.delete_pod(namespace, "never-existed") is False
     with pytest.raises(ApiException):
         kube.core.read_namespaced_pod("never-existed", namespace)
+
+
+# -- the real processes ---------------------------------------------------------
+
+
+def lmedge(*args: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / "lmedge"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+def test_controller_and_node_agent_processes_survive_an_agent_kill(
+    lmedge_cluster: KubeCluster,
+    core: client.CoreV1Api,
+    namespace: str,
+    ferretdb_uri: str,
+    tmp_path: Path,
+) -> None:
+    try:
+        lmedge_cluster.create_namespace("lmedge-system")
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    env = {**os.environ, "KUBECONFIG": str(lmedge_cluster.kubeconfig)}
+    run = f"proc-{uuid.uuid4().hex[:6]}"
+    common = ["--namespace", namespace, "-p", "rf", "--slot-s", "1", "--store", ferretdb_uri]
+    log = tmp_path / "processes.log"
+    controller = lmedge(
+        "controller", *common, "--run", run, "--lease-name", f"ctl-{run}", "--epoch-slots", "5",
+        log=log, env=env,
+    )  # fmt: skip
+    agents: list[subprocess.Popen[bytes]] = []
+    store = open_store(ferretdb_uri)
+
+    def started() -> bool:
+        try:
+            return any(r.id == run for r in store.runs(limit=5))
+        except StoreError:
+            return False
+
+    def agent_decisions() -> list[Any]:
+        return store.decisions(agent="deployer", run=run, node="worker-1", limit=100)
+
+    try:
+        wait_until(started, 60, f"the controller to register run {run}")
+        agents.append(lmedge("node-agent", "--node", "worker-1", *common, log=log, env=env))
+        wait_until(lambda: bool(pods(core, namespace, "worker-1")), 60, "the agent's first pod")
+        agents[0].kill()  # SIGKILL: no cleanup of any kind
+        agents[0].wait()
+        agents.append(lmedge("node-agent", "--node", "worker-1", *common, log=log, env=env))
+        seen = len(agent_decisions())
+        wait_until(lambda: len(agent_decisions()) >= seen + 3, 60, "three slots of the new agent")
+        wait_until(lambda: all_ready(core, namespace, "worker-1"), WAIT, "pods Ready")
+
+        latest = agent_decisions()[0].value
+        running = sorted(p.metadata.labels[LABEL_LM] for p in pods(core, namespace, "worker-1"))
+        assert running == sorted(latest.active()), log.read_text()[-3000:]
+        assert len(set(running)) == len(running)  # no duplicate
+        routed = store.decisions(agent="scheduler", run=run, limit=1)
+        assert routed and routed[0].value.routes
+    finally:
+        for proc in [*agents, controller]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=60) for proc in [*agents[1:], controller]]
+        store.close()
+    assert codes == [0, 0], log.read_text()[-3000:]
