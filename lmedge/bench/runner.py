@@ -156,7 +156,8 @@ def run(
         baseline_metrics(sc, spec.seed) if profile.planner not in BASELINE_FREE_PLANNERS else None
     )
     run_id = new_run_id(sc.name, plugins.name, spec.seed)
-    memory = store.memory_cases(limit=10) if store is not None and baseline is not None else []
+    # The loop ranks the cases itself (lowest objective first); fetch enough to rank.
+    memory = store.memory_cases(limit=200) if store is not None and baseline is not None else []
     if store is not None:
         store.record_run(RunInfo(id=run_id, scenario=sc.name, policy=plugins.name, seed=spec.seed))
     loop = ControlLoop(

@@ -267,9 +267,10 @@ class ControlLoop:
             traffic=dict(sorted(self._last_traffic.items())),
         )
         planner = self.plugins.planner
-        d = self._call("planner", planner.name, MacroPolicy, lambda: planner.plan(obs))
+        d, failed = self._call("planner", planner.name, MacroPolicy, lambda: planner.plan(obs))
         d = self._validate(
             d,
+            failed=failed,
             check=lambda v: check_macro_policy(v, self.ctx),
             repair=None,
             fallback=lambda: fallback_macro_policy(self.ctx, self._fallback_rng),
@@ -289,9 +290,10 @@ class ControlLoop:
             arrivals=arrivals,
         )
         router = self.plugins.router
-        d = self._call("scheduler", router.name, RoutingMap, lambda: router.route(obs))
+        d, failed = self._call("scheduler", router.name, RoutingMap, lambda: router.route(obs))
         d = self._validate(
             d,
+            failed=failed,
             check=lambda v: check_routing_map(v, self.ctx, arrivals),
             repair=None,
             fallback=lambda: fallback_routing(self.ctx, arrivals),
@@ -305,6 +307,7 @@ class ControlLoop:
         def one(node: NodeInfo) -> Decision[Placement]:
             state = states.get(node.name)
             deployer = self.plugins.deployers[node.name]
+            failed = state is None
             if state is None:
                 d = _error_decision(
                     "deployer", deployer.name, f"no snapshot of {node.name}", Placement
@@ -321,10 +324,13 @@ class ControlLoop:
                     tau_s=self.ctx.tau_s,
                     slot_s=self.ctx.slot_s,
                 )
-                d = self._call("deployer", deployer.name, Placement, lambda: _place(deployer, obs))
+                d, failed = self._call(
+                    "deployer", deployer.name, Placement, lambda: _place(deployer, obs)
+                )
             services = self.ctx.services
             d = self._validate(
                 d,
+                failed=failed,
                 check=lambda v: check_placement(v, node, services),
                 repair=lambda v: nearest_feasible(v, node, services),
                 fallback=lambda: fallback_placement(node, services, state),
@@ -339,28 +345,38 @@ class ControlLoop:
 
     def _call(
         self, agent: AgentKind, name: str, kind: type[V], call: Callable[[], Decision[V]]
-    ) -> Decision[V]:
-        """Call a plugin, timing it; a failure becomes a decision without a usable value."""
+    ) -> tuple[Decision[V], bool]:
+        """Call a plugin, timing it: (decision, failed).
+
+        A failure (an exception, or something that is not a `Decision` of the
+        right kind) becomes a placeholder decision with the error and `failed`.
+        A plugin may itself report an `error` (say, an LLM timeout it covered
+        with its own rule); its value is then still validated and used.
+        """
         started = time.perf_counter()
+        failed = False
         try:
             d = call()
             if not isinstance(d, Decision) or not isinstance(d.value, kind):
                 got = type(d.value if isinstance(d, Decision) else d).__name__
                 d = _error_decision(agent, name, f"returned {got}, not a {kind.__name__}", kind)
+                failed = True
         except Exception as exc:  # a plugin bug must not stop the cluster
             d = _error_decision(agent, name, f"{type(exc).__name__}: {exc}", kind)
-        return d.model_copy(update={"latency_s": time.perf_counter() - started})
+            failed = True
+        return d.model_copy(update={"latency_s": time.perf_counter() - started}), failed
 
     def _validate(
         self,
         d: Decision[V],
         *,
+        failed: bool,
         check: Callable[[V], list[Violation]],
         repair: Callable[[V], V] | None,
         fallback: Callable[[], V],
     ) -> Decision[V]:
         """Accept a feasible value; otherwise repair it, or fall back, keeping the reasons."""
-        if d.error is not None:
+        if failed:
             return d.model_copy(
                 update={"value": fallback(), "source": "fallback", "outcome": "replaced"}
             )

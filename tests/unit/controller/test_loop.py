@@ -328,3 +328,32 @@ def test_io_bound_deployers_run_concurrently_in_node_order(ctx: ClusterContext) 
     result, _ = run(ctx, plugins(ctx, deployer=Slow()), slots=2)
     nodes = [d.node for d in by_agent(result, "deployer")]
     assert nodes == [n.name for n in ctx.workers] * 2
+
+
+class SelfCoveringRouter:
+    """Reports an error (say, an LLM timeout) but covers it with its own valid map."""
+
+    name = "covering"
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        return Decision[RoutingMap](
+            agent="scheduler",
+            policy=self.name,
+            source="fallback",
+            value=RoutingMap(routes=[]),
+            error="LLMUnavailable: timed out",
+        ).model_copy(update={"value": _all_to_worker_6(obs)})
+
+
+def _all_to_worker_6(obs: SlotObservation) -> RoutingMap:
+    m = local_routing(obs.context, obs.arrivals)
+    for r in m.routes:
+        r.destination = "worker-6"
+    return m
+
+
+def test_plugin_reported_error_keeps_its_valid_value(ctx: ClusterContext) -> None:
+    result, backend = run(ctx, plugins(ctx, router=SelfCoveringRouter()), slots=1)
+    (d,) = by_agent(result, "scheduler")
+    assert d.error == "LLMUnavailable: timed out" and d.outcome == "accepted"
+    assert {r.destination for r in backend.published[0].routes} == {"worker-6"}
