@@ -1,0 +1,264 @@
+"""Kubernetes backend logic that needs no API server: node state from pods,
+the retry boundary, the gateway messages, arrivals and the wall clock."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from lmedge.api import LMPlacement, RequestRecord, Route, RoutingMap
+from lmedge.api.manifests import load_resources
+from lmedge.backends.kubernetes.backend import (
+    KubernetesBackend,
+    KubernetesSettings,
+    WallClock,
+    node_state,
+)
+from lmedge.backends.kubernetes.client import ClusterRefused, KubeClient, RetryPolicy
+from lmedge.backends.kubernetes.gateways import GatewayClient, models_body, routing_body
+from lmedge.backends.kubernetes.pods import model_pod, observe_pod
+from lmedge.dataplane.wire import LocalModels, RoutingUpdate
+from lmedge.errors import ClusterUnavailable
+from lmedge.nodeagent.agent import serving_endpoints
+
+EXAMPLES = Path(__file__).parents[3] / "examples" / "testbed"
+NODES, SERVICES = load_resources(EXAMPLES)
+SVC = {s.name: s for s in SERVICES}
+NODE = {n.name: n for n in NODES}
+
+
+def live(
+    lm: str, placement: LMPlacement, node: str, *, ready: bool, ip: str = ""
+) -> dict[str, Any]:
+    pod = model_pod(SVC[lm], placement, node, "ns")
+    pod["status"] = {
+        "phase": "Running" if ready else "Pending",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "podIP": ip,
+    }
+    return pod
+
+
+GPU = LMPlacement(lm="lm4", mode="gpu", cpu_cores=2.5, vgpus=2)
+CPU = LMPlacement(lm="lm1", mode="cpu", cpu_cores=4, vgpus=0)
+
+
+def test_observe_pod_reads_back_what_model_pod_wrote() -> None:
+    seen = observe_pod(live("lm4", GPU, "worker-6", ready=False))
+
+    assert (seen.lm, seen.node, seen.mode, seen.vgpus) == ("lm4", "worker-6", "gpu", 2)
+    assert seen.cpu_cores == pytest.approx(2.5)
+    assert seen.memory_gib == pytest.approx(SVC["lm4"].spec.deployment_memory_gib)
+    assert seen.pending and not seen.ready
+
+
+def test_node_state_counts_instances_and_headroom() -> None:
+    pods = [
+        observe_pod(live("lm4", GPU, "worker-6", ready=True)),
+        observe_pod(live("lm1", CPU, "worker-6", ready=False)),
+        observe_pod(live("lm1", CPU, "worker-5", ready=True)),  # another node: ignored
+    ]
+
+    state = node_state(NODE["worker-6"], pods, SVC, {"lm4": 7})
+
+    spec = NODE["worker-6"].spec
+    assert [(i.lm, i.mode, i.status) for i in state.instances] == [
+        ("lm1", "cpu", "pending"),
+        ("lm4", "gpu", "ready"),
+    ]
+    assert state.pending
+    assert state.free_cpu_cores == pytest.approx(spec.cpu_cores - 6.5)
+    assert state.free_vgpus == spec.total_vgpus - 2
+    assert state.free_vram_gib == pytest.approx(spec.total_vram_gib - SVC["lm4"].spec.min_vram_gib)
+    assert state.backlog == {"lm4": 7}
+
+
+def test_terminating_pods_hold_resources_but_are_not_instances() -> None:
+    pod = live("lm4", GPU, "worker-6", ready=True)
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+
+    state = node_state(NODE["worker-6"], [observe_pod(pod)], SVC)
+
+    assert state.instances == []
+    assert state.free_vgpus == NODE["worker-6"].spec.total_vgpus - 2
+
+
+def test_serving_endpoints_lists_ready_pods_only() -> None:
+    pods = [
+        observe_pod(live("lm4", GPU, "worker-6", ready=True, ip="10.0.0.7")),
+        observe_pod(live("lm1", CPU, "worker-6", ready=False, ip="10.0.0.8")),
+    ]
+
+    assert serving_endpoints(pods) == {"lm4": "http://10.0.0.7:8000"}
+
+
+# -- the retry boundary --------------------------------------------------------
+
+
+def client(attempts: int = 3) -> KubeClient:
+    from kubernetes import client as k8s
+
+    return KubeClient(k8s.ApiClient(), RetryPolicy(attempts=attempts, backoff_s=0.0))
+
+
+def failing(*errors: BaseException) -> Any:
+    queue = list(errors)
+
+    def call(*args: Any, **kwargs: Any) -> str:
+        assert "_request_timeout" in kwargs
+        if queue:
+            raise queue.pop(0)
+        return "ok"
+
+    return call
+
+
+def api_error(status: int, message: str = "") -> ApiException:
+    exc = ApiException(status=status, reason="Reason")
+    exc.body = json.dumps({"message": message})
+    return exc
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        api_error(429),
+        api_error(503),
+        api_error(409, "conflict"),
+        urllib3.exceptions.ReadTimeoutError(None, "", "t"),
+        ConnectionResetError(),
+    ],
+    ids=["throttled", "unavailable", "conflict", "timeout", "reset"],
+)
+def test_transient_failures_are_retried(error: BaseException) -> None:
+    assert client().call("act", failing(error, error)) == "ok"
+
+
+def test_persistent_transient_failure_becomes_cluster_unavailable() -> None:
+    with pytest.raises(ClusterUnavailable, match="act: HTTP 503"):
+        client(attempts=2).call("act", failing(api_error(503), api_error(503)))
+
+
+@pytest.mark.parametrize("status", [400, 403, 422])
+def test_refusals_are_not_retried(status: int) -> None:
+    fn = failing(api_error(status, "denied by policy"), api_error(status))
+
+    with pytest.raises(ClusterRefused) as refused:
+        client().call("create pod", fn)
+
+    assert (refused.value.status, refused.value.message) == (status, "denied by policy")
+
+
+def test_not_found_passes_through() -> None:
+    with pytest.raises(ApiException):
+        client().call("read", failing(api_error(404)))
+
+
+# -- gateway messages ------------------------------------------------------------
+
+ROUTES = RoutingMap(routes=[Route(origin="worker-1", lm="lm1", destination="worker-2")])
+
+
+def test_bodies_validate_as_the_data_plane_messages() -> None:
+    update = RoutingUpdate.model_validate(routing_body("run-1", 4, ROUTES, 1700000000.0))
+    models = LocalModels.model_validate(models_body({"lm1": "http://10.0.0.1:8000"}))
+
+    assert (update.slot, update.routing) == (4, ROUTES)
+    assert models.models[0].lm == "lm1"
+
+
+def test_gateway_client_pushes_and_reads_queue_depths() -> None:
+    seen: list[tuple[str, str, str | None]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, str(request.url), request.headers.get("authorization")))
+        if request.url.host == "down":
+            return httpx.Response(503)
+        if request.method == "GET":
+            return httpx.Response(200, json={"queue_depth": {"lm1": 3}})
+        return httpx.Response(200, json={})
+
+    gw = GatewayClient(
+        {"worker-1": "http://up/", "worker-2": "http://down"},
+        token="t",
+        transport=httpx.MockTransport(handle),
+    )
+
+    assert gw.push_routing("r", 0, ROUTES, None) == ["worker-2"]
+    assert gw.queue_depths(["worker-1", "worker-2", "worker-3"]) == {"worker-1": {"lm1": 3}}
+    assert ("PUT", "http://up/control/routing", "Bearer t") in seen
+    gw.close()
+
+
+# -- arrivals and the clock ---------------------------------------------------------
+
+
+class ListingOnly(KubeClient):
+    """The thin client answering lists from the example manifests."""
+
+    def __init__(self) -> None:
+        super().__init__(client().api)
+
+    def list_edge_nodes(self) -> list[dict[str, Any]]:
+        return [
+            {"metadata": {"name": n.name}, "spec": n.spec.model_dump(by_alias=True)} for n in NODES
+        ]
+
+    def list_lmservices(self, namespace: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "metadata": {"name": s.name, "uid": f"uid-{s.name}"},
+                "spec": s.spec.model_dump(by_alias=True),
+            }
+            for s in SERVICES
+        ]
+
+
+class Records:
+    def __init__(self, records: list[RequestRecord]) -> None:
+        self.records = records
+
+    def requests(self, run: str) -> list[RequestRecord]:
+        return list(self.records)
+
+
+def record(i: int, origin: str, lm: str, prompts: int) -> RequestRecord:
+    return RequestRecord(id=f"r{i}", run="run", lm=lm, origin=origin, destination=origin,
+                         prompts=prompts, slot=0, submit_s=0.0, outcome="success")  # fmt: skip
+
+
+def test_arrivals_cover_every_pair_with_last_slot_counts() -> None:
+    store: Any = Records([record(1, "worker-2", "lm1", 3), record(2, "worker-2", "lm1", 2)])
+    backend = KubernetesBackend(ListingOnly(), KubernetesSettings(run="run"), store=store)
+    workers = [n.name for n in NODES if n.spec.role == "worker"]
+
+    before = backend.arrivals(0)
+    drained = backend.drain_records()
+    after = {(a.origin, a.lm): (a.requests, a.prompts) for a in backend.arrivals(1)}
+    again = backend.drain_records()
+    quiet = {(a.origin, a.lm): (a.requests, a.prompts) for a in backend.arrivals(2)}
+
+    assert {(a.origin, a.lm) for a in before} == {(w, s.name) for w in workers for s in SERVICES}
+    assert all(a.requests == 0 for a in before)
+    assert [r.id for r in drained] == ["r1", "r2"]
+    assert after[("worker-2", "lm1")] == (2, 5)
+    assert sum(r for r, _ in after.values()) == 2
+    assert again == []  # idempotent: a record is drained once
+    assert set(quiet.values()) == {(0, 0)}
+
+
+def test_wall_clock_counts_from_its_start() -> None:
+    clock = WallClock(time.time() - 10.0)
+
+    assert clock.now() == pytest.approx(10.0, abs=0.5)
+    assert clock.slot(3.0) == 3
+    started = time.monotonic()
+    clock.sleep_until(10.2)
+    assert 0.05 < time.monotonic() - started < 1.0
