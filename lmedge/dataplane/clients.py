@@ -25,6 +25,18 @@ from lmedge.errors import TransientError
 
 __all__ = ["HttpClients", "PeerUnavailable"]
 
+#: Retries of a request whose connection failed or was closed before an answer.
+_RETRIES = 2
+#: Wait before retry n is n x this, seconds.
+_BACKOFF_S = 0.05
+_RETRYABLE = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
+
 
 class PeerUnavailable(TransientError):
     """The destination node's gateway did not answer or refused the set."""
@@ -48,8 +60,12 @@ class HttpClients:
         peer_transport: httpx.AsyncBaseTransport | None = None,
         model_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        # Idle connections are dropped after 4 s, before uvicorn's default 5 s
+        # keep-alive timeout closes them under a request in flight.
         limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=4.0,
         )
         timeout = httpx.Timeout(None, connect=connect_timeout_s, pool=None)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -72,17 +88,11 @@ class HttpClients:
         self, base_url: str, request: ForwardRequest, timeout_s: float
     ) -> ForwardResult:
         """Hand a prompt set to the destination's gateway and wait for its result."""
-        url = base_url.rstrip("/") + "/internal/forward"
         if self._peer_slots is None:
             self._peer_slots = asyncio.Semaphore(self._slots)
+        url = base_url.rstrip("/") + "/internal/forward"
         try:
-            async with asyncio.timeout(timeout_s), self._peer_slots:
-                response = await self._peers.post(
-                    url,
-                    content=request.model_dump_json(),
-                    timeout=self._timeout(timeout_s),
-                    headers={"Content-Type": "application/json"},
-                )
+            response = await self._post(self._peers, self._peer_slots, url, request, timeout_s)
         except (httpx.HTTPError, TimeoutError) as exc:
             raise PeerUnavailable(
                 f"gateway at {base_url} did not answer: {_describe(exc)}"
@@ -98,17 +108,11 @@ class HttpClients:
 
     async def infer(self, url: str, request: InferRequest, timeout_s: float) -> InferResult:
         """Run a prompt set on a model pod."""
-        target = url.rstrip("/") + "/infer"
         if self._model_slots is None:
             self._model_slots = asyncio.Semaphore(self._slots)
+        target = url.rstrip("/") + "/infer"
         try:
-            async with asyncio.timeout(timeout_s), self._model_slots:
-                response = await self._models.post(
-                    target,
-                    content=request.model_dump_json(),
-                    timeout=self._timeout(timeout_s),
-                    headers={"Content-Type": "application/json"},
-                )
+            response = await self._post(self._models, self._model_slots, target, request, timeout_s)
         except (httpx.HTTPError, TimeoutError) as exc:
             raise ModelUnavailable(f"model server at {url}: {_describe(exc)}") from exc
         if response.status_code in (502, 503, 504):
@@ -119,6 +123,35 @@ class HttpClients:
             return InferResult.model_validate_json(response.content)
         except ValidationError as exc:
             raise ModelFailed(f"model server at {url} sent a malformed result") from exc
+
+    async def _post(
+        self,
+        client: httpx.AsyncClient,
+        slots: asyncio.Semaphore,
+        url: str,
+        body: ForwardRequest | InferRequest,
+        timeout_s: float,
+    ) -> httpx.Response:
+        """POST with up to `_RETRIES` retries of a connection lost before an answer.
+
+        A pooled keep-alive connection can be closed by the server just as a
+        request is written on it (a ReadError / RemoteProtocolError with no
+        response). Retrying is safe: sets are identified by id, and a model
+        server resumes a set it has seen. The whole call stays within `timeout_s`.
+        """
+        content = body.model_dump_json()
+        headers = {"Content-Type": "application/json"}
+        async with asyncio.timeout(timeout_s), slots:
+            for attempt in range(_RETRIES + 1):
+                try:
+                    return await client.post(
+                        url, content=content, headers=headers, timeout=self._timeout(timeout_s)
+                    )
+                except _RETRYABLE:
+                    if attempt == _RETRIES:
+                        raise
+                    await asyncio.sleep(_BACKOFF_S * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def aclose(self) -> None:
         await self._peers.aclose()

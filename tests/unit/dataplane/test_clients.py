@@ -60,3 +60,18 @@ def test_forward_sends_control_token_and_maps_failures() -> None:
     garbage = _clients(httpx.MockTransport(lambda r: httpx.Response(200, text="{}")))
     with pytest.raises(PeerUnavailable, match="malformed"):
         asyncio.run(garbage.forward("http://peer", FWD, 1.0))
+
+
+def test_connection_closed_under_request_is_retried() -> None:
+    ok = InferResult(id="r1", lm="lm1", outputs=[], complete=True, inference_s=0.1, mode="cpu")
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.ReadError("connection closed by peer", request=request)
+        return httpx.Response(200, content=ok.model_dump_json())
+
+    clients = _clients(httpx.MockTransport(handler))
+    assert asyncio.run(clients.infer("http://pod", REQ, 1.0)) == ok
+    assert len(calls) == 2
