@@ -9,8 +9,9 @@ LLM side and turns it into an `LLMReply`, never an exception:
   off, because its backoff does not know about the slot);
 - structured output: `response_format: json_schema, strict` with the schema
   from `lmedge.api.schema.strict_json_schema`; an endpoint that rejects it
-  with HTTP 400 is remembered (per base URL and model, process-wide) and asked
-  with `{"type": "json_object"}` and the schema in the prompt from then on;
+  with an HTTP 400 naming the format is remembered (per base URL and model,
+  process-wide) and asked with `{"type": "json_object"}` and the schema in
+  the prompt from then on;
 - content: a reply that is not JSON or not the model is answered once with
   the error (a *repair* turn) when time allows; so is a reply the caller's
   `check` finds infeasible.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -110,6 +112,9 @@ class LLMClient:
             timeout=settings.timeout_s,
             max_retries=0,
         )
+        # Plugins are not closed by the loop: release the kept-alive connections when
+        # this client goes away (the finalizer holds the SDK client until then).
+        self._finalizer = weakref.finalize(self, self._client.close)
 
     @property
     def _endpoint(self) -> tuple[str, str]:
@@ -120,7 +125,7 @@ class LLMClient:
             return "json_object" if self._endpoint in _NO_JSON_SCHEMA else "json_schema"
 
     def close(self) -> None:
-        self._client.close()
+        self._finalizer()
 
     def ask(
         self,
@@ -153,7 +158,7 @@ class LLMClient:
                 content, usage = self._create(messages, model, schema_name, reply.mode, remaining)
             except openai.BadRequestError as exc:
                 reply.calls += 1
-                if reply.mode == "json_schema":
+                if reply.mode == "json_schema" and _about_output_format(exc):
                     # The endpoint does not take strict json_schema: remember it and ask again
                     # in JSON mode at once; this does not count as a retry.
                     with _NO_JSON_SCHEMA_LOCK:
@@ -287,6 +292,16 @@ def _msg(exc: openai.APIStatusError) -> str:
         if isinstance(err, dict) and "message" in err:
             return str(err["message"])[:200]
     return str(exc)[:200]
+
+
+#: Words of a 400 answer that blame the output format rather than the prompt
+#: (OpenAI, vLLM, llama.cpp and Ollama phrasings).
+_FORMAT_WORDS = ("response_format", "json_schema", "schema", "format", "guided")
+
+
+def _about_output_format(exc: openai.BadRequestError) -> bool:
+    text = _msg(exc).lower()
+    return any(w in text for w in _FORMAT_WORDS)
 
 
 def _classify(exc: openai.OpenAIError) -> str:

@@ -298,3 +298,15 @@ def test_deployers_run_concurrently_only_on_the_llm_path(
     ctx = load_scenario(TESTBED).context()
     assert AgenticDeployer.build(ctx, _params(llm_server)).io_bound
     assert not AgenticDeployer.build(ctx, {}).io_bound
+
+
+def test_other_bad_request_is_a_fallback_not_a_format_switch(
+    llm_server: LLMServer, world: Any
+) -> None:
+    llm_server.default = "400"
+    d = _decide("deployer", llm_server, world)
+    assert (d.source, d.outcome) == ("fallback", "replaced")
+    assert d.error and d.error.startswith("bad request (400)")
+    llm_server.default = "good"
+    assert _decide("deployer", llm_server, world).source == "llm"
+    assert llm_server.schemas == ["json_schema", "json_schema"]
