@@ -273,6 +273,7 @@ def lmedge(*args: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes
         )
 
 
+@pytest.mark.slow
 def test_controller_and_node_agent_processes_survive_an_agent_kill(
     lmedge_cluster: KubeCluster,
     core: client.CoreV1Api,

@@ -33,7 +33,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from lmedge.backends.kubernetes.pods import LABEL_LM, ObservedPod, observe_pod
-from lmedge.errors import ClusterUnavailable, LmedgeError
+from lmedge.errors import ClusterUnavailable, ConfigError, LmedgeError
 
 __all__ = ["GROUP", "VERSION", "ClusterRefused", "KubeClient", "RetryPolicy"]
 
@@ -111,19 +111,18 @@ class KubeClient:
         that file (e.g. a projected, Pod-bound service-account token).
         """
         cfg = client.Configuration()
+        # The client reads $KUBECONFIG once, at import; read it now.
+        path = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG")
         try:
-            if kubeconfig is not None:
-                raise config.ConfigException("explicit kubeconfig")
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            try:
-                # The client reads $KUBECONFIG once, at import; read it now.
-                path = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG")
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=path, client_configuration=cfg
-                )
-            except (config.ConfigException, OSError) as exc:
-                raise ClusterUnavailable(f"no Kubernetes configuration: {exc}") from exc
+            if kubeconfig is None:
+                try:
+                    config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+                except config.ConfigException:
+                    config.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
+            else:
+                config.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as exc:
+            raise ConfigError(f"no Kubernetes configuration: {exc}") from exc
         if token_file is not None:
             cfg.api_key = {"authorization": "Bearer " + token_file.read_text().strip()}
             cfg.cert_file = cfg.key_file = None
