@@ -56,7 +56,13 @@ from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.sim.coldstart import fit_truncated_lognormal
 from lmedge.sim.network import Network
 from lmedge.sim.scenario import Scenario
-from lmedge.sim.servicemodel import cpu_base_seconds, gpu_rate, lognormal_unit, slowdown
+from lmedge.sim.servicemodel import (
+    cpu_base_seconds,
+    demand_rates,
+    gpu_rate,
+    lognormal_unit,
+    slowdown,
+)
 from lmedge.sim.trace import RequestSpec
 from lmedge.sim.workload import Workload
 
@@ -503,13 +509,16 @@ class Emulator:
         f_cpu = slowdown(em.cpu_slowdown, cpu_cores / node.spec.cpu_cores) * slowdown(
             em.memory_slowdown, node.memory_used / node.spec.memory_gib
         )
+        demand = self._demand_rates(busy, n_gpu) if em.gpu_demand else None
         for i in busy:
-            if i.mode == "gpu":
+            if i.mode != "gpu":
+                rate = f_cpu
+            elif demand is None:
                 rate = gpu_rate(
                     i.binding, busy_slots, busy_pods, node.spec.vgpus_per_gpu, em.gpu_slowdown
                 )
             else:
-                rate = f_cpu
+                rate = self._split_rate(i, demand, busy_slots, busy_pods, node)
             if rate == i.rate:
                 continue
             if i.rate > 0:
@@ -520,6 +529,37 @@ class Emulator:
             self.env.timeout(i.work_left / rate).callbacks.append(
                 partial(self._prompt_done, i, i.token)
             )
+
+    def _demand_rates(self, busy: list[Instance], n_gpu: int) -> dict[tuple[int, int], float]:
+        """Speed factor of each busy GPU pod on each of its GPUs, keyed (id(pod), gpu)."""
+        members: list[list[tuple[Instance, int]]] = [[] for _ in range(n_gpu)]
+        for i in busy:
+            if i.mode == "gpu":
+                for g, s in i.binding:
+                    members[g].append((i, s))
+        out: dict[tuple[int, int], float] = {}
+        demand = self.em.gpu_demand
+        for g, pods in enumerate(members):
+            rates = demand_rates([s for _, s in pods], [demand.get(i.lm, 1.0) for i, _ in pods])
+            for (i, _), r in zip(pods, rates, strict=True):
+                out[(id(i), g)] = r
+        return out
+
+    def _split_rate(
+        self,
+        i: Instance,
+        demand: dict[tuple[int, int], float],
+        busy_slots: list[int],
+        busy_pods: list[int],
+        node: NodeSim,
+    ) -> float:
+        inv = 0.0
+        eta = 0.0
+        for g, s in i.binding:
+            inv += (s / i.vgpus) / demand[(id(i), g)]
+            if busy_pods[g] >= 2:
+                eta = max(eta, busy_slots[g] / node.spec.vgpus_per_gpu)
+        return slowdown(self.em.gpu_slowdown, eta) / inv
 
     # ------------------------------------------------------------- actuation
     def apply_placement(self, placement: Placement) -> ActuationResult:

@@ -114,6 +114,13 @@ class EmulationSpec(SpecModel):
             "0 = fixed. Assumption."
         ),
     )
+    gpu_demand: dict[K8sName, float] = Field(
+        default_factory=dict,
+        description=(
+            "Per-LM fraction (0, 1] of a GPU's time a busy pod uses when alone; LMs not "
+            "named use 1 (full contention under time-slicing). A calibration knob. Assumption."
+        ),
+    )
     gpu_binding: Literal["spread", "pack"] = Field(
         default="spread",
         description=(
@@ -297,6 +304,12 @@ def _check(s: Scenario, source: str) -> None:
         if not ctx.feasible_nodes(svc.name):
             raise InfeasibleScenarioError(f"{s.folder / s.spec.services}: {_why_nowhere(svc)}")
     lm_names = set(ctx.lm_names)
+    for lm, d in s.spec.emulation.gpu_demand.items():
+        where = f"Scenario.emulation.gpuDemand.{lm}"
+        if lm not in lm_names:
+            raise ManifestError(source, where, "unknown LMService")
+        if not 0 < d <= 1:
+            raise ManifestError(source, where, f"must be in (0, 1], not {d:g}")
     for i, phase in enumerate(s.spec.workload.phases):
         for lm in phase.prompts:
             if lm not in lm_names:

@@ -20,6 +20,11 @@ from the LMService profile and the instance's own resources, and the *rate*
   Amdahl's S(c) = 1 / ((1 - p) + p / c); rate = f(eta_cpu) * f(eta_mem) as in
   the paper's Eq. 13.
 
+Optional GPU demands (`emulation.gpuDemand`, default 1 for every LM):
+a pod that leaves the GPU partly idle when alone contends only when the
+demands on a GPU add up to more than 1 (`demand_rates`); a pod spread over
+several GPUs is then charged its demand on each of them (conservative).
+
 f(eta) = 1 / (1 + beta * max(0, eta - eta0)) (see `SlowdownSpec`).
 """
 
@@ -69,6 +74,34 @@ def gpu_rate(
         if busy_pods[g] >= 2:
             eta = max(eta, busy_slots[g] / slots_per_gpu)
     return slowdown(spec, eta) / inv
+
+
+def demand_rates(weights: Sequence[float], demands: Sequence[float]) -> list[float]:
+    """Speed factors (<= 1) of the busy pods on one GPU, given their GPU demands.
+
+    A pod with demand d uses the fraction d of the GPU's time when it runs
+    alone at full speed (small text models leave the GPU mostly idle). The
+    GPU's time is shared by weighted max-min fairness (weights = vGPU slots):
+    pods demanding less than their fair share get all they ask for, the rest
+    split what remains by weight. Speed = share / demand. With every demand
+    1 this is the plain slot-weighted share s / B.
+    """
+    n = len(weights)
+    share = [0.0] * n
+    open_ = list(range(n))
+    left = 1.0
+    while open_:
+        fair = left / sum(weights[i] for i in open_)
+        capped = [i for i in open_ if demands[i] <= fair * weights[i]]
+        if not capped:
+            for i in open_:
+                share[i] = fair * weights[i]
+            break
+        for i in capped:
+            share[i] = demands[i]
+            left -= demands[i]
+        open_ = [i for i in open_ if i not in capped]
+    return [min(1.0, share[i] / demands[i]) for i in range(n)]
 
 
 def lognormal_unit(cv: float) -> tuple[float, float]:

@@ -120,3 +120,17 @@ def test_cpu_utilization_slowdown(make_scenario: Callable[..., Scenario]) -> Non
     )
     base = 20.0 * 2.5 / (1 / (0.2 + 0.8 / 12))
     assert got["a"] == pytest.approx(base * 1.15)
+
+
+def test_gpu_demand_below_one_leaves_room_for_a_neighbour(
+    make_scenario: Callable[..., Scenario],
+) -> None:
+    lms = [("a", "gpu", 4.0, 1), ("b", "gpu", 4.0, 1)]
+    light = _inference(
+        make_scenario, "w1", lms, TWO, emulation={"gpuDemand": {"a": 0.3, "b": 0.4}}, name="l"
+    )
+    assert light == {"a": pytest.approx(30.0), "b": pytest.approx(30.0)}
+    mixed = _inference(make_scenario, "w1", lms, TWO, emulation={"gpuDemand": {"a": 0.3}})
+    # a gets its 30% and runs at full speed; b gets the other 70% until a is done
+    # at 30 s (21 s of work), then its last 9 s alone
+    assert mixed == {"a": pytest.approx(30.0), "b": pytest.approx(39.0)}

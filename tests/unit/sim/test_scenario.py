@@ -77,6 +77,8 @@ def _edit(path: Path, fn: object) -> None:
         ),
         ({"workload": {"origins": ["control"]}}, "Scenario.workload.origins.0", "not a worker"),
         ({"workload": {"trace": "nope.csv"}}, "Scenario.workload.trace", "no such file"),
+        ({"emulation": {"gpuDemand": {"lm9": 0.5}}}, "Scenario.emulation.gpuDemand.lm9", "unknown"),
+        ({"emulation": {"gpuDemand": {"lm1": 0}}}, "Scenario.emulation.gpuDemand.lm1", "(0, 1]"),
     ],
     ids=[
         "negative-tau",
@@ -90,6 +92,8 @@ def _edit(path: Path, fn: object) -> None:
         "phase-lm",
         "origin-control",
         "trace-missing",
+        "demand-lm",
+        "demand-range",
     ],
 )
 def test_invalid_parameters_name_file_and_field(

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from lmedge.sim.scenario import SlowdownSpec
-from lmedge.sim.servicemodel import amdahl, cpu_base_seconds, gpu_rate, lognormal_unit, slowdown
+from lmedge.sim.servicemodel import (
+    amdahl,
+    cpu_base_seconds,
+    demand_rates,
+    gpu_rate,
+    lognormal_unit,
+    slowdown,
+)
 
 NONE = SlowdownSpec(eta0=1.0, beta=0.0)
 
@@ -58,3 +65,22 @@ def test_lognormal_unit_has_mean_one() -> None:
     mu, sigma = lognormal_unit(0.3)
     assert math.exp(mu + sigma**2 / 2) == pytest.approx(1.0)
     assert math.sqrt(math.exp(sigma**2) - 1) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    ("weights", "demands", "rates"),
+    [
+        ([1, 1], [1.0, 1.0], [0.5, 0.5]),
+        ([2, 1], [1.0, 1.0], [2 / 3, 1 / 3]),
+        ([1, 1], [0.3, 0.4], [1.0, 1.0]),
+        ([1, 1], [0.3, 1.0], [1.0, 0.7]),
+        ([1, 1], [0.6, 0.6], [0.5 / 0.6, 0.5 / 0.6]),
+        ([1, 1, 1], [0.2, 0.9, 0.9], [1.0, 0.4 / 0.9, 0.4 / 0.9]),
+        ([1], [0.5], [1.0]),
+    ],
+    ids=["full-equal", "full-weighted", "fits", "small-first", "both-over", "three", "alone"],
+)
+def test_demand_rates_share_the_gpu_max_min_fair(
+    weights: list[float], demands: list[float], rates: list[float]
+) -> None:
+    assert demand_rates(weights, demands) == pytest.approx(rates)
