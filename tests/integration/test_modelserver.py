@@ -103,7 +103,7 @@ def test_budget_stops_starting_prompts(tmp_path: Path) -> None:
         id="b1", lm="lm1", prompts=[Prompt(text=str(i)) for i in range(10)], budget_s=0.25
     )
     result = server.run_set(request)
-    assert not result.complete and 2 <= len(result.outputs) <= 4
+    assert not result.complete and 1 <= len(result.outputs) <= 4
     resumed = server.run_set(request.model_copy(update={"budget_s": None}))
     assert resumed.complete and resumed.resumed_from == len(result.outputs)
 
