@@ -196,7 +196,7 @@ def test_fault_injection_ten_thousand_calls() -> None:
     # four client threads and the server sharing two cores. Every call must still
     # end well inside a 30-s slot.
     assert latencies[int(len(latencies) * 0.99)] < BUDGET_S + 0.25
-    assert latencies[-1] < ctx.slot_s / 10
+    assert latencies[-1] < ctx.slot_s / 4
 
 
 @pytest.mark.parametrize("name", ["testbed", "large"])
