@@ -108,6 +108,27 @@ def test_set_is_served_by_other_node_along_routing_map(cluster: Cluster) -> None
     )
 
 
+def test_forwarded_set_record_with_four_stages_is_stored(cluster: Cluster, tmp_path: Path) -> None:
+    """Done criterion of the data plane: served elsewhere, all four stages in the store."""
+    store_dir = tmp_path / "store"
+    options = StoreOptions(spill_dir=tmp_path / "spill")
+    sink = StoreSink(open_store(str(store_dir), options=options))
+    _, origin = gateway("worker-1", sink, peers={"worker-2": cluster.b_url})
+    try:
+        control(origin.url, "/control/routing", _routes(("worker-1", "lm1", "worker-2"), slot=9))
+        _submit(origin.url, "lm1", ["a", "b", "c"], "stored-1")
+    finally:
+        origin.stop()  # closes the sink, which writes and closes the store
+    with open_store(str(store_dir), options=options, read_only=True) as store:
+        [record] = list(store.requests("it-run"))
+    assert (record.id, record.origin, record.destination, record.slot) == (
+        "stored-1", "worker-1", "worker-2", 9,
+    )  # fmt: skip
+    assert record.outcome == "success" and record.prompts_done == 3
+    assert record.inference_s > 0 and record.latency_s > record.inference_s
+    assert min(record.uplink_s, record.queue_s, record.downlink_s) >= 0
+
+
 def test_destination_queues_sets_fifo(cluster: Cluster) -> None:
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         list(pool.map(lambda i: _submit(cluster.a_url, "lm1", ["x"], f"q{i}"), range(6)))
