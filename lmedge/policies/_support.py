@@ -31,12 +31,40 @@ def link_class(ctx: ClusterContext, origin: str, dest: str) -> int:
     return OTHER
 
 
-def nearest_feasible_node(ctx: ClusterContext, origin: str, lm: str) -> str | None:
-    """The origin when it can host `lm`, else the nearest feasible node by link class then name."""
-    feasible = ctx.feasible_nodes(lm)
+def nearest_feasible_node(
+    ctx: ClusterContext, origin: str, lm: str, feasible: list[str] | None = None
+) -> str | None:
+    """The origin when it can host `lm`, else the nearest feasible node by link class then name.
+
+    `feasible` may pass `ctx.feasible_nodes(lm)` precomputed (it costs a scan of the nodes).
+    """
+    if feasible is None:
+        feasible = ctx.feasible_nodes(lm)
     if not feasible:
         return None
+    if origin in feasible:
+        return origin
     return min(feasible, key=lambda n: (link_class(ctx, origin, n), n))
+
+
+class FeasibleNodes:
+    """`ctx.feasible_nodes(lm)` memoised per LM, for plugins that ask every slot.
+
+    The cluster context is static for a run, and the scan over all nodes per
+    (origin, LM) pair dominated routing time on large clusters.
+    """
+
+    def __init__(self) -> None:
+        self._ctx: ClusterContext | None = None
+        self._cache: dict[str, list[str]] = {}
+
+    def __call__(self, ctx: ClusterContext, lm: str) -> list[str]:
+        if ctx is not self._ctx:
+            self._ctx, self._cache = ctx, {}
+        hit = self._cache.get(lm)
+        if hit is None:
+            hit = self._cache[lm] = ctx.feasible_nodes(lm) if ctx.has_service(lm) else []
+        return hit
 
 
 def fits_role(ctx: ClusterContext, node: str, lms: list[str]) -> bool:

@@ -20,11 +20,12 @@ def local_routing(ctx: ClusterContext, arrivals: Sequence[Arrival]) -> RoutingMa
     """The local routing map for these arrivals (pairs no node can serve are left out)."""
     routes: list[Route] = []
     seen: set[tuple[str, str]] = set()
+    feasible = {lm: ctx.feasible_nodes(lm) for lm in ctx.lm_names}
     for a in sorted(arrivals, key=lambda a: (a.origin, a.lm)):
         if (a.origin, a.lm) in seen or not ctx.has_service(a.lm):
             continue
         seen.add((a.origin, a.lm))
-        dest = nearest_feasible_node(ctx, a.origin, a.lm)
+        dest = nearest_feasible_node(ctx, a.origin, a.lm, feasible[a.lm])
         if dest is not None:
             routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
     return RoutingMap(routes=routes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from lmedge.api import Decision, Route, RoutingMap, SlotObservation
+from lmedge.policies._support import FeasibleNodes
 
 
 class RandomRouter:
@@ -14,12 +15,13 @@ class RandomRouter:
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)
+        self._feasible = FeasibleNodes()
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ctx = obs.context
         routes: list[Route] = []
         for a in sorted(obs.arrivals, key=lambda a: (a.origin, a.lm)):
-            feasible = ctx.feasible_nodes(a.lm) if ctx.has_service(a.lm) else []
+            feasible = self._feasible(ctx, a.lm)
             if feasible:
                 dest = self._rng.choice(feasible)
                 routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))

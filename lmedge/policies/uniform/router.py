@@ -12,6 +12,7 @@ restricted to feasible nodes, else uniform over the feasible nodes.
 from __future__ import annotations
 
 from lmedge.api import Decision, MacroPolicy, Route, RoutingMap, SlotObservation
+from lmedge.policies._support import FeasibleNodes
 
 
 class UniformRouter:
@@ -19,6 +20,7 @@ class UniformRouter:
 
     def __init__(self) -> None:
         self._credit: dict[str, dict[str, float]] = {}
+        self._feasible = FeasibleNodes()
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ctx = obs.context
@@ -26,7 +28,7 @@ class UniformRouter:
         for a in sorted(obs.arrivals, key=lambda a: (a.lm, a.origin)):
             if not ctx.has_service(a.lm):
                 continue
-            weights = _weights(obs.macro, a.lm, ctx.feasible_nodes(a.lm))
+            weights = _weights(obs.macro, a.lm, self._feasible(ctx, a.lm))
             if not weights:
                 continue
             credit = self._credit.setdefault(a.lm, {})
