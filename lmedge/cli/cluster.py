@@ -171,6 +171,16 @@ def register(app: typer.Typer) -> None:
         ] = "",
         slots: Annotated[int | None, typer.Option(help="Stop after this many slots.")] = None,
         seed: Annotated[int, typer.Option(help="Seed of a randomized deployer.")] = 0,
+        exporter_host: Annotated[
+            str | None,
+            typer.Option(
+                envvar="LMEDGE_EXPORTER_HOST",
+                help=(
+                    "Host whose node-exporter (:9100) and, on GPU nodes, dcgm-exporter "
+                    "(:9400) the agent scrapes each slot into the store; unset: no telemetry."
+                ),
+            ),
+        ] = None,
     ) -> None:
         """Run this node's agent: its Deployment Agent each slot, and the actuation."""
         from lmedge.backends.kubernetes.backend import (
@@ -216,7 +226,17 @@ def register(app: typer.Typer) -> None:
         plugin = build_deployer(
             name, BuildContext(backend.context(), derive_seed(seed, f"deployer:{node}"))
         )
-        agent = NodeAgent(node, backend, plugin, store=opened)
+        collector = None
+        if exporter_host:
+            from lmedge.nodeagent.telemetry import ExporterTargets, TelemetryCollector
+
+            has_gpu = backend.context().node(node).spec.has_gpu
+            collector = TelemetryCollector(
+                [ExporterTargets.for_host(node, exporter_host, gpu=has_gpu)],
+                run=run,
+                clock=backend.wall_clock.now,
+            )
+        agent = NodeAgent(node, backend, plugin, store=opened, telemetry=collector)
         logging.getLogger(__name__).info(
             "node agent on %s: deployer %s, run %s, started %s",
             node, name, run or "-",

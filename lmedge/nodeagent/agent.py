@@ -26,6 +26,7 @@ refuses its pod creates and deletes anywhere else.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -49,6 +50,7 @@ from lmedge.backends.kubernetes.backend import KubernetesBackend
 from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
 from lmedge.controller.fallbacks import fallback_placement
 from lmedge.errors import LmedgeError
+from lmedge.nodeagent.telemetry import TelemetryCollector
 from lmedge.store import Store
 
 __all__ = ["NodeAgent", "SlotReport", "latest_macro"]
@@ -88,6 +90,7 @@ class NodeAgent:
         deployer: Deployer,
         *,
         store: Store | None = None,
+        telemetry: TelemetryCollector | None = None,
     ) -> None:
         ctx = backend.context()
         if not any(n.name == node for n in ctx.workers):
@@ -97,6 +100,7 @@ class NodeAgent:
         self.backend = backend
         self.deployer = deployer
         self.store = store
+        self.telemetry = telemetry
         self.run_id = backend.settings.run
         self._previous: Placement | None = None
 
@@ -128,9 +132,19 @@ class NodeAgent:
         self._push_models()
         if self.store is not None:
             self.store.record_decision(decision)
+            self._collect_telemetry()
         if actuation.errors:
             log.warning("slot %d on %s: %s", slot, self.node, "; ".join(actuation.errors))
         return SlotReport(slot, decision, actuation)
+
+    def _collect_telemetry(self) -> None:
+        """Scrape this node's exporters into the store; a silent exporter only logs."""
+        if self.telemetry is None or self.store is None:
+            return
+        try:
+            asyncio.run(self.telemetry.collect_into(self.store))
+        except (LmedgeError, OSError) as exc:
+            log.warning("telemetry of %s not collected: %s", self.node, exc)
 
     def _decide(self, obs: NodeObservation, state: NodeState) -> Decision[Placement]:
         ctx, info = self.ctx, obs.node

@@ -330,3 +330,30 @@ def test_controller_and_node_agent_processes_survive_an_agent_kill(
         codes = [proc.wait(timeout=60) for proc in [*agents[1:], controller]]
         store.close()
     assert codes == [0, 0], log.read_text()[-3000:]
+
+
+def test_agent_stores_its_node_telemetry_each_slot(
+    kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    from lmedge.nodeagent.telemetry import ExporterTargets, TelemetryCollector
+    from tests.integration.test_telemetry import SAMPLES, Exporter
+
+    node_exporter = Exporter((SAMPLES / "node-exporter.txt").read_text())
+    dcgm = Exporter((SAMPLES / "dcgm-exporter.txt").read_text())
+    store = open_store(str(tmp_path / "store"))
+    try:
+        backend = KubernetesBackend(kube, KubernetesSettings(namespace=namespace, slot_s=1.0))
+        target = ExporterTargets("worker-6", f"{node_exporter.url}/metrics", f"{dcgm.url}/metrics")
+        collector = TelemetryCollector([target], run="telemetry-run")
+        agent = NodeAgent(
+            "worker-6", backend, FixedDeployer(on("worker-6")), store=store, telemetry=collector
+        )
+        agent.step(0)
+        store.flush()
+        (snap,) = store.telemetry(node="worker-6")
+        assert snap.source == "exporter" and snap.run == "telemetry-run"
+        assert snap.gpu_util and 0 <= snap.memory_util <= 1
+    finally:
+        store.close()
+        node_exporter.close()
+        dcgm.close()
