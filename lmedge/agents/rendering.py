@@ -159,12 +159,12 @@ def render_slot(
     ranked: dict[str, list[Candidate]],
     arrivals: list[Arrival],
     reference: RoutingMap,
+    admit_fraction: float | None = ADMIT_FRACTION,
 ) -> tuple[str, str]:
     """(system, user) prompts for the scheduler: top-k candidates per LM, then the pairs."""
+    horizon = ctx.tau_s if admit_fraction is None else admit_fraction * ctx.tau_s
     system = template("scheduler").substitute(
-        slot_s=f"{ctx.slot_s:g}",
-        tau_s=f"{ctx.tau_s:g}",
-        horizon_s=f"{ADMIT_FRACTION * ctx.tau_s:g}",
+        slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", horizon_s=f"{horizon:g}"
     )
     lines = [f"Epoch {epoch}, slot {slot}."]
     if macro is None:

@@ -15,9 +15,23 @@ from typing import Any
 
 from lmedge.agents.core import AgentCore
 from lmedge.agents.rendering import render_slot
-from lmedge.agents.rules.scheduler import Plan, candidates, rule_routing
+from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Plan, candidates, rule_routing
 from lmedge.api import ClusterContext, Decision, RoutingMap, SlotObservation, check_routing_map
+from lmedge.errors import ConfigError
 from lmedge.policies.local import local_routing
+
+
+def parse_admit_fraction(value: Any) -> float | None:
+    """`off`/`none` -> None (no shedding); else a fraction in (0, 1]."""
+    if value is None or (isinstance(value, str) and value.lower() in ("off", "none")):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        f = -1.0
+    if not 0 < f <= 1:
+        raise ConfigError(f"router agentic: admit_fraction must be in (0, 1] or off, not {value!r}")
+    return f
 
 
 class AgenticRouter:
@@ -25,23 +39,31 @@ class AgenticRouter:
 
     name = "agentic"
 
-    def __init__(self, core: AgentCore) -> None:
+    def __init__(self, core: AgentCore, admit_fraction: float | None = ADMIT_FRACTION) -> None:
         self.core = core
+        self.admit_fraction = admit_fraction
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticRouter:
-        return cls(AgentCore.from_params("scheduler", params, ctx.slot_s, cls.name))
+        """Parameter `admit_fraction`: the admission horizon as a fraction of the
+        deadline (default 0.15), or `off` to admit every set (no load shedding)."""
+        rest = {k: v for k, v in params.items() if k != "admit_fraction"}
+        core = AgentCore.from_params("scheduler", rest, ctx.slot_s, cls.name)
+        return cls(core, parse_admit_fraction(params.get("admit_fraction", ADMIT_FRACTION)))
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ctx = obs.context
         states = {n.name: n for n in obs.snapshot.nodes}
-        reference = rule_routing(ctx, obs.macro, states, obs.arrivals)
+        reference = rule_routing(ctx, obs.macro, states, obs.arrivals, self.admit_fraction)
 
         def prompts() -> tuple[str, str]:
             lms = sorted({a.lm for a in obs.arrivals if a.requests > 0 and ctx.has_service(a.lm)})
             plan = Plan.of(ctx, obs.macro)
             ranked = {lm: candidates(ctx, obs.macro, states, lm, plan=plan) for lm in lms}
-            return render_slot(ctx, obs.slot, obs.epoch, obs.macro, ranked, obs.arrivals, reference)
+            return render_slot(
+                ctx, obs.slot, obs.epoch, obs.macro, ranked, obs.arrivals, reference,
+                self.admit_fraction,
+            )  # fmt: skip
 
         if not reference.routes:
             return Decision[RoutingMap](

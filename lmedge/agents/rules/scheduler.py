@@ -144,8 +144,12 @@ def rule_routing(
     macro: MacroPolicy | None,
     states: dict[str, NodeState],
     arrivals: list[Arrival],
+    admit_fraction: float | None = ADMIT_FRACTION,
 ) -> RoutingMap:
-    """The rule's routing map for this slot's arrivals (see the module docstring)."""
+    """The rule's routing map for this slot's arrivals (see the module docstring).
+
+    `admit_fraction=None` turns admission control off (every set is admitted).
+    """
     extra: dict[tuple[str, str], int] = {}
     routes: list[Route] = []
     plan = Plan.of(ctx, macro)
@@ -158,7 +162,8 @@ def rule_routing(
         usable = [c for c in ranked if c.status != "off"] or ranked
         dest = usable[0].node
         best = usable[0]
-        if best.backlog > 0 and best.cost_s > ADMIT_FRACTION * ctx.deadline_s(a.lm):
+        horizon = None if admit_fraction is None else admit_fraction * ctx.deadline_s(a.lm)
+        if horizon is not None and best.backlog > 0 and best.cost_s > horizon:
             sinks = [c for c in ranked if c.status == "off"]
             if sinks:
                 dest = sinks[-1].node
