@@ -263,11 +263,14 @@ def register(app: typer.Typer) -> None:
             [{"run_id": o.run_id, **o.timing} for o in outcomes],
         )
         out.print(_table(outcomes[0]))
-        uri = store or str(parse_store_location(None).path or parse_store_location(None).uri)
+        location = parse_store_location(store)
+        uri = store or str(location.path or location.uri)
+        run_id = outcomes[0].run_id
         out.print(f"report: {md}", soft_wrap=True)
-        out.print(f"decisions stored in {where} (run {outcomes[0].run_id})")
+        out.print(f"decisions stored in {where} (run {run_id})", soft_wrap=True)
         out.print(
-            f"inspect the planner's decisions: lmedge decisions --store {uri} --agent planner"
+            f"inspect the planner's decisions: lmedge decisions --store {uri} --agent planner",
+            soft_wrap=True,
         )
 
 
