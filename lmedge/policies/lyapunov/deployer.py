@@ -5,10 +5,11 @@ cpu with the default cores, or gpu with 1..max vGPUs), the one maximizing
 
     score(a) = sum_i Q_ni * mu_ni(a) - V * (C_gpu(a) + C_churn(a))
 
-    mu_ni(a)  = alpha_gpu_i * v_i^beta * f_gpu(eta_gpu(a))           i on gpu with v_i vGPUs
-              = alpha_cpu_i * f_cpu(eta_cpu(a)) * f_mem(eta_mem(a))  i on cpu
-              = 0                                                    i off
-    C_gpu(a)  = pi(eta_gpu(a)) * N_GPU(a),  pi(eta) = p0 + p1 eta + p2 eta^2
+    mu_ni(a)  = alpha_gpu_i * v_i^beta * f_gpu(eta_gpu)         i on gpu with v_i vGPUs
+              = alpha_cpu_i * f_cpu(eta_cpu) * f_mem(eta_mem)  i on cpu
+              = 0                                              i off
+    C_gpu(a)  = pi(eta_gpu) * N_GPU(a),  pi(eta) = p0 + p1 eta + p2 eta^2
+    f(eta)    = 1 / (1 + gamma eta)
     C_churn(a)= lambda_churn * sum_i |1[i active in a] - 1[i active now]| * (1 + kappa Q_ni)
 
 eta is the node's measured utilization at slot t by default (the paper's
