@@ -12,7 +12,9 @@ slot t (length `ClusterContext.slot_s`):
    the map is published;
 4. one deployer per worker node, given its role intent; validated with
    `check_placement`, mapped to `nearest_feasible` (outcome `replaced`,
-   violations kept), else a feasible fallback; then actuated;
+   violations kept; LMs in the role intent, then those with the most
+   backlog, are the last switched off), else a feasible fallback; then
+   actuated;
 5. the clock advances to the slot end (the emulator runs its events); the
    finished requests are drained, queued for the store with the slot's
    decisions and telemetry (sent as a few batch inserts every `store_every`
@@ -63,6 +65,7 @@ from lmedge.api import (
     MemoryCase,
     NodeInfo,
     NodeObservation,
+    NodeState,
     NodeTelemetry,
     Placement,
     PlanningObservation,
@@ -92,6 +95,8 @@ V = TypeVar("V", MacroPolicy, RoutingMap, Placement)
 
 #: Most deployer threads, whatever the node count: LLM endpoints throttle anyway.
 MAX_DEPLOYER_THREADS = 16
+#: Repair priority bonus of an LM in the node's role intent; above any backlog.
+ROLE_PRIORITY = 1e9
 #: Memory cases handed to the planner (best objective first).
 MEMORY_CASES = 5
 
@@ -306,6 +311,7 @@ class ControlLoop:
 
         def one(node: NodeInfo) -> Decision[Placement]:
             state = states.get(node.name)
+            role = roles.get(node.name, [])
             deployer = self.plugins.deployers[node.name]
             failed = state is None
             if state is None:
@@ -318,7 +324,7 @@ class ControlLoop:
                     epoch=epoch,
                     node=node,
                     services=self.ctx.services,
-                    roles=roles.get(node.name, []),
+                    roles=role,
                     state=state,
                     previous=self._placements.get(node.name),
                     tau_s=self.ctx.tau_s,
@@ -332,7 +338,7 @@ class ControlLoop:
                 d,
                 failed=failed,
                 check=lambda v: check_placement(v, node, services),
-                repair=lambda v: nearest_feasible(v, node, services),
+                repair=lambda v: nearest_feasible(v, node, services, _priority(role, state)),
                 fallback=lambda: fallback_placement(node, services, state),
             )
             return self._stamp(d, epoch, slot, node.name)
@@ -487,6 +493,13 @@ class ControlLoop:
             key=lambda c: (c.objective is None, c.objective or 0.0, c.run, c.epoch),
         )
         return ranked[:MEMORY_CASES]
+
+
+def _priority(role: list[str], state: NodeState | None) -> dict[str, float]:
+    """Which LMs a repair keeps longest: the node's role intent first, then by backlog."""
+    backlog = state.backlog if state is not None else {}
+    lms = set(role) | set(backlog)
+    return {lm: (ROLE_PRIORITY if lm in role else 0.0) + backlog.get(lm, 0) for lm in lms}
 
 
 def _place(deployer: Deployer, obs: NodeObservation) -> Decision[Placement]:

@@ -38,6 +38,7 @@ from lmedge.api.manifests import load_resources
 from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
 from lmedge.controller.loop import ControlLoop
 from lmedge.policies.local import local_routing
+from lmedge.policies.uniform import uniform_macro_policy
 
 TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
 
@@ -357,3 +358,24 @@ def test_plugin_reported_error_keeps_its_valid_value(ctx: ClusterContext) -> Non
     (d,) = by_agent(result, "scheduler")
     assert d.error == "LLMUnavailable: timed out" and d.outcome == "accepted"
     assert {r.destination for r in backend.published[0].routes} == {"worker-6"}
+
+
+class RolePlanner:
+    """The static policy, but worker-2's role intent is lm4 only."""
+
+    name = "role"
+
+    def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:
+        policy = uniform_macro_policy(obs.context)
+        for r in policy.roles:
+            if r.node == "worker-2":
+                r.lms = ["lm4"]
+        return Decision[MacroPolicy](agent="planner", policy=self.name, source="rule", value=policy)
+
+
+def test_repair_keeps_the_role_intent_longest(ctx: ClusterContext) -> None:
+    result, _ = run(ctx, plugins(ctx, planner=RolePlanner(), deployer=GreedyDeployer()), slots=1)
+    w2 = next(d for d in by_agent(result, "deployer") if d.node == "worker-2")
+    assert w2.outcome == "replaced"
+    # 16 cores: each repaired LM keeps all 16, so only one survives: the role's.
+    assert list(w2.value.active()) == ["lm4"]
