@@ -1,8 +1,10 @@
-"""The gateway's own messages: the native prompt-set API, gateway-to-gateway
-forwarding, and the control pushes from the controller and the node agent.
+"""The gateway's own messages: the native prompt-set API and gateway-to-gateway
+forwarding.
 
 The OpenAI-compatible shapes are in `lmedge.dataplane.openai`; what the gateway
-sends a model pod is in `lmedge.api.inference`.
+sends a model pod is in `lmedge.api.inference`; the control pushes (routing map,
+local model pods) are in `lmedge.api.gateway_control`, since the controller and
+the node agent, which send them, may not import the data plane.
 """
 
 from __future__ import annotations
@@ -12,9 +14,21 @@ from typing import Literal
 from pydantic import Field
 
 from lmedge.api.base import WireModel
-from lmedge.api.decisions import RoutingMap
+from lmedge.api.gateway_control import LocalModels, ModelEndpoint, RoutingUpdate
 from lmedge.api.inference import MAX_PROMPTS, Output, Prompt
 from lmedge.api.records import RequestOutcome
+
+__all__ = [
+    "ForwardRequest",
+    "ForwardResult",
+    "GatewayStatus",
+    "LocalModels",
+    "ModelEndpoint",
+    "PromptSetRequest",
+    "PromptSetResult",
+    "RoutingUpdate",
+    "StageTimes",
+]
 
 _ID = r"^[A-Za-z0-9._-]+$"
 
@@ -80,34 +94,6 @@ class ForwardResult(WireModel):
     mode: Literal["gpu", "cpu", "none"]
     outputs: list[Output]
     error: str | None = None
-
-
-class RoutingUpdate(WireModel):
-    """`PUT /control/routing`: the slot's routing map, pushed by the controller.
-
-    `run_started_at` (Unix seconds) anchors the run clock that `submit_s` of
-    every RequestRecord is measured on.
-    """
-
-    run: str = Field(default="", max_length=128)
-    slot: int = Field(ge=0)
-    run_started_at: float | None = Field(default=None, ge=0)
-    routing: RoutingMap
-
-
-class ModelEndpoint(WireModel):
-    lm: str = Field(min_length=1, max_length=63)
-    url: str = Field(min_length=1, max_length=512, pattern=r"^https?://")
-
-
-class LocalModels(WireModel):
-    """`PUT /control/models`: the model pods now serving on this node (replaces the set).
-
-    An LM is *active* at this node exactly when it is listed here; the node
-    agent pushes the set whenever it starts or stops a pod.
-    """
-
-    models: list[ModelEndpoint] = Field(max_length=256)
 
 
 class GatewayStatus(WireModel):

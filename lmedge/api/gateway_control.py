@@ -1,0 +1,45 @@
+"""What the controller and the node agent push to a node's gateway.
+
+`PUT /control/routing` carries the slot's routing map (paper §V-D2: "broadcast
+to worker nodes via a FastAPI-based control plane"); `PUT /control/models`
+the model pods now serving on the node. Both use the gateway's control token.
+They live in the contracts because the senders (controller, node agent) sit
+beside or below the data plane in the layering and may not import it.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from lmedge.api.base import WireModel
+from lmedge.api.decisions import RoutingMap
+
+__all__ = ["LocalModels", "ModelEndpoint", "RoutingUpdate"]
+
+
+class RoutingUpdate(WireModel):
+    """`PUT /control/routing`: the slot's routing map, pushed by the controller.
+
+    `run_started_at` (Unix seconds) anchors the run clock that `submit_s` of
+    every RequestRecord is measured on.
+    """
+
+    run: str = Field(default="", max_length=128)
+    slot: int = Field(ge=0)
+    run_started_at: float | None = Field(default=None, ge=0)
+    routing: RoutingMap
+
+
+class ModelEndpoint(WireModel):
+    lm: str = Field(min_length=1, max_length=63)
+    url: str = Field(min_length=1, max_length=512, pattern=r"^https?://")
+
+
+class LocalModels(WireModel):
+    """`PUT /control/models`: the model pods now serving on this node (replaces the set).
+
+    An LM is *active* at this node exactly when it is listed here; the node
+    agent pushes the set whenever it starts or stops a pod.
+    """
+
+    models: list[ModelEndpoint] = Field(max_length=256)
