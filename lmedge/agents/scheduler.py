@@ -45,8 +45,8 @@ class AgenticRouter:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticRouter:
-        """Parameter `admit_fraction`: the admission horizon as a fraction of the
-        deadline (default 0.15), or `off` to admit every set (no load shedding)."""
+        """Parameter `admit_fraction`: `off` (default) admits every set; a fraction
+        in (0, 1] of the deadline turns on load shedding (see rules/scheduler.py)."""
         rest = {k: v for k, v in params.items() if k != "admit_fraction"}
         core = AgentCore.from_params("scheduler", rest, ctx.slot_s, cls.name)
         return cls(core, parse_admit_fraction(params.get("admit_fraction", ADMIT_FRACTION)))

@@ -18,7 +18,8 @@ For every (origin, LM) pair with arrivals, in decreasing order of prompts:
 The cheapest candidate wins; ties go to the higher weight, then the origin,
 then the name.
 
-Admission control: when even the cheapest candidate has a queue and would
+Admission control (opt-in, off by default): with `admit_fraction` set, when
+even the cheapest candidate has a queue and would
 complete the set (queue ahead, cold start, transfer and the set's own
 service) later than `ADMIT_FRACTION x deadline`, the set is shed -- sent to a feasible
 node where the LM is not planned (the planner keeps one such node per LM),
@@ -40,9 +41,11 @@ from dataclasses import dataclass
 from lmedge.agents.rules.capacity import COLD_START_S, best_rate, instance_rate
 from lmedge.api import Arrival, ClusterContext, MacroPolicy, NodeState, Route, RoutingMap
 
-#: Admission horizon as a fraction of the deadline: a request set whose best
-#: estimated completion is later than this is shed (see the module docstring).
-ADMIT_FRACTION = 0.15
+#: Admission horizon as a fraction of the deadline, or None (the default):
+#: admit every set. Shedding is opt-in (router param `admit_fraction`): a shed
+#: set waits at a node that will not serve it until its deadline, which a user
+#: experiences as a 15-minute hang, so it must never happen silently.
+ADMIT_FRACTION: float | None = None
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ def test_scheduler_routes_every_pair_to_planned_nodes(ctx: ClusterContext) -> No
 def test_scheduler_sheds_what_cannot_finish_in_time(ctx: ClusterContext) -> None:
     macro = plan_macro(ctx, {}, {})
     arrivals = _arrivals(ctx)
-    routing = rule_routing(ctx, macro, _states(ctx, backlog=500), arrivals)
+    routing = rule_routing(ctx, macro, _states(ctx, backlog=500), arrivals, admit_fraction=0.15)
     assert routing.routes
     assert check_routing_map(routing, ctx, arrivals) == []
     roles = macro.role_map()
@@ -211,13 +211,14 @@ def test_rule_step_updates_boost(ctx: ClusterContext) -> None:
     assert isinstance(policy, MacroPolicy) and state.boost["lm4"] > 1
 
 
-def test_admission_can_be_turned_off(ctx: ClusterContext) -> None:
+def test_admission_is_off_by_default(ctx: ClusterContext) -> None:
     from lmedge.agents.scheduler import AgenticRouter
     from lmedge.errors import ConfigError
 
     macro = plan_macro(ctx, {}, {})
     arrivals = _arrivals(ctx)
-    routing = rule_routing(ctx, macro, _states(ctx, backlog=500), arrivals, admit_fraction=None)
+    routing = rule_routing(ctx, macro, _states(ctx, backlog=500), arrivals)
+    assert AgenticRouter.build(ctx, {}).admit_fraction is None
     roles = macro.role_map()
     assert all(r.lm in roles[r.destination] for r in routing.routes), "nothing shed"
     assert AgenticRouter.build(ctx, {"admit_fraction": "off"}).admit_fraction is None
