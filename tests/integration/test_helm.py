@@ -1,0 +1,659 @@
+"""The Helm chart (charts/lmedge) with the real Helm (built by `make tools`)
+and the real test API server.
+
+Without a cluster: `helm lint`, `helm template` with the default values and
+with edge values (external MongoDB, no GPU exporters, existing Secrets), the
+values schema and the chart's `fail` checks refusing bad values with their
+message, and every command line the chart gives a container parsing with
+the real `lmedge` CLI.
+
+With the session cluster (kube-apiserver v1.36 + KWOK nodes): every rendered
+manifest accepted by a server-side dry run, lmedge's own pods admitted under
+the `restricted` Pod Security Standard, then `helm install` for real: the
+chart's pods are scheduled onto the KWOK workers (KWOK runs no containers),
+and the control plane (the controller and a node agent as local processes,
+started with the arguments and service-account identities the chart gives
+their pods) reaches a healthy state with decisions in the store.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from kubernetes import client, dynamic
+from kubernetes.client.rest import ApiException
+
+from lmedge.errors import StoreError
+from lmedge.operator.timeslicing import config_key, device_plugin_config
+from lmedge.store import open_store
+from tests.fixtures.cluster import KubeCluster, _tools_required, tools_dir, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "lmedge"
+SERVICES = REPO / "examples" / "testbed" / "services.yaml"
+WORKERS = {f"worker-{i}" for i in range(1, 7)}
+GPU_WORKERS = WORKERS - {"worker-1"}
+# Values that turn the optional parts off or to their external forms.
+EDGE_VALUES = [
+    "--set", "mongodb.enabled=false",
+    "--set", "mongodb.existingSecret=ext-mongo",
+    "--set", "mongodb.existingSecretKey=mongodb-uri",
+    "--set", "exporters.nodeExporter.enabled=false",
+    "--set", "exporters.dcgmExporter.enabled=false",
+    "--set", "llm.baseUrl=http://llm.example:8000/v1",
+    "--set", "llm.model=gpt-4.1-mini",
+    "--set", "llm.existingSecret=llm-key",
+    "--set", "controlToken.existingSecret=ctl-token",
+    "--set", "gateway.existingTokenSecret=gw-token",
+    "--set", "networkPolicy.enabled=false",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    path = tools_dir() / "bin" / "helm"
+    if not os.access(path, os.X_OK):
+        reason = f"helm not built at {path} (run `make tools`)"
+        if _tools_required():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
+
+
+def helm(
+    helm_bin: Path, *args: str, check: bool = True, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    # A private Helm home: nothing read from or written to the user's.
+    home = Path(os.environ.get("PYTEST_HELM_HOME", "/tmp/lmedge-test-helm-home"))
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    done = subprocess.run(
+        [str(helm_bin), *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"helm {shlex.join(args)} failed:\n{done.stderr}")
+    return done
+
+
+def template(
+    helm_bin: Path, *values: str, namespace: str = "lmedge-system"
+) -> list[dict[str, Any]]:
+    out = helm(helm_bin, "template", "t", str(CHART), "-n", namespace, *values).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def pod_specs(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Pod spec of every workload (and the test Pod), by object name."""
+    specs = {}
+    for d in docs:
+        if d["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
+            specs[d["metadata"]["name"]] = d["spec"]["template"]["spec"]
+        elif d["kind"] == "Pod":
+            specs[d["metadata"]["name"]] = d["spec"]
+    return specs
+
+
+# -- no cluster -------------------------------------------------------------------
+
+
+def test_lint_default_and_edge_values(helm_bin: Path) -> None:
+    helm(helm_bin, "lint", "--strict", str(CHART))
+    helm(helm_bin, "lint", "--strict", str(CHART), *EDGE_VALUES, "--set-file",
+         f"lmServices={SERVICES}")  # fmt: skip
+
+
+def test_default_render(helm_bin: Path) -> None:
+    docs = template(helm_bin)
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == sorted(
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment",
+         "NetworkPolicy", "Pod", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount",
+         "StatefulSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    )  # fmt: skip
+    for d in docs:
+        labels = d["metadata"]["labels"]
+        for key in ("name", "instance", "component", "version", "managed-by", "part-of"):
+            assert f"app.kubernetes.io/{key}" in labels, (d["kind"], d["metadata"]["name"])
+    daemonsets = by_kind(docs, "DaemonSet")
+    assert sorted(daemonsets) == ["t-lmedge-dcgm-exporter", "t-lmedge-node-agent",
+                                  "t-lmedge-node-exporter"]  # fmt: skip
+    # Without lmServices there is no gateway: the agent runs alone.
+    agent = daemonsets["t-lmedge-node-agent"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in agent["containers"]] == ["node-agent"]
+    assert agent["nodeSelector"] == {"lmedge.io/role": "worker"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in agent[
+        "tolerations"
+    ]
+    store = by_kind(docs, "Secret")["t-lmedge-store"]["stringData"]["uri"]
+    assert store == "mongodb://t-lmedge-mongodb.lmedge-system.svc:27017/lmedge"
+    sts = by_kind(docs, "StatefulSet")["t-lmedge-mongodb"]
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"] == {
+        "storage": "8Gi"
+    }
+    hooks = [d for d in docs if d["kind"] == "Pod"]
+    assert [h["metadata"]["annotations"]["helm.sh/hook"] for h in hooks] == ["test"]
+
+
+def test_lmedge_pods_are_hardened(helm_bin: Path) -> None:
+    docs = template(helm_bin, "--set-file", f"lmServices={SERVICES}")
+    for name, spec in pod_specs(docs).items():
+        if "exporter" in name:
+            continue  # host access by design; checked below
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, (name, c["name"])
+            assert sc["allowPrivilegeEscalation"] is False, (name, c["name"])
+            assert sc["capabilities"]["drop"] == ["ALL"], (name, c["name"])
+            assert c["resources"]["requests"] and c["resources"]["limits"], (name, c["name"])
+    ne = pod_specs(docs)["t-lmedge-node-exporter"]
+    assert (
+        ne["securityContext"]["runAsUser"] == 65534 and ne["automountServiceAccountToken"] is False
+    )
+
+
+def test_gateway_sits_beside_the_agent(helm_bin: Path) -> None:
+    docs = template(helm_bin, "--set-file", f"lmServices={SERVICES}")
+    agent = pod_specs(docs)["t-lmedge-node-agent"]
+    agent_c, gateway_c = agent["containers"]
+    assert "--gateway=http://127.0.0.1:8080" in agent_c["args"]
+    assert gateway_c["ports"] == [
+        {"name": "http", "containerPort": 8080, "hostPort": 8080, "protocol": "TCP"}
+    ]
+    services = by_kind(docs, "ConfigMap")["t-lmedge-services"]["data"]["services.yaml"]
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(services) if d] == [
+        "lm1", "lm2", "lm3", "lm4",
+    ]  # fmt: skip
+    svc = by_kind(docs, "Service")["t-lmedge-gateway"]["spec"]
+    assert svc["internalTrafficPolicy"] == "Local"
+    controller = pod_specs(docs)["t-lmedge-controller"]["containers"][0]
+    assert "--gateway-url-template=http://{node}:8080" in controller["args"]
+
+
+def test_edge_values_render(helm_bin: Path) -> None:
+    docs = template(helm_bin, *EDGE_VALUES)
+    assert "StatefulSet" not in {d["kind"] for d in docs}
+    assert "NetworkPolicy" not in {d["kind"] for d in docs}
+    assert sorted(by_kind(docs, "DaemonSet")) == ["t-lmedge-node-agent"]
+    assert by_kind(docs, "Secret") == {}  # every secret is the user's own
+    controller = pod_specs(docs)["t-lmedge-controller"]
+    env = {e["name"]: e for e in controller["containers"][0]["env"]}
+    assert env["LMEDGE_STORE"]["valueFrom"]["secretKeyRef"] == {
+        "name": "ext-mongo", "key": "mongodb-uri",
+    }  # fmt: skip
+    assert env["LMEDGE_CONTROL_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "ctl-token"
+    assert env["LMEDGE_LLM_API_KEY_FILE"]["value"] == "/var/run/secrets/lmedge/llm/api-key"
+    assert env["LMEDGE_LLM_MODEL"]["value"] == "gpt-4.1-mini"
+    assert "LMEDGE_LLM_API_KEY" not in env  # the key is a file, never an env var
+    assert {"name": "llm-key", "secret": {"secretName": "llm-key",
+            "items": [{"key": "api-key", "path": "api-key"}]}} in controller["volumes"]  # fmt: skip
+
+    external = template(helm_bin, "--set", "mongodb.enabled=false",
+                        "--set", "mongodb.uri=mongodb://db.example:27017/edge")  # fmt: skip
+    assert by_kind(external, "Secret")["t-lmedge-store"]["stringData"]["uri"] == (
+        "mongodb://db.example:27017/edge"
+    )
+
+
+def test_time_slicing_configmap_is_what_the_operator_writes(helm_bin: Path) -> None:
+    # Identical text: the operator's later patch changes nothing it did not add.
+    docs = template(helm_bin, "--set", "timeSlicing.replicas={1,2,4}")
+    data = by_kind(docs, "ConfigMap")["t-lmedge-time-slicing"]["data"]
+    assert data == {
+        config_key(n): yaml.safe_dump(device_plugin_config(n), sort_keys=False) for n in (1, 2, 4)
+    }
+    moved = template(helm_bin, "--set", "timeSlicing.namespace=gpu-operator")
+    assert by_kind(moved, "ConfigMap")["t-lmedge-time-slicing"]["metadata"]["namespace"] == (
+        "gpu-operator"
+    )
+    role = by_kind(moved, "Role")["t-lmedge-controller-time-slicing"]
+    assert role["metadata"]["namespace"] == "gpu-operator"
+    controller = pod_specs(moved)["t-lmedge-controller"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in controller["env"]}
+    assert env["LMEDGE_TIMESLICING_NAMESPACE"] == "gpu-operator"
+    assert env["LMEDGE_TIMESLICING_CONFIGMAP"] == "t-lmedge-time-slicing"
+
+
+def test_service_monitors_need_the_prometheus_operator(helm_bin: Path) -> None:
+    values = ["--set", "exporters.serviceMonitor.enabled=true", "--set-file",
+              f"lmServices={SERVICES}"]  # fmt: skip
+    refused = helm(helm_bin, "template", "t", str(CHART), *values, check=False)
+    assert refused.returncode != 0
+    assert "needs the Prometheus Operator CRDs" in refused.stderr
+    docs = template(helm_bin, *values, "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+    assert sorted(by_kind(docs, "ServiceMonitor")) == [
+        "t-lmedge-dcgm-exporter", "t-lmedge-gateway", "t-lmedge-node-exporter",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set", "loop.lambda=2"], "at '/loop/lambda': maximum"),
+        (["--set", "policy.profile=Not A Profile"], "at '/policy/profile'"),
+        (["--set", "mongodb.image=mongo:latest"], "at '/mongodb/image'"),
+        (["--set", "gatway.port=1"], "additional properties 'gatway' not allowed"),
+        (["--set", "mongodb.enabled=false"],
+         "mongodb.enabled=false needs mongodb.uri (e.g. mongodb://mongo.db:27017/lmedge) "
+         "or mongodb.existingSecret"),
+        (["--set", "mongodb.uri=mongodb://x/db"],
+         "mongodb.uri and mongodb.existingSecret are for an external MongoDB"),
+        (["--set", "mongodb.enabled=false", "--set", "mongodb.uri=postgres://x"],
+         "mongodb.uri must start with mongodb:// or mongodb+srv://"),
+        (["--set", "llm.baseUrl=http://llm:8000/v1", "--set", "llm.model=m"],
+         "llm.baseUrl is set: give its key with llm.apiKey or llm.existingSecret"),
+        (["--set", "llm.apiKey=k", "--set", "llm.existingSecret=s", "--set", "llm.model=m"],
+         "set llm.apiKey or llm.existingSecret, not both"),
+        (["--set", "llm.apiKey=k"], "an LLM is configured: set llm.model"),
+        (["--set", "gateway.urlTemplate=http://gw:8080"],
+         "gateway.urlTemplate must contain {node}"),
+    ],
+)  # fmt: skip
+def test_bad_values_are_refused_with_a_message(
+    helm_bin: Path, values: list[str], message: str
+) -> None:
+    done = helm(helm_bin, "template", "t", str(CHART), *values, check=False)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
+
+
+def _click_command(name: str) -> Any:
+    from lmedge.cli import COMMAND_MODULES
+
+    # A fresh app with every command module, as `lmedge` builds its own.
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(app)
+    # Typer's command tree (a click Group, or Typer's vendored copy of click's).
+    return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+
+
+def test_every_container_command_parses_with_the_lmedge_cli(
+    helm_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chart's args against the real CLI's options (parse only, nothing runs);
+    # $(VAR) references are expanded by the kubelet and stay opaque here, and
+    # NODE_NAME is what the pod's downward API sets.
+    monkeypatch.setenv("NODE_NAME", "worker-2")
+    values = ["--set-file", f"lmServices={SERVICES}", "--set", "policy.planner=milp",
+              "--set", "policy.deployer=lyapunov",
+              "--set", "controller.operator=false"]  # fmt: skip
+    checked = []
+    for spec in pod_specs(template(helm_bin, *values)).values():
+        for c in spec["containers"]:
+            if not c.get("image", "").startswith("ghcr.io/lmedge/lmedge"):
+                continue
+            command, *args = c["args"]
+            _click_command(command).make_context(command, list(args))
+            checked.append(command)
+    assert sorted(checked) == ["controller", "gateway", "node-agent", "status"]
+
+
+# -- the test API server ------------------------------------------------------------
+
+
+def _dry_run(cluster: KubeCluster, docs: list[dict[str, Any]], namespace: str) -> list[str]:
+    """Create every object with dryRun=All; the refusals, one line each."""
+    refused = []
+    with cluster.api_client() as api:
+        dyn = dynamic.DynamicClient(api)
+        for doc in docs:
+            res = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            where = namespace if res.namespaced else None
+            try:
+                try:
+                    res.create(body=doc, namespace=where, dry_run="All")
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+                    # Already there (the session's CRDs): a dry-run update instead.
+                    live = res.get(name=doc["metadata"]["name"], namespace=where)
+                    body = {**doc, "metadata": {**doc["metadata"],
+                            "resourceVersion": live.metadata.resourceVersion}}  # fmt: skip
+                    res.replace(body=body, namespace=where, dry_run="All")
+            except ApiException as exc:
+                try:
+                    why = json.loads(exc.body or "{}").get("message", exc.body)
+                except ValueError:
+                    why = exc.body
+                refused.append(f"{doc['kind']}/{doc['metadata']['name']}: {exc.status} {why}")
+    return refused
+
+
+@pytest.mark.parametrize("variant", ["default", "gateway", "edge"])
+def test_rendered_manifests_pass_a_server_side_dry_run(
+    helm_bin: Path, lmedge_cluster: KubeCluster, variant: str
+) -> None:
+    ns = lmedge_cluster.create_namespace(f"helm-dry-{uuid.uuid4().hex[:6]}")
+    values = {
+        "default": [],
+        "gateway": ["--set-file", f"lmServices={SERVICES}"],
+        "edge": [*EDGE_VALUES, "--set-file", f"lmServices={SERVICES}"],
+    }[variant]
+    docs = template(helm_bin, "--include-crds", *values, namespace=ns)
+    assert {d["kind"] for d in docs} >= {"CustomResourceDefinition", "DaemonSet", "Deployment"}
+    try:
+        assert _dry_run(lmedge_cluster, docs, ns) == []
+    finally:
+        _delete_namespace(lmedge_cluster, ns)
+
+
+@pytest.mark.parametrize("host_port", [8080, 0])
+def test_lmedge_pods_meet_the_restricted_pod_security_standard(
+    helm_bin: Path, lmedge_cluster: KubeCluster, host_port: int
+) -> None:
+    # The API server's PodSecurity admission enforces on Pods; each workload's
+    # pod template is created (dry run) as a Pod in a `restricted` namespace.
+    ns = lmedge_cluster.create_namespace(f"helm-pss-{uuid.uuid4().hex[:6]}")
+    docs = template(helm_bin, "--set-file", f"lmServices={SERVICES}",
+                    "--set", f"gateway.hostPort={host_port}", namespace=ns)  # fmt: skip
+    pods = []
+    for name, spec in pod_specs(docs).items():
+        if name.endswith("mongodb"):  # its claim template stands in for a volume
+            spec["volumes"].append({"name": "data", "emptyDir": {}})
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+    try:
+        with lmedge_cluster.api_client() as api:
+            core = client.CoreV1Api(api)
+            core.patch_namespace(
+                ns, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+            )
+            for account in by_kind(docs, "ServiceAccount").values():
+                core.create_namespaced_service_account(ns, account)
+        refused = dict(r.split(": ", 1) for r in _dry_run(lmedge_cluster, pods, ns))
+    finally:
+        _delete_namespace(lmedge_cluster, ns)
+    # The exporters need host access (node-exporter: host network, PID and
+    # paths; dcgm-exporter: root and SYS_ADMIN for DCGM); the node agent only
+    # for the gateway's hostPort, which peers and the controller reach it by.
+    expected = {"Pod/t-lmedge-dcgm-exporter", "Pod/t-lmedge-node-exporter"}
+    if host_port:
+        expected.add("Pod/t-lmedge-node-agent")
+        assert refused["Pod/t-lmedge-node-agent"].endswith(
+            'violates PodSecurity "restricted:latest": hostPort (container "gateway" uses '
+            "hostPort 8080)"
+        ), refused
+    assert set(refused) == expected, refused
+
+
+def _delete_namespace(cluster: KubeCluster, name: str) -> None:
+    with cluster.api_client() as api:
+        try:
+            client.CoreV1Api(api).delete_namespace(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _kubeconfig_with_token(cluster: KubeCluster, token: str, path: Path) -> Path:
+    """A kubeconfig for `cluster` authenticating with a service-account token."""
+    config = json.loads(cluster.kubeconfig.read_text())
+    config["users"] = [{"name": "lmedge-admin", "user": {"token": token}}]
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def _pod_token(core: client.CoreV1Api, namespace: str, pod: Any) -> str:
+    """The token the kubelet would project into `pod`: its service account, bound to it."""
+    request = {
+        "spec": {
+            "boundObjectRef": {
+                "apiVersion": "v1", "kind": "Pod",
+                "name": pod.metadata.name, "uid": pod.metadata.uid,
+            },
+            "expirationSeconds": 3600,
+        }
+    }  # fmt: skip
+    made = core.create_namespaced_service_account_token(
+        pod.spec.service_account_name, namespace, request
+    )
+    return str(made.status.token)
+
+
+def _local_args(container: Any, drop: tuple[str, ...]) -> list[str]:
+    """The container's args, less those naming things only a real pod has."""
+    return [a for a in container.args[1:] if not a.startswith(drop)]
+
+
+@pytest.fixture
+def release(
+    helm_bin: Path, lmedge_cluster: KubeCluster, tmp_path: Path
+) -> Iterator[dict[str, str]]:
+    """`helm install` of the chart; uninstalled and cleaned up afterwards."""
+    suffix = uuid.uuid4().hex[:6]
+    ns, wns, storage_class = f"lmh-{suffix}", f"lmw-{suffix}", f"lmedge-test-{suffix}"
+    lmedge_cluster.create_namespace(wns)
+    with lmedge_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        custom = client.CustomObjectsApi(api)
+        for doc in yaml.safe_load_all(SERVICES.read_text()):
+            if doc:
+                custom.create_namespaced_custom_object(
+                    "lmedge.io", "v1alpha1", wns, "lmservices", doc
+                )
+        # No provisioner in the test cluster: a static volume of the class the
+        # release asks for, which the PV controller binds to MongoDB's claim.
+        core.create_persistent_volume(
+            {
+                "metadata": {"name": storage_class},
+                "spec": {
+                    "capacity": {"storage": "8Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": storage_class,
+                    "hostPath": {"path": str(tmp_path / "mongo")},
+                },
+            }
+        )
+    kubeconfig = str(lmedge_cluster.kubeconfig)
+    installed = helm(
+        helm_bin, "install", "lmh", str(CHART), "-n", ns, "--create-namespace",
+        "--kubeconfig", kubeconfig, "--wait", "--timeout", "180s",
+        "--set", f"workloadNamespace={wns}",
+        "--set-file", f"lmServices={SERVICES}",
+        "--set", f"mongodb.persistence.storageClass={storage_class}",
+        "--set", "policy.profile=rf",
+        "--set", "loop.slotSeconds=1",
+        "--set", "loop.epochSlots=5",
+        check=False,
+    )  # fmt: skip
+    try:
+        assert installed.returncode == 0, installed.stderr
+        yield {"namespace": ns, "workloads": wns, "output": installed.stdout}
+    finally:
+        helm(helm_bin, "uninstall", "lmh", "-n", ns, "--kubeconfig", kubeconfig,
+             "--wait", "--timeout", "120s", check=False)  # fmt: skip
+        with lmedge_cluster.api_client() as api:
+            core = client.CoreV1Api(api)
+            for name in (ns, wns):
+                _delete_namespace(lmedge_cluster, name)
+            try:
+                core.delete_persistent_volume(storage_class)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
+def _lmedge(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / "lmedge"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+@pytest.mark.slow
+def test_helm_install_and_the_control_plane_runs_on_it(
+    release: dict[str, str],
+    lmedge_cluster: KubeCluster,
+    ferretdb_uri: str,
+    tmp_path: Path,
+) -> None:
+    ns, wns = release["namespace"], release["workloads"]
+    assert "Next steps" in release["output"]  # NOTES.txt
+    api = lmedge_cluster.api_client()
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+
+    def pods(component: str) -> list[Any]:
+        selector = f"app.kubernetes.io/instance=lmh,app.kubernetes.io/component={component}"
+        return list(core.list_namespaced_pod(ns, label_selector=selector).items)
+
+    def running_on(component: str) -> set[str]:
+        return {p.spec.node_name for p in pods(component) if p.status.phase == "Running"}
+
+    # Scheduled onto the KWOK workers; KWOK reports them Running. The
+    # DaemonSets wait for the operator's Node labels (below).
+    assert len(running_on("controller")) == 1 and running_on("controller") <= WORKERS
+    assert len(running_on("mongodb")) == 1
+    claim = core.read_namespaced_persistent_volume_claim("data-lmh-lmedge-mongodb-0", ns)
+    assert claim.status.phase == "Bound"
+
+    # The control plane, as the chart runs it: the Deployment's and the
+    # DaemonSet's own args and environment, each process with the token of
+    # the chart's service account bound to the pod it stands in for.
+    deployment = apps.read_namespaced_deployment("lmh-lmedge-controller", ns)
+    container = deployment.spec.template.spec.containers[0]
+    controller_pod = pods("controller")[0]
+    controller_kc = _kubeconfig_with_token(
+        lmedge_cluster, _pod_token(core, ns, controller_pod), tmp_path / "controller.kubeconfig"
+    )
+    env = {**os.environ, "LMEDGE_STORE": ferretdb_uri, "POD_NAME": controller_pod.metadata.name,
+           "KUBECONFIG": str(controller_kc)}  # fmt: skip
+    env.update({e.name: e.value for e in container.env if e.value is not None})
+    run = f"helm-{uuid.uuid4().hex[:6]}"
+    # Gateways are pods KWOK does not run: no gateway URLs for the local controller.
+    args = _local_args(container, drop=("--gateway-url-template",))
+    log = tmp_path / "control-plane.log"
+    procs = [_lmedge(["controller", *args, "--run", run, "--kubeconfig", str(controller_kc)],
+                     log, env)]  # fmt: skip
+    store = open_store(ferretdb_uri)
+
+    def started() -> bool:
+        try:
+            return any(r.id == run for r in store.runs(limit=5))
+        except StoreError:
+            return False
+
+    try:
+        wait_until(started, 90, f"the controller to register run {run}\n{log.read_text()}")
+        # The operator labels the EdgeNodes' Nodes; the agents follow.
+        wait_until(lambda: running_on("node-agent") == WORKERS, 60, "a node agent on every worker")
+        wait_until(lambda: running_on("node-exporter") == WORKERS, 60, "node-exporters")
+        wait_until(lambda: running_on("dcgm-exporter") == GPU_WORKERS, 60, "dcgm-exporters")
+        agent_pod = next(p for p in pods("node-agent") if p.spec.node_name == "worker-2")
+        token_file = tmp_path / "agent.token"
+        token_file.write_text(_pod_token(core, ns, agent_pod))
+        daemonset = apps.read_namespaced_daemon_set("lmh-lmedge-node-agent", ns)
+        agent_c = daemonset.spec.template.spec.containers[0]
+        agent_args = _local_args(agent_c, drop=("--gateway=",))
+        agent_env = {**os.environ, "LMEDGE_STORE": ferretdb_uri, "NODE_NAME": "worker-2"}
+        procs.append(_lmedge(["node-agent", *agent_args, "--kubeconfig",
+                              str(lmedge_cluster.kubeconfig), "--token-file", str(token_file)],
+                             log, agent_env))  # fmt: skip
+
+        def deployed() -> list[Any]:
+            return store.decisions(agent="deployer", run=run, node="worker-2", limit=50)
+
+        wait_until(lambda: len(deployed()) >= 3, 90, f"three slots of the agent\n{log.read_text()}")
+
+        def model_pods() -> list[Any]:
+            return list(core.list_namespaced_pod(wns, label_selector="lmedge.io/lm").items)
+
+        wait_until(lambda: bool(model_pods()), 60, "the agent's model pods")
+        wait_until(lambda: all(p.status.phase == "Running" for p in model_pods()), 60, "Running")
+
+        assert {p.spec.node_name for p in model_pods()} == {"worker-2"}
+        assert store.decisions(agent="planner", run=run, limit=1)
+        routed = store.decisions(agent="scheduler", run=run, limit=1)
+        assert routed and routed[0].value.routes
+        assert all(d.outcome == "accepted" for d in deployed()), log.read_text()[-3000:]
+        lease = client.CoordinationV1Api(api).read_namespaced_lease("lmh-lmedge-controller", ns)
+        assert lease.spec.holder_identity == controller_pod.metadata.name
+        slicing = core.read_namespaced_config_map("lmh-lmedge-time-slicing", ns)
+        assert set(slicing.data) == {config_key(2)}
+
+        # The chart's admission policy confines the agent's identity to worker-2.
+        agent_client = client.CoreV1Api(_client_with_token(lmedge_cluster, token_file.read_text()))
+        probe = {
+            "metadata": {"name": "probe"},
+            "spec": {"nodeName": "worker-3", "containers": [{"name": "c", "image": "x"}]},
+        }
+
+        def refused() -> bool:
+            try:
+                agent_client.create_namespaced_pod(wns, probe, dry_run="All")
+            except ApiException as exc:
+                return exc.status == 403 and "only on its own node" in (exc.body or "")
+            return False
+
+        wait_until(refused, 30, "the chart's admission policy to refuse worker-3")
+        # Nothing the processes did was refused: the chart's RBAC is enough.
+        assert "orbidden" not in log.read_text(), log.read_text()[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=60) for proc in procs]
+        store.close()
+        api.close()
+    assert codes == [0, 0], log.read_text()[-3000:]
+
+
+def _client_with_token(cluster: KubeCluster, token: str) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = cluster.server
+    cfg.ssl_ca_cert = str(cluster.ca_file)
+    cfg.api_key = {"authorization": "Bearer " + token.strip()}
+    return client.ApiClient(cfg)
+
+
+def test_control_token_survives_an_upgrade(helm_bin: Path, lmedge_cluster: KubeCluster) -> None:
+    # Gateways and agents hold the control token: `helm upgrade` must not roll it.
+    ns = f"lmh-up-{uuid.uuid4().hex[:6]}"
+    kc = str(lmedge_cluster.kubeconfig)
+    common = ["-n", ns, "--kubeconfig", kc, "--set", "mongodb.enabled=false",
+              "--set", "mongodb.uri=mongodb://db.example:27017/lmedge",
+              "--set", "exporters.nodeExporter.enabled=false",
+              "--set", "exporters.dcgmExporter.enabled=false",
+              "--set", "fullnameOverride=up"]  # fmt: skip
+    helm(helm_bin, "install", "up", str(CHART), "--create-namespace", *common)
+    try:
+        with lmedge_cluster.api_client() as api:
+            core = client.CoreV1Api(api)
+
+            def token() -> str:
+                data = core.read_namespaced_secret("up-control", ns).data
+                return base64.b64decode(data["token"]).decode()
+
+            first = token()
+            assert len(first) == 40
+            helm(helm_bin, "upgrade", "up", str(CHART), *common, "--set", "policy.profile=rf")
+            assert token() == first
+    finally:
+        helm(helm_bin, "uninstall", "up", "-n", ns, "--kubeconfig", kc, check=False)
+        _delete_namespace(lmedge_cluster, ns)
