@@ -78,9 +78,19 @@ class ClusterContext(WireModel):
             return True
         return s.runs_on == "cpu-or-gpu" and s.default_cpu_cores <= n.cpu_cores
 
+    @cached_property
+    def _feasible(self) -> dict[str, list[str]]:
+        return {
+            s.name: [n.name for n in self.workers if self.can_host(n.name, s.name)]
+            for s in self.services
+        }
+
     def feasible_nodes(self, lm: str) -> list[str]:
-        """Workers that could host `lm`; routing weight may only go to these."""
-        return [n.name for n in self.workers if self.can_host(n.name, lm)]
+        """Workers that could host `lm`; routing weight may only go to these.
+
+        Cached: the context is static for a run. Do not mutate the result.
+        """
+        return self._feasible[lm]
 
     def deadline_s(self, lm: str) -> float:
         return self.service(lm).spec.deadline_s or self.tau_s

@@ -97,8 +97,11 @@ V = TypeVar("V", MacroPolicy, RoutingMap, Placement)
 MAX_DEPLOYER_THREADS = 16
 #: Repair priority bonus of an LM in the node's role intent; above any backlog.
 ROLE_PRIORITY = 1e9
-#: Memory cases handed to the planner (best objective first).
-MEMORY_CASES = 5
+#: Memory cases handed to the planner, best objective first. The planner picks
+#: its own cases from them (best, worst, most similar traffic), so it needs the
+#: whole range, not a top few; the bound only keeps observations small on very
+#: long runs (an epoch is 25 minutes at nominal slots: 200 cases is 3.5 days).
+MEMORY_CASES = 200
 
 
 @dataclass
@@ -487,12 +490,19 @@ class ControlLoop:
         self._epoch_records = []
 
     def _memory_cases(self) -> list[MemoryCase]:
-        """The best remembered epochs (lowest objective first; unknown objectives last)."""
+        """Remembered epochs, lowest objective first (unknown last), at most `MEMORY_CASES`.
+
+        Past the bound the middle of the ranking is dropped, so the best and
+        the worst epochs always stay visible to the planner.
+        """
         ranked = sorted(
             self._memory,
             key=lambda c: (c.objective is None, c.objective or 0.0, c.run, c.epoch),
         )
-        return ranked[:MEMORY_CASES]
+        if len(ranked) <= MEMORY_CASES:
+            return ranked
+        half = MEMORY_CASES // 2
+        return ranked[:half] + ranked[-(MEMORY_CASES - half) :]
 
 
 def _priority(role: list[str], state: NodeState | None) -> dict[str, float]:

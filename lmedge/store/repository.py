@@ -109,6 +109,14 @@ class Store:
         """Store one decision in its agent's collection."""
         self._write(DECISION_COLLECTIONS[decision.agent], [to_document(decision)])
 
+    def record_decisions(self, decisions: Iterable[AnyDecision]) -> None:
+        """Store many decisions: one batch per agent's collection."""
+        by_collection: dict[str, list[dict[str, Any]]] = {}
+        for d in decisions:
+            by_collection.setdefault(DECISION_COLLECTIONS[d.agent], []).append(to_document(d))
+        for collection, docs in by_collection.items():
+            self._write(collection, docs)
+
     def record_requests(self, records: Iterable[RequestRecord]) -> None:
         """Store request records (idempotent by `RequestRecord.id`)."""
         self._write("requests", [to_document(r) for r in records])

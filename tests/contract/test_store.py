@@ -44,7 +44,9 @@ def test_decision_filters_limits_and_newest_first(store: Store) -> None:
 
     latest = store.decisions(limit=3)
     assert [(d.run, d.agent, d.slot, d.node) for d in latest] == [
-        ("r2", "deployer", 2, "c"), ("r2", "deployer", 2, "b"), ("r2", "deployer", 2, "a")
+        ("r2", "deployer", 2, "c"),
+        ("r2", "deployer", 2, "b"),
+        ("r2", "deployer", 2, "a"),
     ]
     planner = store.decisions(agent="planner", run="r1")
     assert [(d.epoch, d.value.rationale) for d in planner] == [(1, "epoch 1"), (0, "epoch 0")]
@@ -55,6 +57,18 @@ def test_decision_filters_limits_and_newest_first(store: Store) -> None:
     assert node_b[0].outcome == "replaced" and node_b[0].violations == ["vram: 3 vGPUs > 2"]
     assert store.decisions(run="r1", epoch=7) == []
     assert len(store.decisions(run="r1", limit=1000)) == 2 + 6 * 4
+
+
+def test_batched_decisions_read_back_like_single_ones(store: Store) -> None:
+    store.record_run(samples.run_info("r1"))
+    batch = samples.decisions("r1")
+    store.record_decisions(batch)
+    stored = store.decisions(run="r1", limit=1000)
+    assert len(stored) == len(batch) == 2 + 6 * 4
+    assert sorted((d.agent, d.epoch, d.slot, d.node or "") for d in stored) == sorted(
+        (d.agent, d.epoch, d.slot, d.node or "") for d in batch
+    )
+    assert [d.agent for d in store.decisions(run="r1", slot=4)] == ["deployer"] * 3 + ["scheduler"]
 
 
 def test_requests_stream_in_submit_order_and_filter_by_lm(store: Store) -> None:
@@ -199,9 +213,7 @@ def test_missing_embedded_store_is_not_created_for_reading(tmp_path: Path) -> No
 
 
 @pytest.mark.ferretdb
-def test_reads_during_an_outage_raise_store_unavailable(
-    ferretdb: object, tmp_path: Path
-) -> None:
+def test_reads_during_an_outage_raise_store_unavailable(ferretdb: object, tmp_path: Path) -> None:
     from tests.fixtures.ferretdb import FerretDBServer
 
     assert isinstance(ferretdb, FerretDBServer)
