@@ -63,14 +63,21 @@ EDGE_VALUES = [
 ]  # fmt: skip
 
 
+#: Helm's cache, config and data homes: private to the session, set by `helm_bin`.
+_HELM_ENV: dict[str, str] = {}
+
+
 @pytest.fixture(scope="module")
-def helm_bin() -> Path:
+def helm_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tools_dir() / "bin" / "helm"
     if not os.access(path, os.X_OK):
         reason = f"helm not built at {path} (run `make tools`)"
         if _tools_required():
             pytest.fail(reason)
         pytest.skip(reason)
+    home = tmp_path_factory.mktemp("helm-home")
+    for kind in ("CACHE", "CONFIG", "DATA"):
+        _HELM_ENV[f"HELM_{kind}_HOME"] = str(home / kind.lower())
     return path
 
 
@@ -78,13 +85,7 @@ def helm(
     helm_bin: Path, *args: str, check: bool = True, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     # A private Helm home: nothing read from or written to the user's.
-    home = Path(os.environ.get("PYTEST_HELM_HOME", "/tmp/lmedge-test-helm-home"))
-    env = {
-        **os.environ,
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
+    env = {**os.environ, **_HELM_ENV}
     done = subprocess.run(
         [str(helm_bin), *args], capture_output=True, text=True, env=env, timeout=timeout
     )
