@@ -186,7 +186,8 @@ def test_forwarding_throughput(testbed: Cluster) -> None:
     async def load() -> tuple[int, int, list[float]]:
         ok = errors = 0
         latencies: list[float] = []
-        limits = httpx.Limits(max_connections=THROUGHPUT_CLIENTS)
+        # Idle client connections expire before the server's 5 s keep-alive.
+        limits = httpx.Limits(max_connections=THROUGHPUT_CLIENTS, keepalive_expiry=2.0)
         async with httpx.AsyncClient(limits=limits, timeout=30) as client:
             end = time.monotonic() + THROUGHPUT_S
             counter = iter(range(10**9))
@@ -195,12 +196,20 @@ def test_forwarding_throughput(testbed: Cluster) -> None:
                 nonlocal ok, errors
                 while time.monotonic() < end:
                     start = time.monotonic()
-                    r = await client.post(testbed.a + "/v1/prompt-sets", json=_body(next(counter)))
+                    try:
+                        r = await client.post(
+                            testbed.a + "/v1/prompt-sets", json=_body(next(counter))
+                        )
+                    except httpx.HTTPError as exc:
+                        errors += 1
+                        print(f"client error: {type(exc).__name__}: {exc}")
+                        continue
                     if r.status_code == 200 and r.json()["outcome"] == "success":
                         ok += 1
                         latencies.append(time.monotonic() - start)
                     else:
                         errors += 1
+                        print(f"failed set: {r.status_code} {r.text[:200]}")
 
             await asyncio.gather(*(worker() for _ in range(THROUGHPUT_CLIENTS)))
         return ok, errors, latencies

@@ -14,6 +14,8 @@ not error.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import httpx
 from pydantic import ValidationError
@@ -27,6 +29,8 @@ __all__ = ["HttpClients", "PeerUnavailable"]
 
 #: Retries of a request whose connection failed or was closed before an answer.
 _RETRIES = 2
+#: Connections per httpx pool shard (see `_ShardedClient`).
+_SHARD = 16
 #: Wait before retry n is n x this, seconds.
 _BACKOFF_S = 0.05
 _RETRYABLE = (
@@ -42,13 +46,56 @@ class PeerUnavailable(TransientError):
     """The destination node's gateway did not answer or refused the set."""
 
 
+class _ShardedClient:
+    """Several small httpx pools behind one semaphore, the least busy chosen per call.
+
+    httpcore checks every pooled connection (a readability syscall each) on
+    every request and rescans its wait queue on every change, so one pool of
+    hundreds of connections costs milliseconds of CPU per request. Shards of
+    `_SHARD` connections keep that scan short; the semaphore (which callers
+    wait on instead of httpcore's queue) guarantees the least busy shard has
+    a free connection.
+    """
+
+    def __init__(self, total: int, make: Callable[[httpx.Limits], httpx.AsyncClient]) -> None:
+        shards = max(1, -(-total // _SHARD))
+        per_shard = min(total, _SHARD)
+        # Idle connections are dropped after 4 s, before uvicorn's default 5 s
+        # keep-alive timeout closes them under a request in flight.
+        limits = httpx.Limits(
+            max_connections=per_shard, max_keepalive_connections=per_shard, keepalive_expiry=4.0
+        )
+        self._clients = [make(limits) for _ in range(shards)]
+        self._busy = [0] * shards
+        self._total = shards * per_shard
+        self._slots: asyncio.Semaphore | None = None
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A client with a free connection (waits while all are busy)."""
+        if self._slots is None:  # created in the running loop
+            self._slots = asyncio.Semaphore(self._total)
+        async with self._slots:
+            index = min(range(len(self._busy)), key=self._busy.__getitem__)
+            self._busy[index] += 1
+            try:
+                yield self._clients[index]
+            finally:
+                self._busy[index] -= 1
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+
+
 class HttpClients:
     """Pooled clients to peer gateways and local model pods.
 
     `token` is sent as a bearer token to peer gateways (their control token).
-    `max_connections` bounds each pool (default 512). `connect_timeout_s`
-    (default 3 s) fails fast on a dead node; read timeouts come per call from
-    the request's deadline. The transports are for in-process tests.
+    `max_connections` bounds each of the two pools (default 512); requests
+    beyond it wait their turn. `connect_timeout_s` (default 3 s) fails fast on
+    a dead node; read timeouts come per call from the request's deadline. The
+    transports are for in-process tests.
     """
 
     def __init__(
@@ -60,26 +107,21 @@ class HttpClients:
         peer_transport: httpx.AsyncBaseTransport | None = None,
         model_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        # Idle connections are dropped after 4 s, before uvicorn's default 5 s
-        # keep-alive timeout closes them under a request in flight.
-        limits = httpx.Limits(
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=4.0,
-        )
         timeout = httpx.Timeout(None, connect=connect_timeout_s, pool=None)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._connect_timeout_s = connect_timeout_s
-        # Requests wait for a connection here, not in httpcore's pool: its queue
-        # is rescanned on every state change, which is quadratic in the number
-        # waiting and stalled 2,000 concurrent sets.
-        self._slots = max_connections
-        self._peer_slots: asyncio.Semaphore | None = None
-        self._model_slots: asyncio.Semaphore | None = None
-        self._peers = httpx.AsyncClient(
-            limits=limits, timeout=timeout, headers=headers, transport=peer_transport
+        self._peers = _ShardedClient(
+            max_connections,
+            lambda limits: httpx.AsyncClient(
+                limits=limits, timeout=timeout, headers=headers, transport=peer_transport
+            ),
         )
-        self._models = httpx.AsyncClient(limits=limits, timeout=timeout, transport=model_transport)
+        self._models = _ShardedClient(
+            max_connections,
+            lambda limits: httpx.AsyncClient(
+                limits=limits, timeout=timeout, transport=model_transport
+            ),
+        )
 
     def _timeout(self, total_s: float) -> httpx.Timeout:
         return httpx.Timeout(total_s, connect=min(self._connect_timeout_s, total_s), pool=None)
@@ -88,11 +130,9 @@ class HttpClients:
         self, base_url: str, request: ForwardRequest, timeout_s: float
     ) -> ForwardResult:
         """Hand a prompt set to the destination's gateway and wait for its result."""
-        if self._peer_slots is None:
-            self._peer_slots = asyncio.Semaphore(self._slots)
         url = base_url.rstrip("/") + "/internal/forward"
         try:
-            response = await self._post(self._peers, self._peer_slots, url, request, timeout_s)
+            response = await self._post(self._peers, url, request, timeout_s)
         except (httpx.HTTPError, TimeoutError) as exc:
             raise PeerUnavailable(
                 f"gateway at {base_url} did not answer: {_describe(exc)}"
@@ -108,11 +148,9 @@ class HttpClients:
 
     async def infer(self, url: str, request: InferRequest, timeout_s: float) -> InferResult:
         """Run a prompt set on a model pod."""
-        if self._model_slots is None:
-            self._model_slots = asyncio.Semaphore(self._slots)
         target = url.rstrip("/") + "/infer"
         try:
-            response = await self._post(self._models, self._model_slots, target, request, timeout_s)
+            response = await self._post(self._models, target, request, timeout_s)
         except (httpx.HTTPError, TimeoutError) as exc:
             raise ModelUnavailable(f"model server at {url}: {_describe(exc)}") from exc
         if response.status_code in (502, 503, 504):
@@ -126,8 +164,7 @@ class HttpClients:
 
     async def _post(
         self,
-        client: httpx.AsyncClient,
-        slots: asyncio.Semaphore,
+        pool: _ShardedClient,
         url: str,
         body: ForwardRequest | InferRequest,
         timeout_s: float,
@@ -141,7 +178,7 @@ class HttpClients:
         """
         content = body.model_dump_json()
         headers = {"Content-Type": "application/json"}
-        async with asyncio.timeout(timeout_s), slots:
+        async with asyncio.timeout(timeout_s), pool.client() as client:
             for attempt in range(_RETRIES + 1):
                 try:
                     return await client.post(
