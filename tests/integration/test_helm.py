@@ -147,6 +147,11 @@ def test_default_render(helm_bin: Path) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in agent[
         "tolerations"
     ]
+    # The agent scrapes its node's exporters, which listen on the node's address.
+    env = {e["name"]: e for e in agent["containers"][0]["env"]}
+    assert env["LMEDGE_EXPORTER_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    dcgm = daemonsets["t-lmedge-dcgm-exporter"]["spec"]["template"]["spec"]["containers"][0]
+    assert dcgm["ports"][0]["hostPort"] == 9400
     store = by_kind(docs, "Secret")["t-lmedge-store"]["stringData"]["uri"]
     assert store == "mongodb://t-lmedge-mongodb.lmedge-system.svc:27017/lmedge"
     sts = by_kind(docs, "StatefulSet")["t-lmedge-mongodb"]
@@ -208,6 +213,8 @@ def test_edge_values_render(helm_bin: Path) -> None:
     assert env["LMEDGE_LLM_API_KEY_FILE"]["value"] == "/var/run/secrets/lmedge/llm/api-key"
     assert env["LMEDGE_LLM_MODEL"]["value"] == "gpt-4.1-mini"
     assert "LMEDGE_LLM_API_KEY" not in env  # the key is a file, never an env var
+    agent_env = {e["name"] for e in pod_specs(docs)["t-lmedge-node-agent"]["containers"][0]["env"]}
+    assert "LMEDGE_EXPORTER_HOST" not in agent_env  # no exporters, no scraping
     assert {"name": "llm-key", "secret": {"secretName": "llm-key",
             "items": [{"key": "api-key", "path": "api-key"}]}} in controller["volumes"]  # fmt: skip
 
@@ -268,6 +275,8 @@ def test_service_monitors_need_the_prometheus_operator(helm_bin: Path) -> None:
         (["--set", "llm.apiKey=k", "--set", "llm.existingSecret=s", "--set", "llm.model=m"],
          "set llm.apiKey or llm.existingSecret, not both"),
         (["--set", "llm.apiKey=k"], "an LLM is configured: set llm.model"),
+        (["--set", "exporters.dcgmExporter.port=9401"],
+         "the node agents scrape dcgm-exporter on 9400"),
         (["--set", "gateway.urlTemplate=http://gw:8080"],
          "gateway.urlTemplate must contain {node}"),
     ],

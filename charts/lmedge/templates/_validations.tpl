@@ -28,4 +28,10 @@ one line saying what to set. Called from NOTES-independent templates via
 {{- if and .Values.exporters.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) }}
 {{- fail "exporters.serviceMonitor.enabled needs the Prometheus Operator CRDs (monitoring.coreos.com/v1 ServiceMonitor) in the cluster" }}
 {{- end }}
+{{- if and .Values.nodeAgent.scrapeExporters .Values.exporters.nodeExporter.enabled (ne (int .Values.exporters.nodeExporter.port) 9100) }}
+{{- fail "the node agents scrape node-exporter on 9100: keep exporters.nodeExporter.port=9100 or set nodeAgent.scrapeExporters=false" }}
+{{- end }}
+{{- if and .Values.nodeAgent.scrapeExporters .Values.exporters.dcgmExporter.enabled (ne (int .Values.exporters.dcgmExporter.port) 9400) }}
+{{- fail "the node agents scrape dcgm-exporter on 9400: keep exporters.dcgmExporter.port=9400 or set nodeAgent.scrapeExporters=false" }}
+{{- end }}
 {{- end }}
