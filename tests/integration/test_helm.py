@@ -519,6 +519,7 @@ def _lmedge(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen
 
 @pytest.mark.slow
 def test_helm_install_and_the_control_plane_runs_on_it(
+    helm_bin: Path,
     release: dict[str, str],
     lmedge_cluster: KubeCluster,
     ferretdb_uri: str,
@@ -622,6 +623,22 @@ def test_helm_install_and_the_control_plane_runs_on_it(
             return False
 
         wait_until(refused, 30, "the chart's admission policy to refuse worker-3")
+        # `helm test`'s pod: KWOK runs no container, so its command runs here
+        # against the store its environment names.
+        hooks = helm(helm_bin, "get", "hooks", "lmh", "-n", ns,
+                     "--kubeconfig", str(lmedge_cluster.kubeconfig)).stdout  # fmt: skip
+        (hook,) = [h for h in yaml.safe_load_all(hooks) if h]
+        assert hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
+        status = subprocess.run(
+            [str(Path(sys.executable).parent / "lmedge"), *hook["spec"]["containers"][0]["args"],
+             "--json"],
+            env={**os.environ, "LMEDGE_STORE": ferretdb_uri},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        report = json.loads(status.stdout)
+        assert report["run"] == run and report["counts"]["deployments"] >= 3
+
         # Nothing the processes did was refused: the chart's RBAC is enough.
         assert "orbidden" not in log.read_text(), log.read_text()[-3000:]
     finally:
