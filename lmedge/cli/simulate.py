@@ -27,7 +27,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from lmedge.agents.settings import agentic_params
-from lmedge.bench.report import write_report
 from lmedge.bench.runner import RunOutcome, RunSpec, resolve_scenario, run
 from lmedge.bench.summary import dumps
 from lmedge.controller.assembly import PolicyChoice
@@ -219,6 +218,8 @@ def register(app: typer.Typer) -> None:
                         spec = RunSpec(path, choice, seed, slots)
                         label = f"{path.name} {choice.resolve().name} s{seed}"
                         outcomes.append(_run_with_progress(spec, st, update, label))
+        from lmedge.bench.report import write_report  # matplotlib: only when reporting
+
         md = write_report(
             out_dir,
             [o.summary for o in outcomes],
@@ -257,6 +258,8 @@ def register(app: typer.Typer) -> None:
                 # Only the featured run is stored: the baselines are there to compare with.
                 target = st if name == best else None
                 outcomes.append(_run_with_progress(spec, target, update, name))
+        from lmedge.bench.report import write_report  # matplotlib: only when reporting
+
         md = write_report(
             out_dir,
             [o.summary for o in outcomes],
