@@ -46,6 +46,7 @@ bench: install tools
 
 crds: install
 	$(BIN)/lmedge crds
+	$(BIN)/lmedge crds -o charts/lmedge/crds
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache reports
