@@ -31,7 +31,6 @@ client_go="$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "
 ld="-s -w"
 ld+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 ld+=" -X helm.sh/helm/v3/internal/version.metadata="
-ld+=" -X helm.sh/helm/v3/internal/version.gitCommit=go-module-proxy"
 ld+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
   ld+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$client_go"

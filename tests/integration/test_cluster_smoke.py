@@ -5,15 +5,24 @@ Each test runs in its own namespace against the session ``kube_cluster``.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.fixtures.cluster import GPU_RESOURCE, TESTBED_WORKERS, KubeCluster, wait_until
+from tests.fixtures.cluster import (
+    GPU_RESOURCE,
+    TESTBED_WORKERS,
+    KubeCluster,
+    tools_dir,
+    wait_until,
+)
 
 WAIT = 60.0  # seconds; KWOK's fast stages act in well under a second
 
@@ -165,3 +174,42 @@ def test_garbage_collector_deletes_children_of_a_deleted_owner(
         WAIT,
         "the garbage collector to delete the owned pod",
     )
+
+
+def test_helm_installs_and_uninstalls_a_chart(
+    kube_cluster: KubeCluster, core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    helm = tools_dir() / "bin" / "helm"
+    if not os.access(helm, os.X_OK):
+        reason = f"helm not built at {helm} (run `make tools`)"
+        if os.environ.get("LMEDGE_REQUIRE_TOOLS", "") not in ("", "0", "false"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    chart = tmp_path / "probe"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: probe\nversion: 0.1.0\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-probe\n"
+        "data:\n  kube: {{ .Capabilities.KubeVersion.Version | quote }}\n"
+    )
+    # Helm's cache/config/data dirs in the test's tmp dir, not the user's home.
+    env = dict(os.environ)
+    env.update({f"HELM_{d}_HOME": str(tmp_path / d) for d in ("CACHE", "CONFIG", "DATA")})
+
+    def helm_run(*args: str) -> None:
+        subprocess.run(
+            [str(helm), *args, "--kubeconfig", str(kube_cluster.kubeconfig), "-n", namespace],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    helm_run("install", "smoke", str(chart), "--wait", "--timeout", "60s")
+    # .Capabilities comes from the live API server on install, not Helm's default.
+    # (Helm v3.22 alone would say v1.37.0.)
+    data = core.read_namespaced_config_map("smoke-probe", namespace).data
+    assert data["kube"].startswith("v1.36."), data
+
+    helm_run("uninstall", "smoke", "--wait")
+    assert gone(core.read_namespaced_config_map, "smoke-probe", namespace)
