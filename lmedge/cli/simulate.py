@@ -272,9 +272,25 @@ def register(app: typer.Typer) -> None:
         out.print(f"report: {md}", soft_wrap=True)
         out.print(f"decisions stored in {where} (run {run_id})", soft_wrap=True)
         out.print(
-            f"inspect the planner's decisions: lmedge decisions --store {uri} --agent planner",
+            f"inspect the planner's decisions: {_self_command()} decisions --store {uri} "
+            "--agent planner",
             soft_wrap=True,
         )
+
+
+def _self_command() -> str:
+    """How the user can run lmedge again: `lmedge` if it is on PATH, else its path
+    (after `make demo` it lives in .venv/bin, which is usually not on PATH)."""
+    import shutil
+    from pathlib import Path
+
+    exe = Path(sys.argv[0])
+    if exe.name == "lmedge" and shutil.which("lmedge") != str(exe.resolve()) and exe.exists():
+        try:
+            return str(exe.resolve().relative_to(Path.cwd()))
+        except ValueError:
+            return str(exe.resolve())
+    return "lmedge"
 
 
 def _profiles() -> dict[str, Any]:
