@@ -13,7 +13,11 @@ Definitions (paper Eq. 1-6, 10):
 - delta_q = 1 when the request was served by an active LM at its destination
   within its deadline. The component that writes a `RequestRecord` decides
   this; here a record with ``outcome == "success"`` *is* a success.
-- A_i requests of LM i, S_i successes, rho_i = S_i / A_i.
+- A_i requests of LM i, S_i successes, rho_i = S_i / A_i. "LM" is the
+  record's `lm`: a request class when the workload generates classes several
+  LMs serve (the serving LM is `model`, whose deadline applies), so fairness
+  is across request classes (service types). Per-LM lists keep the context's
+  LM names first; classes found in the records follow them.
 - Jain F = (sum rho)^2 / (I sum rho^2) over the I LM types with arrivals in the
   window; F_norm = (F - 1/I) / (1 - 1/I).
 - T_norm = mean over successful q of T_q / tau_i(q).
@@ -147,7 +151,7 @@ def window_metrics(
             successes[r.lm] += 1
             latency_sum[r.lm] += t
             ok_latencies.append(t)
-            ok_deadlines.append(_deadline(r.lm, tau_s, deadlines))
+            ok_deadlines.append(_deadline(r.model or r.lm, tau_s, deadlines))
     per_lm = [
         LMStats(
             lm=lm,
@@ -305,7 +309,7 @@ def conflict_stats(
         if cross_node_only and r.origin == r.destination:
             continue
         n += 1
-        delay = r.queue_s if is_success(r) else _deadline(r.lm, tau_s, deadlines)
+        delay = r.queue_s if is_success(r) else _deadline(r.model or r.lm, tau_s, deadlines)
         if r.conflict:
             c += 1
             timeouts += not is_success(r)

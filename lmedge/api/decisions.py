@@ -58,10 +58,22 @@ class Route(WireModel):
     origin: str = Field(description="Node where the requests arrived.")
     lm: str = Field(description="LM service (request class) of the requests.")
     destination: str = Field(description="Node that will serve them.")
+    model: str | None = Field(
+        default=None,
+        description=(
+            "LM service that serves the requests when `lm` is a request class several LMs "
+            "serve; null means `lm` itself."
+        ),
+    )
+
+    @property
+    def serving_lm(self) -> str:
+        """The LM service that serves this route's requests."""
+        return self.model if self.model is not None else self.lm
 
 
 class RoutingMap(WireModel):
-    """Tier-2 router output, every slot: (origin, LM) -> destination."""
+    """Tier-2 router output, every slot: (origin, LM or request class) -> destination (+ model)."""
 
     routes: list[Route]
 

@@ -7,8 +7,9 @@ pydantic's job; these are the cross-object rules:
 - macro policy: weights >= 0 summing to 1 over the LM's feasible nodes, no
   weight on a node that cannot host the LM (GPU-only LMs on GPU nodes only),
   role sets that fit the node's capacity;
-- routing map: a destination for every (origin, LM) pair with arrivals, on a
-  worker that can host the LM;
+- routing map: a destination for every (origin, LM or request class) pair
+  with arrivals, on a worker that can host the serving LM (`Route.model`,
+  which must serve the class; required when the class is not an LM name);
 - placement: modes the hardware allows, and per-node sums
   sum G_ni <= G_n, sum C_ni <= C_n, sum M_i <= M_n, sum V_i^min <= V_n.
 
@@ -115,6 +116,12 @@ def _why_not_host(ctx: ClusterContext, node: str, lm: str) -> str:
 def check_routing_map(
     routing: RoutingMap, ctx: ClusterContext, arrivals: Sequence[Arrival]
 ) -> list[Violation]:
+    """Every route names a known origin, a request class, a model serving it and a host.
+
+    `lm` is an LM name or a request class (`ctx.request_classes`); the serving
+    LM is `model`, or `lm` itself when `model` is null, and it must serve the
+    class. The destination must be able to host the serving LM.
+    """
     out: list[Violation] = []
     seen: dict[tuple[str, str], int] = {}
     for i, r in enumerate(routing.routes):
@@ -125,17 +132,51 @@ def check_routing_map(
         seen[key] = i
         if not ctx.has_node(r.origin):
             out.append(Violation(path, f"unknown origin node {r.origin!r}"))
-        if not ctx.has_service(r.lm):
-            out.append(Violation(path, f"unknown LM {r.lm!r}"))
+        model = _route_model(ctx, r.lm, r.model, path, out)
+        if model is None:
             continue
         if not ctx.has_node(r.destination):
             out.append(Violation(path, f"unknown destination node {r.destination!r}"))
-        elif not ctx.can_host(r.destination, r.lm):
-            out.append(Violation(path, _why_not_host(ctx, r.destination, r.lm)))
+        elif not ctx.can_host(r.destination, model):
+            out.append(Violation(path, _why_not_host(ctx, r.destination, model)))
     for a in arrivals:
-        if a.requests > 0 and (a.origin, a.lm) not in seen and ctx.feasible_nodes(a.lm):
+        if a.requests > 0 and (a.origin, a.lm) not in seen and _servable(ctx, a.lm):
             out.append(Violation("routes", f"no destination for ({a.origin}, {a.lm})"))
     return out
+
+
+def _route_model(
+    ctx: ClusterContext, lm: str, model: str | None, path: str, out: list[Violation]
+) -> str | None:
+    """The LM serving a route, or None after appending why the route names none."""
+    if not ctx.is_request_class(lm):
+        known = ", ".join(ctx.request_classes)
+        out.append(Violation(path, f"unknown LM {lm!r}; LMs and request classes: {known}"))
+        return None
+    if model is None:
+        if ctx.has_service(lm):
+            return lm
+        models = ", ".join(ctx.models_for(lm))
+        out.append(
+            Violation(path, f"request class {lm!r} needs a model that serves it, one of: {models}")
+        )
+        return None
+    if not ctx.has_service(model):
+        out.append(Violation(path, f"unknown model {model!r}; known: {', '.join(ctx.lm_names)}"))
+        return None
+    if model not in ctx.models_for(lm):
+        models = ", ".join(ctx.models_for(lm))
+        out.append(
+            Violation(path, f"model {model!r} does not serve {lm!r}; models that do: {models}")
+        )
+        return None
+    return model
+
+
+def _servable(ctx: ClusterContext, request_class: str) -> bool:
+    if ctx.has_service(request_class):
+        return bool(ctx.feasible_nodes(request_class))
+    return any(ctx.feasible_nodes(m) for m in ctx.models_for(request_class))
 
 
 def check_placement(

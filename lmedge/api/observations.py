@@ -69,6 +69,42 @@ class ClusterContext(WireModel):
     def lm_names(self) -> list[str]:
         return [s.name for s in self.services]
 
+    @cached_property
+    def request_classes(self) -> list[str]:
+        """Every request class: each LM's own name, then each `serves` entry, first seen first."""
+        out = dict.fromkeys(self.lm_names)
+        for s in self.services:
+            out.update(dict.fromkeys(s.spec.serves))
+        return list(out)
+
+    def is_request_class(self, name: str) -> bool:
+        return name in self._models
+
+    @cached_property
+    def _models(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for c in self.request_classes:
+            models = [s.name for s in self.services if s.serves_class(c)]
+            out[c] = sorted(models, key=lambda m: m != c)  # stable: the LM itself first
+        return out
+
+    def models_for(self, request_class: str) -> list[str]:
+        """LM services that serve `request_class`, in manifest order ([] if unknown).
+
+        An LM name serves itself first; do not mutate the result (cached).
+        """
+        return self._models.get(request_class, [])
+
+    def default_model(self, request_class: str) -> str | None:
+        """The LM that serves a request class no route assigns a model to.
+
+        The class itself when it is an LM, else the first model (manifest
+        order) that some worker can host; None for an unknown class.
+        """
+        if self.has_service(request_class):
+            return request_class
+        return next((m for m in self.models_for(request_class) if self.feasible_nodes(m)), None)
+
     def can_host(self, node: str, lm: str) -> bool:
         """Whether `lm` could run alone on `node` at all (role, GPU, memory, vRAM, cores)."""
         n, s = self.node(node).spec, self.service(lm).spec

@@ -23,6 +23,10 @@ class RequestRecord(WireModel):
     id: str
     run: str = ""
     lm: str
+    model: str | None = Field(
+        default=None,
+        description="LM that served it when `lm` is a request class; None means `lm` itself.",
+    )
     origin: str
     destination: str
     prompts: int = Field(ge=0)

@@ -87,6 +87,7 @@ from lmedge.controller.fallbacks import (
     fallback_routing,
 )
 from lmedge.metrics import window_metrics
+from lmedge.policies.classes import class_arrivals, lm_arrivals, routes_for_classes
 from lmedge.store import Store
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,9 @@ class ControlLoop:
             self.result.placement_slots.append(slot)
             self.result.actuations.append(self.backend.apply_placement(d.value))
         for a in arrivals:
-            self._epoch_traffic[a.lm] = self._epoch_traffic.get(a.lm, 0) + a.prompts
+            # planners plan LMs: a request class counts as its first model's traffic
+            lm = a.lm if self.ctx.has_service(a.lm) else self.ctx.default_model(a.lm) or a.lm
+            self._epoch_traffic[lm] = self._epoch_traffic.get(lm, 0) + a.prompts
 
         self.backend.clock.sleep_until((slot + 1) * ctx.slot_s)
         records = self.backend.drain_records()
@@ -289,16 +292,21 @@ class ControlLoop:
     def _route(
         self, epoch: int, slot: int, snapshot: Snapshot, arrivals: list[Arrival]
     ) -> Decision[RoutingMap]:
+        router = self.plugins.router
+        # A router that knows only LMs sees each request class as its first model
+        # (lmedge.policies.classes); `cema` chooses the model itself.
+        by_class = bool(getattr(router, "routes_request_classes", False))
         obs = SlotObservation(
             slot=slot,
             epoch=epoch,
             context=self.ctx,
             macro=self._macro,
             snapshot=snapshot,
-            arrivals=arrivals,
+            arrivals=arrivals if by_class else lm_arrivals(self.ctx, arrivals),
         )
-        router = self.plugins.router
         d, failed = self._call("scheduler", router.name, RoutingMap, lambda: router.route(obs))
+        if not by_class and not failed and class_arrivals(self.ctx, arrivals):
+            d = d.model_copy(update={"value": routes_for_classes(self.ctx, d.value, arrivals)})
         d = self._validate(
             d,
             failed=failed,

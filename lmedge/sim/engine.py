@@ -25,6 +25,12 @@ Rules the real cluster imposes and the engine reproduces:
   head of its queue to resume when the LM is activated again.
 - A request routed to a node where its LM has no pod waits there and counts as
   a conflict; it succeeds if the LM is activated before the deadline.
+- Request classes: a request of a class several LMs serve joins the queue of
+  the model its route names (`Route.model`) and uses that model's pod,
+  profile and deadline; an unmapped class (or a route whose model does not
+  serve it or cannot run at the destination) goes to the class's first model
+  (`ClusterContext.default_model`) at the local, else nearest, node. Its
+  record keeps `lm` = the class and `model` = the serving LM.
 - Deadline: a request not finished (downlink included) by submit + tau is
   removed and recorded as a timeout with latency tau; the stage it was in
   absorbs the remainder so the stages sum to tau exactly.
@@ -77,6 +83,7 @@ class Job:
     """One request in flight: a set of K prompts for one LM."""
 
     __slots__ = (
+        "cls",
         "conflict",
         "deadline",
         "dest",
@@ -99,11 +106,14 @@ class Job:
         "wait_since",
     )
 
-    def __init__(self, rid: str, r: RequestSpec, dest: str, submit: float, deadline: float) -> None:
+    def __init__(
+        self, rid: str, r: RequestSpec, dest: str, model: str, submit: float, deadline: float
+    ) -> None:
         self.id = rid
         self.slot = r.slot
         self.origin = r.origin
-        self.lm = r.lm
+        self.cls = r.lm  # the request class the workload generated
+        self.lm = model  # the LM that serves it: its queue, pod and profile
         self.prompts = r.prompts
         self.dest = dest
         self.submit = submit
@@ -271,7 +281,7 @@ class Emulator:
         self.rng_cold = np.random.default_rng([seed, COLD_STREAM])
         self.rng_service = np.random.default_rng([seed, SERVICE_STREAM])
         self._jitter = lognormal_unit(self.em.service_time_cv) if self.em.service_time_cv else None
-        self._routing: dict[int, dict[tuple[str, str], str]] = {}
+        self._routing: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
         self._default: dict[tuple[str, str], str] = {}
         self._hostable = {
             (n.name, lm) for lm in lms for n in self.ctx.workers if self.ctx.can_host(n.name, lm)
@@ -288,10 +298,18 @@ class Emulator:
         ]
 
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
-        table: dict[tuple[str, str], str] = {}
+        """Install the slot's map: (origin, class) -> (destination, serving LM).
+
+        A route whose serving LM (`Route.model`, else `lm`) does not serve the
+        class, or cannot run on the destination, is ignored (default routing).
+        """
+        table: dict[tuple[str, str], tuple[str, str]] = {}
         for r in routing.routes:
-            if (r.destination, r.lm) in self._hostable:
-                table[(r.origin, r.lm)] = r.destination
+            model = r.serving_lm
+            if (r.destination, model) in self._hostable and (
+                model == r.lm or model in self.ctx.models_for(r.lm)
+            ):
+                table[(r.origin, r.lm)] = (r.destination, model)
         self._routing[slot] = table
         for old in [s for s in self._routing if s < slot - 2]:
             del self._routing[old]
@@ -300,7 +318,8 @@ class Emulator:
         """Local if the origin can host the LM, else the nearest feasible worker.
 
         Nearest = lowest link latency (same site before cross site); ties go
-        to the first node in manifest order.
+        to the first node in manifest order. `lm` is the serving LM (for an
+        unmapped request class, `ClusterContext.default_model` of the class).
         """
         key = (origin, lm)
         hit = self._default.get(key)
@@ -326,14 +345,18 @@ class Emulator:
 
     def _submit(self, r: RequestSpec, _ev: object = None) -> None:
         env = self.env
-        dest = self._routing.get(r.slot, {}).get((r.origin, r.lm)) or self.default_destination(
-            r.origin, r.lm
-        )
+        hit = self._routing.get(r.slot, {}).get((r.origin, r.lm))
+        if hit is not None:
+            dest, model = hit
+        else:
+            # an unmapped class is served by its first model, at the local/nearest node
+            model = self.ctx.default_model(r.lm) or r.lm
+            dest = self.default_destination(r.origin, model)
         now = env.now
-        tau = self.ctx.deadline_s(r.lm)
-        job = Job(f"{self.seed}-{r.slot}-{r.origin}-{r.lm}", r, dest, now, now + tau)
+        tau = self.ctx.deadline_s(model)
+        job = Job(f"{self.seed}-{r.slot}-{r.origin}-{r.lm}", r, dest, model, now, now + tau)
         self.stats["submitted"] += 1
-        prof = self.services[r.lm].spec.profile
+        prof = self.services[model].spec.profile
         job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
         env.timeout(tau).callbacks.append(partial(self._expire, job))
         if job.uplink_s > 0:
@@ -462,7 +485,8 @@ class Emulator:
             RequestRecord.model_construct(
                 id=job.id,
                 run="",
-                lm=job.lm,
+                lm=job.cls,
+                model=None if job.lm == job.cls else job.lm,
                 origin=job.origin,
                 destination=job.dest,
                 prompts=job.prompts,

@@ -149,7 +149,8 @@ class PhaseSpec(SpecModel):
     name: str = Field(min_length=1)
     slots: int = Field(ge=1, description="Length of the phase in slots.")
     prompts: dict[K8sName, PromptRange] = Field(
-        default_factory=dict, description="Per-LM K ranges; LMs not named use workload.prompts."
+        default_factory=dict,
+        description="Per-LM (or per request class) K ranges; those not named use workload.prompts.",
     )
 
 
@@ -175,6 +176,13 @@ class WorkloadSpec(SpecModel):
     )
     origins: list[K8sName] | None = Field(
         default=None, description="Origin nodes; default: every worker (paper §V-B)."
+    )
+    classes: list[K8sName] | None = Field(
+        default=None,
+        description=(
+            "Request classes the generator draws, in this order: LM names or classes an "
+            "LMService `serves` (one request per class per origin and slot); default: every LM."
+        ),
     )
     trace: str | None = Field(
         default=None,
@@ -231,6 +239,12 @@ class Scenario:
         return None if t is None else self.folder / t
 
     @property
+    def request_classes(self) -> list[str]:
+        """What the workload generates: `workload.classes`, or every LM in manifest order."""
+        c = self.spec.workload.classes
+        return list(c) if c is not None else [s.name for s in self.services]
+
+    @property
     def origins(self) -> list[str]:
         w = self.spec.workload.origins
         return list(w) if w is not None else [n.name for n in self.nodes if n.spec.role == "worker"]
@@ -277,7 +291,7 @@ def load_scenario(path: Path, **overrides: Any) -> Scenario:
     _check(scenario, str(file))
     trace = scenario.trace_path
     if trace is not None:
-        lms = [sv.name for sv in services]
+        lms = [*(sv.name for sv in services), *scenario.context().request_classes]
         workers = {n.name for n in nodes if n.spec.role == "worker"}
         rows = read_trace(trace, workers, set(lms), spec.loop.slot_s)
         scenario = dataclasses.replace(scenario, trace=rows)
@@ -310,9 +324,18 @@ def _check(s: Scenario, source: str) -> None:
             raise ManifestError(source, where, "unknown LMService")
         if not 0 < d <= 1:
             raise ManifestError(source, where, f"must be in (0, 1], not {d:g}")
+    classes = set(ctx.request_classes)
+    for i, cls in enumerate(s.spec.workload.classes or []):
+        if cls not in classes:
+            raise ManifestError(
+                source,
+                f"Scenario.workload.classes.{i}",
+                f"{cls!r} is neither an LMService nor a class one serves",
+            )
+    wanted = set(s.request_classes)
     for i, phase in enumerate(s.spec.workload.phases):
         for lm in phase.prompts:
-            if lm not in lm_names:
+            if lm not in lm_names and lm not in wanted:
                 raise ManifestError(
                     source, f"Scenario.workload.phases.{i}.prompts.{lm}", "unknown LMService"
                 )

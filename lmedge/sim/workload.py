@@ -1,6 +1,8 @@
 """The request workload: a seeded generator, or a recorded trace that replaces it.
 
-Each slot, each origin receives at most one request per LM type, a set of
+Each slot, each origin receives at most one request per request class (by
+default each LM is its own class; `workload.classes` may name classes several
+LMs serve instead), a set of
 K ~ U{min..max} prompts (paper §V-B: K in {0..8}, K = 0 means no request),
 arriving at a uniform offset within the slot. Phases give bursty traces
 (per-phase per-LM K ranges). A slot's requests are drawn from their own
@@ -35,7 +37,8 @@ class Workload:
         self._slot_s = scenario.spec.loop.slot_s
         self._spread = scenario.spec.workload.arrival_spread * self._slot_s
         self._origins = scenario.origins
-        self._lms = [s.name for s in scenario.services]
+        # request classes; by default the LM names (each LM its own class)
+        self._lms = scenario.request_classes
         spec = scenario.spec.workload
         self._phases: list[tuple[int, np.ndarray, np.ndarray]] = []
         start = 0

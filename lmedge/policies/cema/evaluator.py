@@ -1,12 +1,15 @@
 """CEMA's BatchEvaluator: the normalized four-term cost of a whole-batch assignment.
 
-Genes are the slot's nonempty (origin, LM) batches (the routing map is per
-(origin, LM) pair, so requests of one batch cannot be split); alleles are the
-batch's legal destinations. For an assignment g:
+Genes are the slot's nonempty (origin, request class) batches (the routing map
+is per (origin, class) pair, so requests of one batch cannot be split); alleles
+are the batch's legal destinations (node, model): every node that can host
+every LM serving the class (`ClusterContext.models_for`; an LM name is served
+by itself). For an assignment g:
 
     J(g) = wQ Q(g)/Q_ub + wC C(g)/C_ub + wE E(g)/E_ub + wT T(g)/T_ub
 
-- Q: prompt-weighted mean quality loss 1 - q_hat(class, node, model);
+- Q: prompt-weighted mean quality loss 1 - q_hat(class, node, model), so a
+  better model (its `quality` prior, then its observed success) lowers Q;
 - C: monetary cost, busy seconds x the node's `power.costPerHour` / 3600;
 - E: energy, busy seconds x busy power of the serving mode (per vGPU, or per
   core on CPU) + transfer seconds x `radio_watts`;
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmedge.api import PowerProfile, SlotObservation
+from lmedge.api import ClusterContext, PowerProfile, SlotObservation
 from lmedge.policies.cema.quality import QualityPredictor
 from lmedge.policies.milp.estimates import backlog_s, service_s, serving_mode, transfer_s
 
@@ -59,9 +62,9 @@ class BatchEvaluator:
         self.genes = [
             Gene(a.origin, a.lm, max(a.prompts, 1))
             for a in obs.arrivals
-            if a.requests > 0 and ctx.feasible_nodes(a.lm)
+            if a.requests > 0 and any(ctx.feasible_nodes(m) for m in ctx.models_for(a.lm))
         ]
-        self.dests: list[tuple[str, str]] = []  # (node, lm)
+        self.dests: list[tuple[str, str]] = []  # (node, serving model)
         index: dict[tuple[str, str], int] = {}
         self.legal: list[list[int]] = []
         self.service: list[dict[int, float]] = []
@@ -72,26 +75,26 @@ class BatchEvaluator:
         for g in self.genes:
             legal: list[int] = []
             svc, net, loss, cost, energy = {}, {}, {}, {}, {}
-            for n in ctx.feasible_nodes(g.lm):
-                key = (n, g.lm)
+            for model, n in _alleles(ctx, g.lm):
+                key = (n, model)
                 if key not in index:
                     index[key] = len(self.dests)
                     self.dests.append(key)
                 d = index[key]
                 legal.append(d)
                 state = states.get(n)
-                mode = serving_mode(ctx, state, g.lm)[0] if state else "gpu"
+                mode = serving_mode(ctx, state, model)[0] if state else "gpu"
                 spec = ctx.node(n).spec
                 power = spec.power or PowerProfile()
-                busy = g.prompts * service_s(ctx, g.lm, mode)
+                busy = g.prompts * service_s(ctx, model, mode)
                 watts = (
                     power.busy_watts_per_gpu
                     if mode == "gpu"
-                    else power.busy_watts_per_core * ctx.service(g.lm).spec.default_cpu_cores
+                    else power.busy_watts_per_core * ctx.service(model).spec.default_cpu_cores
                 )
                 svc[d] = busy
-                net[d] = transfer_s(ctx, g.origin, n, g.lm, g.prompts)
-                loss[d] = 1.0 - predictor.predict(g.lm, n, g.lm)
+                net[d] = transfer_s(ctx, g.origin, n, model, g.prompts)
+                loss[d] = 1.0 - predictor.predict(g.lm, n, model)
                 cost[d] = busy * power.cost_per_hour / 3600.0
                 energy[d] = busy * watts + net[d] * radio_watts
             self.legal.append(legal)
@@ -142,6 +145,11 @@ class BatchEvaluator:
             + w.energy * _norm(e, self.e_ub)
             + w.time * _norm(t, self.t_ub)
         )
+
+
+def _alleles(ctx: ClusterContext, request_class: str) -> list[tuple[str, str]]:
+    """(model, node) pairs that may serve a class: its models in order, each on its hosts."""
+    return [(m, n) for m in ctx.models_for(request_class) for n in ctx.feasible_nodes(m)]
 
 
 def _norm(value: float, bound: float) -> float:

@@ -58,7 +58,7 @@ class PriorQualityPredictor:
 
     def observe(self, records: Sequence[RequestRecord]) -> None:
         for r in records:
-            c = self.counts[(r.lm, r.destination, r.lm)]
+            c = self.counts[(r.lm, r.destination, r.model or r.lm)]
             c[0] += 1.0 if r.outcome == "success" else 0.0
             c[1] += 1.0
 
@@ -146,7 +146,8 @@ class RagQualityPredictor:
         vecs = np.vstack([self._embed(r.lm) for r in records])
         self.index.add(vecs)
         for r in records:
-            self.entries.append((r.destination, r.lm, 1.0 if r.outcome == "success" else 0.0))
+            outcome = 1.0 if r.outcome == "success" else 0.0
+            self.entries.append((r.destination, r.model or r.lm, outcome))
         self.fallback.observe(records)
 
 

@@ -63,6 +63,8 @@ class CemaRouter:
     """The `cema` router plugin; a `FeedbackConsumer` (feeds the quality predictor)."""
 
     name = NAME
+    #: The controller passes request-class arrivals through: genes choose the model.
+    routes_request_classes = True
 
     def __init__(
         self, context: ClusterContext, seed: int, params: CemaParams, predictor: QualityPredictor
@@ -78,7 +80,12 @@ class CemaRouter:
         ev = BatchEvaluator(obs, self.predictor, self.weights, self.p.radio_watts)
         best = self.search(ev)
         routes = [
-            Route(origin=g.origin, lm=g.lm, destination=ev.dests[d][0])
+            Route(
+                origin=g.origin,
+                lm=g.lm,
+                destination=ev.dests[d][0],
+                model=None if ev.dests[d][1] == g.lm else ev.dests[d][1],
+            )
             for g, d in zip(ev.genes, best, strict=True)
         ]
         self.last_fitness = ev.fitness(best) if best else None

@@ -17,17 +17,29 @@ __all__ = ["LocalRouter", "local_routing"]
 
 
 def local_routing(ctx: ClusterContext, arrivals: Sequence[Arrival]) -> RoutingMap:
-    """The local routing map for these arrivals (pairs no node can serve are left out)."""
+    """The local routing map for these arrivals (pairs no node can serve are left out).
+
+    A request class several LMs serve goes to its first model
+    (`ClusterContext.default_model`), named in `Route.model`.
+    """
     routes: list[Route] = []
     seen: set[tuple[str, str]] = set()
     feasible = {lm: ctx.feasible_nodes(lm) for lm in ctx.lm_names}
     for a in sorted(arrivals, key=lambda a: (a.origin, a.lm)):
-        if (a.origin, a.lm) in seen or not ctx.has_service(a.lm):
+        model = ctx.default_model(a.lm)
+        if (a.origin, a.lm) in seen or model is None:
             continue
         seen.add((a.origin, a.lm))
-        dest = nearest_feasible_node(ctx, a.origin, a.lm, feasible[a.lm])
+        dest = nearest_feasible_node(ctx, a.origin, model, feasible[model])
         if dest is not None:
-            routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
+            routes.append(
+                Route(
+                    origin=a.origin,
+                    lm=a.lm,
+                    destination=dest,
+                    model=None if model == a.lm else model,
+                )
+            )
     return RoutingMap(routes=routes)
 
 

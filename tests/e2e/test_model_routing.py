@@ -1,0 +1,66 @@
+"""Model routing end to end: a request class served by lm1 or lm2 (examples/model-routing).
+
+`cema` chooses (node, model) per batch, so under load it serves the
+`text-generation` class with both models; `rr` (a router that knows only LMs)
+serves it with the class's first model. Records keep `lm` = the class and
+`model` = the serving LM, so per-class metrics name the class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lmedge.store import open_store
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "examples" / "model-routing"
+
+
+def simulate(policy: str, store: Path) -> dict[str, object]:
+    env = {**os.environ, "LMEDGE_STORE": str(store)}
+    args = ["-f", str(SCENARIO), "--policy", policy, "--slots", "60", "--seed", "1", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-c", "from lmedge.cli import main; main()", "simulate", *args],
+        cwd=store.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, object] = json.loads(proc.stdout)
+    return out
+
+
+def served_by(store: Path) -> Counter[tuple[str, str | None]]:
+    with open_store(str(store)) as s:
+        (run,) = s.runs()
+        return Counter((r.lm, r.model) for r in s.requests(run.id))
+
+
+@pytest.mark.parametrize(
+    ("policy", "models"), [("cema", {"lm1", "lm2"}), ("rr", {"lm1"})], ids=["cema", "rr"]
+)
+def test_text_generation_class_is_served_by_the_routers_choice_of_model(
+    tmp_path: Path, policy: str, models: set[str]
+) -> None:
+    store = tmp_path / "store"
+    summary = simulate(policy, store)
+    per_lm = {row["lm"]: row for row in summary["per_lm"]}  # type: ignore[attr-defined]
+    assert per_lm["text-generation"]["arrivals"] > 0
+    # lm1 and lm2 get no requests of their own: they serve the class
+    assert per_lm["lm1"]["arrivals"] == per_lm["lm2"]["arrivals"] == 0
+    counts = served_by(store)
+    assert {m for (lm, m) in counts if lm == "text-generation"} == models
+    assert {m for (lm, m) in counts if lm in ("lm3", "lm4")} == {None}
+    assert set(counts) <= {("text-generation", m) for m in models} | {
+        ("lm3", None),
+        ("lm4", None),
+    }
