@@ -16,8 +16,8 @@ Definitions (paper Eq. 1-6, 10):
 - A_i requests of LM i, S_i successes, rho_i = S_i / A_i. "LM" is the
   record's `lm`: a request class when the workload generates classes several
   LMs serve (the serving LM is `model`, whose deadline applies), so fairness
-  is across request classes (service types). Per-LM lists keep the context's
-  LM names first; classes found in the records follow them.
+  is across request classes (service types); `metric_lms` gives the per-LM
+  list then (LMs with requests of their own, then the classes).
 - Jain F = (sum rho)^2 / (I sum rho^2) over the I LM types with arrivals in the
   window; F_norm = (F - 1/I) / (1 - 1/I).
 - T_norm = mean over successful q of T_q / tau_i(q).
@@ -261,13 +261,30 @@ def segment_metrics(
     )
 
 
+def metric_lms(ctx: ClusterContext, records: Iterable[RequestRecord]) -> list[str]:
+    """The per-LM list for metrics over `records`: `ctx.lm_names` unless classes arrived.
+
+    When some records name a request class several LMs serve, the list is the
+    LMs that had requests of their own or serve none of those classes, then
+    the classes (context order): an LM that only served a class is not a
+    service type of the workload, so it gets no empty row.
+    """
+    named = {r.lm for r in records}
+    classes = [c for c in ctx.request_classes if c in named and not ctx.has_service(c)]
+    if not classes:
+        return ctx.lm_names
+    served = {m for c in classes for m in ctx.models_for(c)}
+    return [lm for lm in ctx.lm_names if lm in named or lm not in served] + classes
+
+
 def context_segment_metrics(
     records: Iterable[RequestRecord], ctx: ClusterContext, window_slots: int | None = None
 ) -> SegmentMetrics:
-    """`segment_metrics` with the LM list, tau, lambda, deadlines and epoch of `ctx`."""
+    """`segment_metrics` with the LM list (`metric_lms`), tau, lambda, deadlines, epoch of `ctx`."""
+    recs = list(records)
     return segment_metrics(
-        records,
-        ctx.lm_names,
+        recs,
+        metric_lms(ctx, recs),
         window_slots or ctx.epoch_slots,
         tau_s=ctx.tau_s,
         lam=ctx.lam,

@@ -33,7 +33,7 @@ from lmedge.bench.summary import summarize, timing_summary
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop, RunResult
 from lmedge.errors import ConfigError
-from lmedge.metrics import window_metrics
+from lmedge.metrics import metric_lms, window_metrics
 from lmedge.sim import Scenario, load_scenario
 from lmedge.store import RunInfo, Store
 
@@ -123,7 +123,7 @@ def baseline_metrics(scenario: Scenario, seed: int) -> EpochMetrics:
     result = loop.run(ctx.epoch_slots)
     return window_metrics(
         result.records,
-        ctx.lm_names,
+        metric_lms(ctx, result.records),
         tau_s=ctx.tau_s,
         lam=ctx.lam,
         deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},

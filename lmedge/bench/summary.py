@@ -21,6 +21,7 @@ from lmedge.controller.loop import RunResult
 from lmedge.metrics import (
     audit_counts,
     conflict_stats,
+    metric_lms,
     reconfiguration_stats,
     segment_metrics,
 )
@@ -61,7 +62,7 @@ def summarize(
     records = result.measured_records()
     seg = segment_metrics(
         records,
-        ctx.lm_names,
+        metric_lms(ctx, records),
         window_slots,
         start_slot=0,
         end_slot=result.slots,

@@ -86,7 +86,7 @@ from lmedge.controller.fallbacks import (
     fallback_placement,
     fallback_routing,
 )
-from lmedge.metrics import window_metrics
+from lmedge.metrics import metric_lms, window_metrics
 from lmedge.policies.classes import class_arrivals, lm_arrivals, routes_for_classes
 from lmedge.store import Store
 
@@ -474,7 +474,7 @@ class ControlLoop:
         ctx = self.ctx
         metrics = window_metrics(
             self._epoch_records,
-            ctx.lm_names,
+            metric_lms(ctx, self._epoch_records),
             tau_s=ctx.tau_s,
             lam=ctx.lam,
             deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
