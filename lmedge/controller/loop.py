@@ -169,6 +169,9 @@ class ControlLoop:
         self._placements: dict[str, Placement] = {}
         self._epoch_records: list[RequestRecord] = []
         self._epoch_traffic: dict[str, int] = {}
+        # requests routed this epoch, and those sent off-role (the planner sees the ratio)
+        self._epoch_routed = 0
+        self._epoch_off_role = 0
         self._last_traffic: dict[str, int] = {}
         self._last_metrics: EpochMetrics | None = None
         self._keep_decisions = keep_decisions
@@ -233,6 +236,7 @@ class ControlLoop:
         timing.router_s = d_route.latency_s
         decisions.append(d_route)
         self.backend.publish_routing(slot, d_route.value)
+        self._count_off_role(d_route.value, arrivals)
         d_places = self._deploy(epoch, slot, snapshot)
         timing.deployers_s = sum(d.latency_s for d in d_places)
         decisions.extend(d_places)
@@ -470,6 +474,25 @@ class ControlLoop:
                 if mine:
                     _observe(deployer, mine)
 
+    def _count_off_role(self, routing: RoutingMap, arrivals: Sequence[Arrival]) -> None:
+        """Count requests routed to a node whose role intent leaves out their LM.
+
+        The paper's planner is told "the micro router had an off-role ratio of
+        x%" (§V-D2): how far the slot-level router strayed from the macro
+        policy's node roles. Only the loop sees both, so it measures it here.
+        """
+        if self._macro is None:
+            return
+        roles = {node: set(lms) for node, lms in self._macro.role_map().items()}
+        routes = {(r.origin, r.lm): r for r in routing.routes}
+        for a in arrivals:
+            route = routes.get((a.origin, a.lm))
+            if route is None or a.requests <= 0:
+                continue
+            self._epoch_routed += a.requests
+            if route.serving_lm not in roles.get(route.destination, set()):
+                self._epoch_off_role += a.requests
+
     def _end_epoch(self, epoch: int) -> None:
         ctx = self.ctx
         metrics = window_metrics(
@@ -479,6 +502,10 @@ class ControlLoop:
             lam=ctx.lam,
             deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
         )
+        if self._epoch_routed:
+            ratio = self._epoch_off_role / self._epoch_routed
+            metrics = metrics.model_copy(update={"off_role_ratio": round(ratio, 6)})
+        self._epoch_routed = self._epoch_off_role = 0
         self.result.epochs.append(metrics)
         if self._macro is not None:
             case = MemoryCase(

@@ -379,3 +379,29 @@ def test_repair_keeps_the_role_intent_longest(ctx: ClusterContext) -> None:
     assert w2.outcome == "replaced"
     # 16 cores: each repaired LM keeps all 16, so only one survives: the role's.
     assert list(w2.value.active()) == ["lm4"]
+
+
+class Lm1OnWorker1Planner:
+    """Uniform weights, but only worker-1 is meant to host lm1."""
+
+    name = "lm1-on-worker-1"
+
+    def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:
+        policy = uniform_macro_policy(obs.context)
+        for role in policy.roles:
+            if role.node != "worker-1":
+                role.lms = [lm for lm in role.lms if lm != "lm1"]
+        return Decision[MacroPolicy](agent="planner", policy=self.name, source="rule", value=policy)
+
+
+def test_off_role_ratio_reaches_the_planner(ctx: ClusterContext) -> None:
+    # Local routing keeps lm1 at all six origins, five of which are not lm1 nodes:
+    # 5 of the 24 requests per slot are off-role.
+    p = plugins(ctx, planner=Lm1OnWorker1Planner(), router=RecordingRouter())
+    result, _ = run(ctx, p, slots=6)
+    assert [e.off_role_ratio for e in result.epochs] == [pytest.approx(5 / 24, abs=1e-6)] * 2
+
+
+def test_off_role_ratio_is_zero_when_routes_follow_roles(ctx: ClusterContext) -> None:
+    result, _ = run(ctx, plugins(ctx, router=RecordingRouter()), slots=3)
+    assert result.epochs[0].off_role_ratio == 0.0
