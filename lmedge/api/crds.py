@@ -90,6 +90,10 @@ CEL_RULES: dict[type[BaseModel], list[Rule]] = {
             "message": "minMemoryGib must not exceed deploymentMemoryGib",
         },
         {
+            "rule": "self.minCpuCores <= self.defaultCpuCores",
+            "message": "minCpuCores must not exceed defaultCpuCores",
+        },
+        {
             "rule": "self.runsOn != 'cpu-or-gpu' || has(self.profile.cpuSecondsPerPrompt)",
             "message": "a cpu-or-gpu service needs profile.cpuSecondsPerPrompt",
         },

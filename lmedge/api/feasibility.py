@@ -4,13 +4,15 @@ Each `check_*` returns *every* violation, each a sentence a person (or an LLM
 asked to retry) understands; an empty list means feasible. Shape errors are
 pydantic's job; these are the cross-object rules:
 
-- macro policy: weights >= 0 summing to 1 over the LM's feasible nodes, no
-  weight on a node that cannot host the LM (GPU-only LMs on GPU nodes only),
-  role sets that fit the node's capacity;
+- macro policy: weights >= 0 summing to 1 over the LM's feasible nodes, each
+  node at most once per LM, no weight on a node that cannot host the LM
+  (GPU-only LMs on GPU nodes only), role sets that fit the node's capacity;
 - routing map: a destination for every (origin, LM or request class) pair
   with arrivals, on a worker that can host the serving LM (`Route.model`,
-  which must serve the class; required when the class is not an LM name);
-- placement: modes the hardware allows, and per-node sums
+  which must serve the class; required when the class is not an LM name),
+  unless the pair is rejected (admission control); a pair is never both;
+- placement: modes the hardware allows, at least the LM's `minCpuCores` for
+  a running LM (a pod's CPU is never rounded down to nothing), and per-node sums
   sum G_ni <= G_n, sum C_ni <= C_n, sum M_i <= M_n, sum V_i^min <= V_n.
 
 Memory is checked with the *deployment* memory (what a pod requests on the
@@ -51,8 +53,19 @@ def check_macro_policy(policy: MacroPolicy, ctx: ClusterContext) -> list[Violati
         seen_lms.add(r.lm)
         feasible = set(ctx.feasible_nodes(r.lm))
         total = 0.0
+        first: dict[str, int] = {}
         for j, w in enumerate(r.weights):
             wpath = f"{path}.weights[{j}]"
+            if w.node in first:
+                # `weights()` keeps only the last entry per node, so a repeat would
+                # silently change the split the sum check below approved.
+                out.append(
+                    Violation(
+                        wpath,
+                        f"node {w.node!r} is weighted twice (first at weights[{first[w.node]}])",
+                    )
+                )
+            first.setdefault(w.node, j)
             if not ctx.has_node(w.node):
                 out.append(Violation(wpath, f"unknown node {w.node!r}"))
             elif w.node not in feasible and w.p > 0:
@@ -114,21 +127,31 @@ def _why_not_host(ctx: ClusterContext, node: str, lm: str) -> str:
 
 
 def check_routing_map(
-    routing: RoutingMap, ctx: ClusterContext, arrivals: Sequence[Arrival]
+    routing: RoutingMap,
+    ctx: ClusterContext,
+    arrivals: Sequence[Arrival],
+    *,
+    allow_rejections: bool = True,
 ) -> list[Violation]:
     """Every route names a known origin, a request class, a model serving it and a host.
 
     `lm` is an LM name or a request class (`ctx.request_classes`); the serving
     LM is `model`, or `lm` itself when `model` is null, and it must serve the
-    class. The destination must be able to host the serving LM.
+    class. The destination must be able to host the serving LM. A rejection
+    names a known origin and request class that no route also covers; with
+    `allow_rejections=False` (a router whose admission control is off) any
+    rejection is a violation. A pair with arrivals is routed or rejected.
     """
     out: list[Violation] = []
     seen: dict[tuple[str, str], int] = {}
+    rejected = _check_rejections(routing, ctx, allow_rejections, out)
     for i, r in enumerate(routing.routes):
         path = f"routes[{i}]"
         key = (r.origin, r.lm)
         if key in seen:
             out.append(Violation(path, f"({r.origin}, {r.lm}) is routed twice"))
+        if key in rejected:
+            out.append(Violation(path, f"({r.origin}, {r.lm}) is both routed and rejected"))
         seen[key] = i
         if not ctx.has_node(r.origin):
             out.append(Violation(path, f"unknown origin node {r.origin!r}"))
@@ -140,9 +163,35 @@ def check_routing_map(
         elif not ctx.can_host(r.destination, model):
             out.append(Violation(path, _why_not_host(ctx, r.destination, model)))
     for a in arrivals:
-        if a.requests > 0 and (a.origin, a.lm) not in seen and _servable(ctx, a.lm):
+        key = (a.origin, a.lm)
+        if a.requests > 0 and key not in seen and key not in rejected and _servable(ctx, a.lm):
             out.append(Violation("routes", f"no destination for ({a.origin}, {a.lm})"))
     return out
+
+
+def _check_rejections(
+    routing: RoutingMap, ctx: ClusterContext, allowed: bool, out: list[Violation]
+) -> set[tuple[str, str]]:
+    """The rejected pairs, after appending what is wrong with the rejection list."""
+    rejected: set[tuple[str, str]] = set()
+    for i, r in enumerate(routing.rejections):
+        path = f"rejections[{i}]"
+        key = (r.origin, r.lm)
+        if not allowed:
+            out.append(
+                Violation(
+                    path, f"admission control is off: route ({r.origin}, {r.lm}), do not reject it"
+                )
+            )
+        if key in rejected:
+            out.append(Violation(path, f"({r.origin}, {r.lm}) is rejected twice"))
+        if not ctx.has_node(r.origin):
+            out.append(Violation(path, f"unknown origin node {r.origin!r}"))
+        if not ctx.is_request_class(r.lm):
+            known = ", ".join(ctx.request_classes)
+            out.append(Violation(path, f"unknown LM {r.lm!r}; LMs and request classes: {known}"))
+        rejected.add(key)
+    return rejected
 
 
 def _route_model(
@@ -223,6 +272,11 @@ def _lm_rules(p: LMPlacement, s: ServiceInfo, node: NodeInfo) -> list[str]:
         return out
     if p.cpu_cores <= 0:
         out.append(f"{p.lm} is {p.mode} with no CPU cores")
+    elif p.cpu_cores < s.spec.min_cpu_cores:
+        out.append(
+            f"{p.lm} needs at least {s.spec.min_cpu_cores:g} CPU cores (minCpuCores), "
+            f"not {p.cpu_cores:g}"
+        )
     if p.mode == "cpu":
         if s.spec.runs_on == "gpu-only":
             out.append(f"{p.lm} runs on GPU only; mode cpu is not allowed")
@@ -311,7 +365,7 @@ def _fix_one(p: LMPlacement, s: ServiceInfo, node: NodeInfo) -> LMPlacement:
     if mode == "off":
         return _off(p.lm)
     cores = p.cpu_cores if p.cpu_cores > 0 else s.spec.default_cpu_cores
-    cores = min(cores, spec.cpu_cores)
+    cores = min(max(cores, s.spec.min_cpu_cores), spec.cpu_cores)
     vgpus = 0
     if mode == "gpu":
         vgpus = min(max(p.vgpus, 1), s.spec.max_vgpus, spec.total_vgpus)

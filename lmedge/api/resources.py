@@ -17,6 +17,12 @@ from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
 API_GROUP = "lmedge.io"
 API_VERSION = "v1alpha1"
 
+#: Kubernetes' CPU granularity (1m): a pod's cores are rounded to it.
+CPU_QUANTUM_CORES = 0.001
+#: Default fewest cores of a model pod (100m): below that a model server cannot
+#: even load, and a smaller limit would only turn a placement into a stall.
+MIN_CPU_CORES = 0.1
+
 Modality = Literal[
     "text-to-text",
     "image-to-text",
@@ -72,6 +78,16 @@ class LMServiceSpec(SpecModel):
     default_cpu_cores: PosFloat = Field(
         default=4.0, description="CPU cores of a pod unless a deployer decides otherwise."
     )
+    # A floor on what a deployer may give a pod: without it a placement of 1e-9
+    # cores passes and becomes `cpu: 0` on the pod (no request, no limit).
+    min_cpu_cores: float = Field(
+        default=MIN_CPU_CORES,
+        ge=CPU_QUANTUM_CORES,
+        description=(
+            "Fewest CPU cores a pod of this LM may be given (requests = limits), "
+            "at least 0.001 (Kubernetes' 1m granularity); at most defaultCpuCores."
+        ),
+    )
     max_vgpus: int = Field(default=2, ge=1, le=16, description="Most vGPUs one pod may take.")
     deadline_s: PosFloat | None = Field(
         default=None, description="Per-service deadline; the cluster-wide tau when unset."
@@ -95,6 +111,11 @@ class LMServiceSpec(SpecModel):
             raise ValueError(
                 f"minMemoryGib ({self.min_memory_gib}) must not exceed "
                 f"deploymentMemoryGib ({self.deployment_memory_gib})"
+            )
+        if self.min_cpu_cores > self.default_cpu_cores:
+            raise ValueError(
+                f"minCpuCores ({self.min_cpu_cores}) must not exceed "
+                f"defaultCpuCores ({self.default_cpu_cores})"
             )
         if self.runs_on == "cpu-or-gpu" and self.profile.cpu_seconds_per_prompt is None:
             raise ValueError("a cpu-or-gpu service needs profile.cpuSecondsPerPrompt")

@@ -137,6 +137,8 @@ INVALID: list[Case] = [
         "cel",
         _both(_set("minMemoryGib", 10), _set("deploymentMemoryGib", 9)),
     ),
+    Case("lms-min-cpu-above-default", "LMService", "cel", _set("minCpuCores", 8)),
+    Case("lms-min-cpu-below-1m", "LMService", "schema", _set("minCpuCores", 0.0001)),
     Case("lms-cpu-without-cpu-profile", "LMService", "cel", _drop("profile.cpuSecondsPerPrompt")),
     Case("lms-cpu-profile-null", "LMService", "cel", _set("profile.cpuSecondsPerPrompt", None)),
     Case("lms-unknown-field", "LMService", "unknown-field", _set("replicas", 3)),

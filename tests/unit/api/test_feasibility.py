@@ -129,6 +129,12 @@ MACRO_CASES: list[tuple[str, Edit, Expected]] = [
     ),
     ("sum-within-tolerance", _weights(1, ("cpu", 0.5), ("gpu", 0.4999)), []),
     (
+        # Sums to 1 as listed, but {node: p} keeps the last entry: cpu 0.25, gpu 0.5.
+        "node-weighted-twice",
+        _weights(1, ("cpu", 0.25), ("gpu", 0.5), ("cpu", 0.25)),
+        [("routing[1].weights[2]", "node 'cpu' is weighted twice (first at weights[0])")],
+    ),
+    (
         "gpu-only-lm-on-cpu-node",
         _weights(2, ("gpu", 0.5), ("cpu", 0.5)),
         [("routing[2].weights[1]", "img runs on GPU only and cpu has no GPU")],
@@ -331,6 +337,14 @@ PLACEMENT_CASES: list[tuple[str, str, list[dict[str, Any]], Expected]] = [
         [lm("txt", "gpu", 0, 1)],
         [("lms[0]", "txt is gpu with no CPU cores")],
     ),
+    (
+        # Would become a pod with `cpu: 0` (no request, no limit) on the cluster.
+        "cores-below-the-lm-minimum",
+        "gpu",
+        [lm("txt", "cpu", 1e-9)],
+        [("lms[0]", "txt needs at least 0.1 CPU cores (minCpuCores), not 1e-09")],
+    ),
+    ("cores-at-the-lm-minimum", "gpu", [lm("txt", "cpu", 0.1)], []),
     (
         "gpu-only-in-cpu-mode",
         "gpu",
@@ -551,7 +565,7 @@ def _random_placement(rng: random.Random, node: str) -> Placement:
             LMPlacement(
                 lm=name,
                 mode=rng.choice(["gpu", "cpu", "off"]),
-                cpu_cores=rng.choice([0.0, 0.5, 2.0, 4.0, 12.0, 40.0]),
+                cpu_cores=rng.choice([0.0, 1e-9, 0.05, 0.5, 2.0, 4.0, 12.0, 40.0]),
                 vgpus=rng.randint(0, 5),
             )
             for name in chosen
