@@ -145,8 +145,9 @@ def register(app: typer.Typer) -> None:
         out.print(f"[bold]1. service rates[/bold] ({policy}, {rate_slots} slots, seed {seed})")
         result, snaps = _run(sc, policy, seed, rate_slots, {})
         rates = service_rates(result.measured_records(), snaps, ctx.slot_s)
+        # The defaults the lyapunov deployer uses: the paper's fixed weights.
         prior_gpu, prior_cpu = default_alphas(ctx.services, ctx.slot_s)
-        table = Table("LM", "mode", "prompts done", "busy s", "alpha (est.)", "alpha (profile)")
+        table = Table("LM", "mode", "prompts done", "busy s", "alpha (est.)", "alpha (paper)")
         for lm in ctx.lm_names:
             for mode, est, prior in (
                 ("gpu", rates.alpha_gpu, prior_gpu),

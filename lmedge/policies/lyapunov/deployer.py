@@ -33,6 +33,7 @@ from lmedge.api import (
     ClusterContext,
     Decision,
     LMPlacement,
+    LMServiceSpec,
     Mode,
     NodeInfo,
     NodeObservation,
@@ -44,8 +45,32 @@ from lmedge.api import (
 from lmedge.policies.lyapunov.params import PluginParams, parse_params
 
 NAME = "lyapunov"
-#: The paper's slot length (s); with it the default alphas are the paper's calibrated ones.
+#: The paper's slot length (s), the unit of its alphas (prompts per slot).
 PAPER_SLOT_S = 30.0
+
+#: The paper's calibrated service-rate weights (§VI), (alpha_gpu, alpha_cpu) per
+#: model, keyed by the model id's last path segment, lower-cased. They are
+#: policy parameters, fixed during the benchmark, not the emulator's physics.
+PAPER_ALPHAS: dict[str, tuple[float, float]] = {
+    "gpt2": (5.80, 3.68),  # LM1
+    "gpt2-large": (7.20, 1.00),  # LM2
+    "blip-image-captioning-base": (5.61, 0.0),  # LM3
+    "stable-diffusion-v1-5": (3.02, 0.0),  # LM4
+}
+#: The paper's model whose weights stand in for an unknown model of a modality:
+#: text outputs and audio behave like the small text model, images like BLIP
+#: (image in, text out) or Stable Diffusion (image out).
+MODALITY_CLASS: dict[str, str] = {
+    "text-to-text": "gpt2",
+    "audio-to-text": "gpt2",
+    "text-to-audio": "gpt2",
+    "image-to-text": "blip-image-captioning-base",
+    "text-to-image": "stable-diffusion-v1-5",
+    "image-to-image": "stable-diffusion-v1-5",
+}
+#: alpha_cpu of an unknown cpu-or-gpu model whose modality class has none: the
+#: paper's smallest positive CPU weight (GPT-2-large's), the cautious choice.
+FALLBACK_ALPHA_CPU = 1.00
 
 
 class LyapunovParams(PluginParams):
@@ -59,11 +84,18 @@ class LyapunovParams(PluginParams):
     kappa: float = Field(default=1.0, ge=0, description="Backlog weight of the churn cost.")
     alpha_gpu: dict[str, float] = Field(
         default_factory=dict,
-        description="Prompts per slot on GPU per LM; default slot_s / gpuSecondsPerPrompt.",
+        description="Prompts per slot on GPU per LM name; overrides `alpha_default`.",
     )
     alpha_cpu: dict[str, float] = Field(
         default_factory=dict,
-        description="Prompts per slot on CPU per LM; default slot_s / cpuSecondsPerPrompt.",
+        description="Prompts per slot on CPU per LM name; overrides `alpha_default`.",
+    )
+    alpha_default: Literal["paper", "profile"] = Field(
+        default="paper",
+        description=(
+            "alpha of an LM not in alpha_gpu/alpha_cpu: the paper's fixed weights (by model, "
+            "else by modality class), or slot_s / secondsPerPrompt from the LM's profile."
+        ),
     )
     cpu_contention: float = Field(
         default=0.25, ge=0, description="gamma of f(eta) = 1/(1 + gamma eta) for CPU and memory."
@@ -106,10 +138,30 @@ def contention(eta: float, gamma: float) -> float:
     return 1.0 / (1.0 + gamma * eta)
 
 
-def default_alphas(
+def model_key(model: str) -> str:
+    """`PAPER_ALPHAS` key of a model id: `org/Stable-Diffusion-v1-5` -> `stable-diffusion-v1-5`."""
+    return model.rsplit("/", 1)[-1].lower()
+
+
+def paper_alpha(spec: LMServiceSpec) -> tuple[float, float]:
+    """(alpha_gpu, alpha_cpu) of one LM under the paper's fixed weights.
+
+    The paper's four models get their calibrated weights; any other model the
+    weights of the paper's model of its modality class (`MODALITY_CLASS`), with
+    alpha_cpu = 0 for a gpu-only LM and `FALLBACK_ALPHA_CPU` for a cpu-or-gpu
+    LM whose class has no CPU weight.
+    """
+    key = model_key(spec.model)
+    gpu, cpu = PAPER_ALPHAS.get(key) or PAPER_ALPHAS[MODALITY_CLASS[spec.modality]]
+    if spec.runs_on != "cpu-or-gpu":
+        return gpu, 0.0
+    return gpu, cpu if cpu > 0 else FALLBACK_ALPHA_CPU
+
+
+def profile_alphas(
     services: Sequence[ServiceInfo], slot_s: float = PAPER_SLOT_S
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """alpha per LM from the profile: prompts one busy instance completes per slot."""
+    """alpha per LM from the profile: prompts one uncontended instance completes per slot."""
     gpu = {s.name: slot_s / s.spec.profile.gpu_seconds_per_prompt for s in services}
     cpu = {
         s.name: (
@@ -120,6 +172,27 @@ def default_alphas(
         for s in services
     }
     return gpu, cpu
+
+
+def default_alphas(
+    services: Sequence[ServiceInfo],
+    slot_s: float = PAPER_SLOT_S,
+    source: Literal["paper", "profile"] = "paper",
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(alpha_gpu, alpha_cpu) per LM name before any per-LM override.
+
+    `paper` (the default): the paper's fixed weights (`paper_alpha`), given in
+    prompts per 30-s slot and rescaled to `slot_s` (unchanged at 30 s).
+    `profile`: `profile_alphas(services, slot_s)`.
+    """
+    if source == "profile":
+        return profile_alphas(services, slot_s)
+    scale = slot_s / PAPER_SLOT_S
+    pairs = {s.name: paper_alpha(s.spec) for s in services}
+    return (
+        {n: g * scale for n, (g, _) in pairs.items()},
+        {n: c * scale for n, (_, c) in pairs.items()},
+    )
 
 
 class LyapunovDeployer:
@@ -189,7 +262,7 @@ class _Scorer:
     def __init__(self, params: LyapunovParams, obs: NodeObservation) -> None:
         self.p = params
         spec = obs.node.spec
-        gpu_default, cpu_default = default_alphas(obs.services, obs.slot_s)
+        gpu_default, cpu_default = default_alphas(obs.services, obs.slot_s, params.alpha_default)
         names = [s.name for s in obs.services]
         self.alpha_gpu = [params.alpha_gpu.get(n, gpu_default[n]) for n in names]
         self.alpha_cpu = [params.alpha_cpu.get(n, cpu_default[n]) for n in names]

@@ -19,6 +19,7 @@ from lmedge.api import (
 )
 from lmedge.errors import ConfigError
 from lmedge.policies.lyapunov import LyapunovParams, build, default_alphas
+from lmedge.policies.lyapunov.deployer import _Scorer, paper_alpha
 from tests.unit.policies.lyapunov.scenario import node_obs, paper_testbed
 
 
@@ -28,8 +29,66 @@ def modes(p: Placement) -> dict[str, str]:
 
 def test_default_alphas_are_the_papers_calibrated_weights() -> None:
     gpu, cpu = default_alphas(paper_testbed().services, 30.0)
-    assert [round(gpu[f"lm{i}"], 2) for i in range(1, 5)] == [5.80, 7.19, 5.61, 3.02]
-    assert [round(cpu[f"lm{i}"], 2) for i in range(1, 5)] == [3.68, 1.00, 0.0, 0.0]
+    assert [gpu[f"lm{i}"] for i in range(1, 5)] == [5.80, 7.20, 5.61, 3.02]
+    assert [cpu[f"lm{i}"] for i in range(1, 5)] == [3.68, 1.00, 0.0, 0.0]
+
+
+def test_default_alphas_do_not_follow_the_service_times() -> None:
+    """alpha is a policy parameter: changing the physical profile leaves it alone."""
+    ctx = paper_testbed()
+    faster = [
+        s.model_copy(
+            update={
+                "spec": s.spec.model_copy(
+                    update={
+                        "profile": s.spec.profile.model_copy(
+                            update={"gpu_seconds_per_prompt": 0.1}
+                        )
+                    }
+                )
+            }
+        )
+        for s in ctx.services
+    ]
+    assert default_alphas(faster, 30.0) == default_alphas(ctx.services, 30.0)
+    gpu, _ = default_alphas(faster, 30.0, "profile")
+    assert gpu == {f"lm{i}": pytest.approx(300.0) for i in range(1, 5)}
+
+
+def test_paper_alphas_rescale_to_the_slot_length() -> None:
+    gpu, cpu = default_alphas(paper_testbed().services, 15.0)
+    assert gpu["lm4"] == pytest.approx(1.51) and cpu["lm1"] == pytest.approx(1.84)
+
+
+@pytest.mark.parametrize(
+    ("model", "modality", "runs_on", "expected"),
+    [
+        ("openai-community/GPT2-Large", "text-to-text", "cpu-or-gpu", (7.20, 1.00)),
+        ("runwayml/stable-diffusion-v1-5", "text-to-image", "gpu-only", (3.02, 0.0)),
+        ("tinyllama", "text-to-text", "cpu-or-gpu", (5.80, 3.68)),
+        ("tinyllama", "text-to-text", "gpu-only", (5.80, 0.0)),
+        ("llava", "image-to-text", "gpu-only", (5.61, 0.0)),
+        ("llava", "image-to-text", "cpu-or-gpu", (5.61, 1.00)),
+        ("sdxl-turbo", "image-to-image", "gpu-only", (3.02, 0.0)),
+        ("whisper", "audio-to-text", "cpu-or-gpu", (5.80, 3.68)),
+    ],
+)
+def test_paper_alpha_of_other_models_follows_their_modality_class(
+    model: str, modality: str, runs_on: str, expected: tuple[float, float]
+) -> None:
+    base = paper_testbed().service("lm1").spec
+    spec = base.model_copy(update={"model": model, "modality": modality, "runs_on": runs_on})
+    assert paper_alpha(spec) == expected
+
+
+def test_alpha_overrides_by_lm_name_win_over_the_default() -> None:
+    params = LyapunovParams(alpha_gpu={"lm4": 9.0})
+    obs = node_obs("worker-2", {"lm1": 1, "lm4": 1})
+    # The override replaces lm4's weight only; the others keep the paper's.
+    scorer = _Scorer(params, obs)
+    names = [s.name for s in obs.services]
+    assert scorer.alpha_gpu[names.index("lm4")] == 9.0
+    assert scorer.alpha_gpu[names.index("lm1")] == 5.80
 
 
 ACTION = {"utilization": "action"}
