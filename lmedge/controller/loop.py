@@ -10,11 +10,15 @@ slot t (length `ClusterContext.slot_s`):
    with `check_macro_policy`, replaced by the random baseline when invalid;
 3. the router; validated with `check_routing_map`, replaced by local routing;
    the map is published;
-4. one deployer per worker node, given its role intent; validated with
-   `check_placement`, mapped to `nearest_feasible` (outcome `replaced`,
-   violations kept; LMs in the role intent, then those with the most
-   backlog, are the last switched off), else a feasible fallback; then
-   actuated;
+4. once routing is done (paper Fig. 4, T2.7), one deployer per worker node,
+   given its role intent and its node state with the backlog the routing map
+   just created: `NodeState.backlog` is the snapshot's queue plus the prompts
+   routed to the node this slot, per serving LM (`routed_backlog`), so a
+   deployer never switches off an LM that the router has just sent work to
+   for want of seeing it. Validated with `check_placement`, mapped to
+   `nearest_feasible` (outcome `replaced`, violations kept; LMs in the role
+   intent, then those with the most backlog, are the last switched off),
+   else a feasible fallback; then actuated;
 5. the clock advances to the slot end (the emulator runs its events); the
    finished requests are drained, queued for the store with the slot's
    decisions and telemetry (sent as a few batch inserts every `store_every`
@@ -237,7 +241,7 @@ class ControlLoop:
         decisions.append(d_route)
         self.backend.publish_routing(slot, d_route.value)
         self._count_off_role(d_route.value, arrivals)
-        d_places = self._deploy(epoch, slot, snapshot)
+        d_places = self._deploy(epoch, slot, routed_backlog(snapshot, d_route.value, arrivals))
         timing.deployers_s = sum(d.latency_s for d in d_places)
         decisions.extend(d_places)
         timing.decide_s = time.perf_counter() - started
@@ -538,6 +542,39 @@ class ControlLoop:
             return ranked
         half = MEMORY_CASES // 2
         return ranked[:half] + ranked[-(MEMORY_CASES - half) :]
+
+
+def routed_backlog(
+    snapshot: Snapshot, routing: RoutingMap, arrivals: Sequence[Arrival]
+) -> Snapshot:
+    """`snapshot` with this slot's routed prompts added to each destination's backlog.
+
+    The deployers decide after the router (paper Fig. 4, T2.7), so what they
+    must keep serving is the queue at the slot start plus what the routing map
+    has just sent there; counted per serving LM (a request class counts as the
+    model its route names). Routes to a node the snapshot lacks are ignored
+    (that node has no deployer observation to update).
+    """
+    routes = {(r.origin, r.lm): r for r in routing.routes}
+    added: dict[str, dict[str, int]] = {}
+    for a in arrivals:
+        route = routes.get((a.origin, a.lm))
+        if route is None or a.requests <= 0 or a.prompts <= 0:
+            continue
+        per = added.setdefault(route.destination, {})
+        per[route.serving_lm] = per.get(route.serving_lm, 0) + a.prompts
+    if not added:
+        return snapshot
+    nodes = []
+    for n in snapshot.nodes:
+        extra = added.get(n.name)
+        if extra:
+            backlog = dict(n.backlog)
+            for lm, k in extra.items():
+                backlog[lm] = backlog.get(lm, 0) + k
+            n = n.model_copy(update={"backlog": backlog})
+        nodes.append(n)
+    return snapshot.model_copy(update={"nodes": nodes})
 
 
 def _priority(role: list[str], state: NodeState | None) -> dict[str, float]:

@@ -4,12 +4,15 @@ On one node, every slot:
 
 1. While a pod on the node is still starting (the pending rule would void
    any resource-adding action), keep the running set unchanged.
-2. Wanted LMs: those in the node's role, running LMs that still have
-   backlog, and (only when the node has no role at all) any LM with backlog;
-   ordered by (has backlog, in role, already running, backlog x service
-   time). Other running LMs are switched off to free resources. An off-role
-   LM is not started for requests that arrive anyway: those are load the
-   scheduler shed (rules/scheduler.py).
+2. Wanted LMs: those in the node's role and every LM with backlog (the
+   loop's backlog includes the prompts routed here this slot), ordered by
+   (has backlog, in role, already running, backlog x service time). Other
+   running LMs are switched off to free resources. An LM with queued work
+   is never switched off and is started when it is not running, even off
+   its role: a queue at a node where its LM never runs again would only
+   time out (a stranded request). It stays off only when it does not fit
+   beside LMs with more claim (backlog first), and then is wanted again
+   next slot.
 3. A running LM keeps its mode, cores and vGPUs (a resize restarts the pod).
 4. Each LM that is not running starts in its planned mode
    (capacity.planned_mode: GPU-only LMs and LM2-like text LMs on GPU, LM1-like
@@ -63,9 +66,7 @@ def rule_placement(obs: NodeObservation) -> Placement:
         return Placement(node=node.name, lms=[kept.get(s.name, _off(s.name)) for s in obs.services])
     backlog = {lm: state.backlog.get(lm, 0) for lm in services}
     roles = set(obs.roles)
-    wanted = [
-        lm for lm in services if lm in roles or (backlog[lm] > 0 and (lm in running or not roles))
-    ]
+    wanted = [lm for lm in services if lm in roles or backlog[lm] > 0]
     wanted.sort(
         key=lambda lm: (
             backlog[lm] > 0,

@@ -19,9 +19,10 @@ shown to the LLM):
    (capacity.planned_mode) and a GPU-planned text LM also CPU chunks where it
    holds no vGPU; its first unit on a node fixes its mode there. Ties prefer
    nodes where the LM already had its role (no needless churn between
-   epochs), then nodes already hosting it, then manifest order.
-   An LM is kept off one of its feasible nodes (when it has two or more):
-   that node is where the scheduler sheds load the LM cannot serve in time.
+   epochs), then nodes already hosting it, then manifest order. Every
+   feasible node is open to every LM: no node is held back as a place to
+   shed load (admission refuses what cannot be served, it does not park it
+   on an unplanned node), so no capacity is left idle.
 3. Routing weights p_i,n = capacity_i,n / capacity_i; roles = the LMs given
    units on the node.
 
@@ -60,8 +61,6 @@ class _NodeBudget:
     vram_free: float
     lms: dict[str, float] = field(default_factory=dict)  # lm -> vGPUs or cores held
     modes: dict[str, str] = field(default_factory=dict)  # lm -> "gpu" or "cpu"
-    hosts: dict[str, int] = field(default_factory=dict)  # lm -> nodes hosting it (shared)
-    max_hosts: dict[str, int] = field(default_factory=dict)  # lm -> most nodes (shared)
 
 
 @dataclass
@@ -119,10 +118,6 @@ def plan_macro(
                 vram_free=s.total_vram_gib,
             )
         )
-    hosts: dict[str, int] = {}
-    max_hosts = {lm: max(1, len(ctx.feasible_nodes(lm)) - 1) for lm in ctx.lm_names}
-    for b in budgets:
-        b.hosts, b.max_hosts = hosts, max_hosts
     prev_roles = previous.role_map() if previous else {}
     cap: dict[str, float] = dict.fromkeys(d, 0.0)
     cap_at: dict[str, dict[str, float]] = {lm: {} for lm in d}
@@ -189,8 +184,7 @@ def _marginal(ctx: ClusterContext, lm: str, b: _NodeBudget, kind: str) -> float:
     node = ctx.node(b.name).spec
     held = b.lms.get(lm)
     if held is None and (
-        b.hosts.get(lm, 0) >= b.max_hosts[lm]
-        or svc.deployment_memory_gib > b.mem_free + 1e-9
+        svc.deployment_memory_gib > b.mem_free + 1e-9
         or (kind == "gpu" and svc.min_vram_gib > b.vram_free + 1e-9)
     ):
         return 0.0
@@ -234,7 +228,6 @@ def _best_unit(
 def _take(ctx: ClusterContext, lm: str, b: _NodeBudget, kind: str) -> None:
     svc = ctx.service(lm).spec
     if lm not in b.lms:
-        b.hosts[lm] = b.hosts.get(lm, 0) + 1
         b.modes[lm] = kind
         b.mem_free -= svc.deployment_memory_gib
         if kind == "gpu":

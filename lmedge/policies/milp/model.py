@@ -36,6 +36,7 @@ from scipy.sparse import coo_matrix
 
 from lmedge.api import LMPlacement, Mode, Placement, SlotObservation
 from lmedge.policies.milp.estimates import COLD_START_S, modes_on, service_s, transfer_s
+from lmedge.policies.milp.greedy import greedy_slot
 
 TANGENTS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
@@ -57,6 +58,8 @@ class Solution:
     status: str
     objective: float | None = None
     variables: int = 0
+    #: "milp" (HiGHS optimum or incumbent) or "greedy" (no incumbent in the time limit).
+    source: str = "milp"
 
 
 @dataclass
@@ -180,7 +183,10 @@ def solve_slot(obs: SlotObservation, w: SurrogateWeights) -> Solution:
                 choice.append((col, 1.0))
                 rows.add([(col, 1.0), (y[(n, i, m)], -1.0)], -np.inf, 0.0)
                 load.setdefault((n, i, m), []).append((col, float(k)))
-        rows.add(choice, 1.0, 1.0)
+        if choice:
+            rows.add(choice, 1.0, 1.0)
+        # else: no allowed mode anywhere (a text LM on CPU-only nodes with cpu_modes off):
+        # the batch is left to the router's nearest-node fallback.
     for (_n, i, m), terms in load.items():
         per = service_s(ctx, i, m)
         wc = v.add(delay_scale, 0.0, np.inf, False)
@@ -217,12 +223,22 @@ def solve_slot(obs: SlotObservation, w: SurrogateWeights) -> Solution:
         options={"time_limit": w.time_limit_s, "disp": False, "mip_rel_gap": w.mip_gap},
     )
     if res.x is None:
-        return Solution({}, {}, status=f"no incumbent ({res.message})", variables=len(v.cost))
+        # No feasible point in the time limit: a greedy plan, never "keep what runs"
+        # (on a cold cluster that is nothing, and nothing would ever be served).
+        dest_g, placements_g = greedy_slot(obs, w.cpu_modes)
+        return Solution(
+            dest_g,
+            placements_g,
+            status=f"solver time limit, no incumbent ({res.message}): greedy plan",
+            variables=len(v.cost),
+            source="greedy",
+        )
     x = res.x
     dest: dict[tuple[str, str], str] = {}
     for b, (o, i, _) in enumerate(batches):
         picks = [(x[c], n) for (bb, n, _m), c in u.items() if bb == b]
-        dest[(o, i)] = max(picks)[1]
+        if picks:
+            dest[(o, i)] = max(picks)[1]
     placements = {}
     for n in workers:
         lms_out = []

@@ -9,10 +9,13 @@ slot's placements into the plan; a node's deployer returns the placement
 solved for its node *in that slot*. The loop calls the router before the
 deployers in every slot (paper Fig. 4), which is what makes this work.
 
-If the deployer is asked about a slot the router did not solve (it had no
-plan, or the solver found no incumbent in its time limit), it keeps the
-node's running instances — the safe "no change" action. A `milp` deployer
-built without a `milp` router for the same context is a configuration error.
+When HiGHS finds no incumbent in its time limit the slot gets the greedy
+plan of `greedy.py` instead, and both the router's and the deployers'
+decisions say so (`source="fallback"`, the solver status in `error`). If a
+deployer is asked about a slot the router did not solve at all (the router
+failed), it keeps the node's running instances — the safe "no change"
+action. A `milp` deployer built without a `milp` router for the same context
+is a configuration error.
 """
 
 from __future__ import annotations
@@ -58,7 +61,11 @@ class MilpParams(PluginParams):
         default=0.05, ge=0, lt=1, description="Relative MIP gap at which HiGHS stops."
     )
     cpu_modes: bool = Field(
-        default=True, description="Allow CPU activations (the paper's MILP is GPU-backed only)."
+        default=False,
+        description=(
+            "Allow CPU activations. Off by default: the paper's MILP solves for "
+            '"a feasible GPU-backed LM activation configuration" (§VI).'
+        ),
     )
 
 
@@ -110,12 +117,13 @@ class MilpRouter:
                 continue
             dest = sol.destinations.get((a.origin, a.lm)) or self._nearest(a.origin, a.lm)
             routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
+        greedy = sol.source == "greedy"
         return Decision[RoutingMap](
             agent="scheduler",
             policy=NAME,
-            source="rule",
+            source="fallback" if greedy else "rule",
             value=RoutingMap(routes=routes),
-            error=None if sol.destinations or not routes else sol.status,
+            error=sol.status if greedy or not (sol.destinations or not routes) else None,
         )
 
     def _nearest(self, origin: str, lm: str) -> str:
@@ -135,11 +143,20 @@ class MilpDeployer:
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
         node = obs.node.name
-        placement = self.plan.placements.get(node) if self.plan.slot == obs.slot else None
+        solved = self.plan.slot == obs.slot
+        placement = self.plan.placements.get(node) if solved else None
+        greedy = solved and self.plan.last is not None and self.plan.last.source == "greedy"
+        error = self.plan.last.status if greedy and self.plan.last is not None else None
         if placement is None:
             placement = _running(obs)
+            error = f"no MILP plan for slot {obs.slot}: kept the running instances"
         return Decision[Placement](
-            agent="deployer", policy=NAME, source="rule", value=placement, node=node
+            agent="deployer",
+            policy=NAME,
+            source="fallback" if error else "rule",
+            value=placement,
+            node=node,
+            error=error,
         )
 
 

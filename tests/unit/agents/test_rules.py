@@ -47,7 +47,7 @@ def _metrics(ratios: dict[str, float]) -> EpochMetrics:
 
 
 @pytest.mark.parametrize("name", ["testbed", "large"])
-def test_planner_policy_is_feasible_and_leaves_a_shedding_node(
+def test_planner_policy_is_feasible_and_uses_every_worker(
     name: str, request: pytest.FixtureRequest
 ) -> None:
     scenario: Scenario = request.getfixturevalue(name)
@@ -56,11 +56,20 @@ def test_planner_policy_is_feasible_and_leaves_a_shedding_node(
     assert check_macro_policy(policy, ctx) == []
     roles = policy.role_map()
     for lm in ctx.lm_names:
-        feasible = ctx.feasible_nodes(lm)
-        hosting = [n for n in feasible if lm in roles.get(n, [])]
-        assert hosting, f"{lm} has no node"
-        if len(feasible) > 1:
-            assert len(hosting) < len(feasible), f"{lm} has no node to shed load to"
+        assert any(lm in roles.get(n, []) for n in ctx.feasible_nodes(lm)), f"{lm} has no node"
+    idle = [n.name for n in ctx.workers if not roles.get(n.name)]
+    assert idle == [], "no worker is left without a role"
+
+
+@pytest.mark.parametrize("lm", ["lm1", "lm2", "lm3", "lm4"])
+def test_planner_keeps_no_node_back_as_a_shedding_sink(ctx: ClusterContext, lm: str) -> None:
+    # With one LM alone on the cluster, it may take every node it can run on.
+    alone = ClusterContext.model_validate(
+        ctx.model_dump() | {"services": [ctx.service(lm).model_dump()]}
+    )
+    roles = plan_macro(alone, {lm: 100}, {}).role_map()
+    hosting = [n for n in alone.feasible_nodes(lm) if lm in roles.get(n, [])]
+    assert hosting == alone.feasible_nodes(lm)
 
 
 def test_planner_runs_lm1_on_cores_and_keeps_vgpus_for_the_rest(ctx: ClusterContext) -> None:
@@ -193,13 +202,20 @@ def test_deployer_keeps_running_pods_and_waits_while_pending(ctx: ClusterContext
     assert list(rule_placement(obs).active()) == ["lm4"]
 
 
-def test_deployer_ignores_shed_load_but_serves_leftover_backlog(ctx: ClusterContext) -> None:
+def test_deployer_serves_every_queue_even_off_role(ctx: ClusterContext) -> None:
     left = InstanceState(lm="lm2", mode="gpu", cpu_cores=2, vgpus=1, status="ready")
     state = NodeState(name="worker-3", backlog={"lm3": 9, "lm2": 4}, instances=[left])
     active = rule_placement(_node_obs(ctx, "worker-3", ["lm4"], state)).active()
-    assert "lm3" not in active, "shed requests are not served off-role"
+    assert "lm3" in active, "queued off-role work is started, not stranded"
     assert "lm2" in active, "a running LM with backlog keeps running"
-    assert "lm4" in active
+    assert "lm4" not in active, "the idle role LM yields the last vGPU to queued work"
+
+
+def test_deployer_keeps_an_off_role_lm_with_backlog(ctx: ClusterContext) -> None:
+    running = InstanceState(lm="lm1", mode="cpu", cpu_cores=8, vgpus=0, status="ready")
+    state = NodeState(name="worker-1", backlog={"lm1": 3}, instances=[running])
+    active = rule_placement(_node_obs(ctx, "worker-1", ["lm2"], state)).active()
+    assert "lm1" in active, "the router just sent lm1 work here: it must keep running"
 
 
 def test_rule_step_updates_boost(ctx: ClusterContext) -> None:

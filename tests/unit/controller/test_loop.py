@@ -405,3 +405,33 @@ def test_off_role_ratio_reaches_the_planner(ctx: ClusterContext) -> None:
 def test_off_role_ratio_is_zero_when_routes_follow_roles(ctx: ClusterContext) -> None:
     result, _ = run(ctx, plugins(ctx, router=RecordingRouter()), slots=3)
     assert result.epochs[0].off_role_ratio == 0.0
+
+
+class BacklogSeeingDeployer:
+    """Records the backlog each node's deployer is shown; keeps everything off."""
+
+    name = "backlog-seeing"
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict[str, int]] = {}
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]:
+        self.seen[obs.node.name] = dict(obs.state.backlog)
+        off = [LMPlacement(lm=s.name, mode="off", cpu_cores=0, vgpus=0) for s in obs.services]
+        return Decision[Placement](
+            agent="deployer",
+            policy=self.name,
+            source="rule",
+            value=Placement(node=obs.node.name, lms=off),
+            node=obs.node.name,
+        )
+
+
+def test_deployers_see_the_backlog_the_routing_just_created(ctx: ClusterContext) -> None:
+    # The router sends every set to worker-6 (2 prompts per origin and LM, six origins),
+    # and the backend's snapshot shows no queue: the deployers decide after routing
+    # (paper Fig. 4, T2.7), so worker-6's deployer must see those 12 prompts per LM.
+    deployer = BacklogSeeingDeployer()
+    run(ctx, plugins(ctx, router=SelfCoveringRouter(), deployer=deployer), slots=1)
+    assert deployer.seen["worker-6"] == dict.fromkeys(ctx.lm_names, 12)
+    assert all(not b for n, b in deployer.seen.items() if n != "worker-6")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lmedge.api import check_placement, check_routing_map
+from lmedge.api import ClusterContext, check_placement, check_routing_map
 from lmedge.errors import ConfigError
 from lmedge.policies.milp import build_deployer, build_router
 from tests.unit.policies.lyapunov.scenario import node_obs, paper_testbed, slot_obs
@@ -94,17 +94,59 @@ def test_a_tiny_time_limit_still_yields_a_feasible_routing() -> None:
     assert check_routing_map(decision.value, ctx, obs.arrivals) == []
 
 
-def test_gpu_only_mode_never_places_on_cpu() -> None:
+@pytest.mark.parametrize("params", [{}, {"cpu_modes": False}], ids=["default", "explicit"])
+def test_gpu_only_mode_never_places_on_cpu(params: dict[str, Any]) -> None:
     ctx = paper_testbed()
-    router = build_router(ctx, 0, {"cpu_modes": False})
+    router = build_router(ctx, 0, params)
     router.route(slot_obs(full_slot(2)))
     modes = {p.mode for pl in router.plan.placements.values() for p in pl.lms}
-    assert "cpu" not in modes
+    assert "cpu" not in modes, "the paper's MILP is GPU-backed only by default"
+
+
+def test_cpu_modes_parameter_allows_cpu_activations() -> None:
+    # Only the CPU node: text LMs can run there on cores alone.
+    full = paper_testbed()
+    ctx = ClusterContext(
+        nodes=[n for n in full.nodes if not n.spec.has_gpu], services=full.services
+    )
+    arrivals = [("worker-1", "lm1", 8), ("worker-1", "lm2", 4)]
+    router = build_router(ctx, 0, {"cpu_modes": True})
+    obs = slot_obs(arrivals, ctx=ctx)
+    decision = router.route(obs)
+    assert check_routing_map(decision.value, ctx, obs.arrivals) == []
+    active = router.plan.placements["worker-1"].active()
+    assert {lm: p.mode for lm, p in active.items()} == {"lm1": "cpu", "lm2": "cpu"}
+    gpu_only = build_router(ctx, 0, {})
+    decision = gpu_only.route(slot_obs(arrivals, ctx=ctx))
+    assert gpu_only.plan.placements["worker-1"].active() == {}
+    assert check_routing_map(decision.value, ctx, obs.arrivals) == []
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_solver_timeout_yields_a_greedy_plan_audited_as_such(seed: int) -> None:
+    ctx = paper_testbed()
+    router = build_router(ctx, 0, {"time_limit_s": 1e-6})  # no incumbent in 1 us
+    deployer = build_deployer(ctx, 0, {})
+    obs = slot_obs(full_slot(seed), {"worker-5": {"lm4": 30}}, {"worker-5": {"lm4": "gpu"}})
+    decision = router.route(obs)
+    assert decision.source == "fallback" and "greedy plan" in (decision.error or "")
+    assert check_routing_map(decision.value, ctx, obs.arrivals) == []
+    placements = {}
+    for n in ctx.workers:
+        running = {"lm4": "gpu"} if n.name == "worker-5" else None
+        nobs = node_obs(n.name, None, running, slot=obs.slot)
+        d = deployer.place(nobs)
+        assert d.source == "fallback" and "greedy plan" in (d.error or "")
+        assert check_placement(d.value, nobs.node, nobs.services) == []
+        placements[n.name] = d.value
+    # Every batch has a destination that hosts its LM: the cold cluster is served.
+    assert len(decision.value.routes) == len(obs.arrivals)
+    for r in decision.value.routes:
+        assert placements[r.destination].by_lm()[r.lm].mode == "gpu", r
+    assert placements["worker-5"].by_lm()["lm4"].mode == "gpu", "backlogged LM kept"
 
 
 def test_deployer_without_router_is_a_configuration_error() -> None:
-    from lmedge.api import ClusterContext
-
     other = ClusterContext(nodes=paper_testbed().nodes, services=paper_testbed().services)
     with pytest.raises(ConfigError, match="needs the milp router"):
         build_deployer(other, 0, {})
