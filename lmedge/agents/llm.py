@@ -12,9 +12,16 @@ LLM side and turns it into an `LLMReply`, never an exception:
   with an HTTP 400 naming the format is remembered (per base URL and model,
   process-wide) and asked with `{"type": "json_object"}` and the schema in
   the prompt from then on;
-- content: a reply that is not JSON or not the model is answered once with
-  the error (a *repair* turn) when time allows; so is a reply the caller's
-  `check` finds infeasible.
+- the response body: read as plain JSON, not through the SDK's models, which
+  hand back a `str` for an HTML page and `None` for `message: null`; a 200
+  that is not a chat completion counts as a failed call (retried like a 5xx),
+  and token counts that are not integers in [0, `MAX_TOKENS`] are estimated
+  instead of trusted;
+- content: the decision is extracted robustly (a UTF-8 BOM stripped, the
+  first fenced block or the first balanced JSON object taken from prose;
+  `NaN`/`Infinity` refused); a reply that holds no such object or not the
+  model is answered once with the error (a *repair* turn) when time allows;
+  so is a reply the caller's `check` finds infeasible.
 
 It does not decide what to do with a failed reply (the agents fall back) and
 it never sees user prompt text: callers pass rendered telemetry only.
@@ -23,6 +30,7 @@ it never sees user prompt text: callers pass rendered telemetry only.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import weakref
@@ -46,6 +54,15 @@ _NO_JSON_SCHEMA_LOCK = threading.Lock()
 #: First backoff after a transient failure, seconds; doubles per retry, and is
 #: never more than a quarter of what is left of the budget.
 BACKOFF_S = 0.2
+
+#: Largest token count taken from an endpoint's `usage`; anything above (or not
+#: an integer) is a bogus number and replaced by an estimate. Ten million is
+#: far beyond any context window yet small enough for every store and metric.
+MAX_TOKENS = 10_000_000
+
+#: Positions of `{` tried when looking for a JSON object inside prose: bounds
+#: the work on a long, JSON-less reply (each try is linear in the reply).
+MAX_OBJECT_STARTS = 64
 
 
 def forget_endpoint_capabilities() -> None:
@@ -82,13 +99,106 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def _strip_fences(text: str) -> str:
-    t = text.strip()
-    if t.startswith("```"):
-        t = t.split("\n", 1)[1] if "\n" in t else ""
-        if t.rstrip().endswith("```"):
-            t = t.rstrip()[:-3]
-    return t.strip()
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\r?\n(.*?)```", re.DOTALL)
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constants(name: str) -> Any:
+    # json.loads accepts NaN, Infinity and -Infinity, which are not JSON and
+    # would pass `ge`/`le` bounds as inf or fail every sum as NaN.
+    raise _NotFinite(f"{name} is not a JSON number")
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_no_constants)
+
+
+def extract_json(text: str) -> tuple[Any, str | None]:
+    """The JSON value an LLM reply holds, and None; or None and why there is none.
+
+    Tried in order: the whole reply (after a UTF-8 BOM and whitespace); each
+    fenced code block; the first balanced JSON object starting at one of the
+    first `MAX_OBJECT_STARTS` `{` characters. Models wrap JSON in prose or a
+    fence despite the instructions, and the object inside is what they meant.
+    """
+    t = text.lstrip("\ufeff").strip()
+    try:
+        return _loads(t), None
+    except _NotFinite as exc:
+        return None, str(exc)
+    except json.JSONDecodeError as exc:
+        first = f"{exc.msg} at char {exc.pos}"
+    for block in _FENCE.findall(t):
+        try:
+            return _loads(block.strip()), None
+        except _NotFinite as exc:
+            return None, str(exc)
+        except json.JSONDecodeError:
+            continue
+    decoder = json.JSONDecoder(parse_constant=_no_constants)
+    start = t.find("{")
+    for _ in range(MAX_OBJECT_STARTS):
+        if start < 0:
+            break
+        try:
+            value, _end = decoder.raw_decode(t, start)
+        except _NotFinite as exc:
+            return None, str(exc)
+        except json.JSONDecodeError:
+            start = t.find("{", start + 1)
+            continue
+        return value, None
+    return None, first
+
+
+def _token_count(value: Any) -> int | None:
+    """A usage count the endpoint reported, or None when it is not a plausible one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= MAX_TOKENS:
+        return value
+    return None
+
+
+class _BadBody(Exception):
+    """A 200 response that is not a chat completion (an HTML page, a list, ...)."""
+
+
+def _completion_content(body: Any) -> str | None:
+    """The first choice's text of a chat-completion body; None when it has none.
+
+    Raises `_BadBody` when the body is not a chat completion at all.
+    """
+    if not isinstance(body, dict) or "choices" not in body:
+        raise _BadBody("the response is not a chat completion")
+    choices = body["choices"]
+    if not isinstance(choices, list):
+        raise _BadBody("`choices` is not a list")
+    if not choices or not isinstance(choices[0], dict):
+        return None
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        return None
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # Content parts ({"type": "text", "text": ...}), as some servers answer.
+        texts = [p.get("text") for p in content if isinstance(p, dict)]
+        return "".join(t for t in texts if isinstance(t, str)) or None
+    return None
+
+
+def _usage(body: Any) -> tuple[int | None, int | None]:
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return None, None
+    return _token_count(usage.get("prompt_tokens")), _token_count(usage.get("completion_tokens"))
 
 
 def _describe_validation(exc: ValidationError) -> str:
@@ -186,6 +296,15 @@ class LLMClient:
                         backoff *= 2
                         continue
                 break
+            except _BadBody as exc:
+                reply.calls += 1
+                reply.error = f"LLM endpoint answered 200 without a chat completion: {exc}"
+                if retries_left > 0 and deadline - self._clock() > backoff * 2:
+                    retries_left -= 1
+                    time.sleep(min(backoff, (deadline - self._clock()) / 4))
+                    backoff *= 2
+                    continue
+                break
             except openai.OpenAIError as exc:
                 reply.calls += 1
                 reply.error = f"LLM call failed: {type(exc).__name__}: {exc}"
@@ -221,12 +340,10 @@ class LLMClient:
         if reply.raw is None or not reply.raw.strip():
             reply.error = "empty reply (refusal or no content)"
             return "Your reply was empty. Reply with the JSON object only."
-        text = _strip_fences(reply.raw)
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            reply.error = f"reply is not JSON: {exc.msg} at char {exc.pos}"
-            return f"Your reply is not valid JSON ({exc.msg}). Reply with the JSON object only."
+        data, problem = extract_json(reply.raw)
+        if problem is not None:
+            reply.error = f"reply is not JSON: {problem}"
+            return f"Your reply is not valid JSON ({problem}). Reply with the JSON object only."
         try:
             reply.value = model.model_validate(data)
         except ValidationError as exc:
@@ -254,7 +371,7 @@ class LLMClient:
         schema_name: str,
         mode: OutputMode,
         remaining_s: float,
-    ) -> tuple[str | None, tuple[int, int]]:
+    ) -> tuple[str | None, tuple[int | None, int | None]]:
         schema = strict_json_schema(model)
         response_format: dict[str, Any]
         if mode == "json_schema":
@@ -272,17 +389,20 @@ class LLMClient:
             )
             sent = [{"role": messages[0]["role"], "content": messages[0]["content"] + hint}]
             sent += messages[1:]
-        resp = self._client.chat.completions.create(  # type: ignore[call-overload]
+        raw = self._client.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
             model=self.settings.model,
             messages=sent,
             response_format=response_format,
             timeout=min(self.settings.timeout_s, remaining_s),
         )
-        content = resp.choices[0].message.content if resp.choices else None
-        usage = (0, 0)
-        if resp.usage is not None:
-            usage = (resp.usage.prompt_tokens or 0, resp.usage.completion_tokens or 0)
-        return content, usage
+        # The SDK builds its models without validation (a `str` for an HTML page,
+        # `message=None` kept as is): read the body as plain JSON and check each step.
+        try:
+            body = _loads(raw.http_response.text.lstrip("\ufeff"))
+        except ValueError as exc:
+            ctype = raw.http_response.headers.get("content-type", "no content type")
+            raise _BadBody(f"the body is not JSON ({ctype})") from exc
+        return _completion_content(body), _usage(body)
 
 
 def _msg(exc: openai.APIStatusError) -> str:

@@ -33,11 +33,20 @@ AgentName = Literal["planner", "scheduler", "deployer"]
 #: cheap one per slot (GPT-4); the time budgets keep every call inside a 30-s
 #: slot: the scheduler must answer before routing starts and the deployers
 #: after it (paper §V-D2 measured 2.7 s median / 4.5 s p95 for the scheduler).
+#: At an epoch boundary the planner runs first, in the same slot, so the three
+#: budgets add up: 9 + 12 + 6 = 27 s of a 30-s slot. (60 s x 2 used to stall the
+#: loop for two minutes there.) A planner that needs longer can be given more,
+#: but with a slot length known it is capped at `PLANNER_SLOT_SHARE` of it.
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "planner": {"model": "gpt-5", "timeout_s": 60.0, "budget_s": 120.0, "max_retries": 1},
+    "planner": {"model": "gpt-5", "timeout_s": 6.0, "budget_s": 9.0, "max_retries": 1},
     "scheduler": {"model": "gpt-4.1-mini", "timeout_s": 8.0, "budget_s": 12.0, "max_retries": 1},
     "deployer": {"model": "gpt-4.1-mini", "timeout_s": 4.0, "budget_s": 6.0, "max_retries": 1},
 }
+
+#: Share of a slot the planner may take at an epoch boundary when the slot
+#: length is known: what is left of the slot after the per-slot agents' default
+#: budgets (12 + 6 s of 30 s).
+PLANNER_SLOT_SHARE = 0.3
 
 _FIELDS = ("model", "base_url", "api_key", "api_key_file", "timeout_s", "budget_s", "max_retries")
 
@@ -96,9 +105,11 @@ def resolve_settings(
 ) -> LLMSettings:
     """Settings for one agent from params, then environment, then defaults.
 
-    With `slot_s`, the per-slot agents' budget is capped at half a slot and the
-    per-attempt timeout at the budget, so a slow endpoint can never push the
-    decision past the slot boundary (the deployers run after the scheduler).
+    With `slot_s`, the per-slot agents' budget is capped at half a slot, the
+    planner's at `PLANNER_SLOT_SHARE` of it, and the per-attempt timeout at the
+    budget, so a slow endpoint can never push a decision past the slot
+    boundary (the deployers run after the scheduler, which runs after the
+    planner at an epoch boundary).
     """
     params = params or {}
     env = os.environ if env is None else env
@@ -119,8 +130,9 @@ def resolve_settings(
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"LLM setting {agent}.{field}: {err['msg']}") from exc
-    if slot_s is not None and agent != "planner":
-        budget = min(s.budget_s, slot_s / 2)
+    if slot_s is not None:
+        share = PLANNER_SLOT_SHARE if agent == "planner" else 0.5
+        budget = min(s.budget_s, slot_s * share)
         s = s.model_copy(update={"budget_s": budget, "timeout_s": min(s.timeout_s, budget)})
     return s
 

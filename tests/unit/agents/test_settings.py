@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from lmedge.agents.core import check_params
-from lmedge.agents.settings import resolve_settings
+from lmedge.agents.settings import AgentName, resolve_settings
 from lmedge.errors import ConfigError
+
+AGENTS: tuple[AgentName, ...] = ("planner", "scheduler", "deployer")
 
 
 def test_unconfigured_by_default_and_empty_means_unset() -> None:
@@ -35,7 +37,19 @@ def test_per_slot_agents_fit_in_half_a_slot() -> None:
     env = {"LMEDGE_LLM_TIMEOUT_S": "60", "LMEDGE_LLM_BUDGET_S": "90"}
     s = resolve_settings("deployer", {}, env=env, slot_s=10)
     assert s.budget_s == 5 and s.timeout_s == 5
-    assert resolve_settings("planner", {}, env=env, slot_s=10).budget_s == 90
+    planner = resolve_settings("planner", {}, env=env, slot_s=10)
+    assert planner.budget_s == 3 and planner.timeout_s == 3
+
+
+@pytest.mark.parametrize("slot_s", [None, 30.0], ids=["defaults", "30-s-slot"])
+def test_an_epoch_boundary_fits_in_one_slot(slot_s: float | None) -> None:
+    # Planner, scheduler and deployers decide one after the other at an epoch
+    # boundary; their budgets together must leave room in a 30-s slot.
+    budgets = [resolve_settings(a, {}, env={}, slot_s=slot_s).budget_s for a in AGENTS]
+    assert sum(budgets) < 30
+    for a in AGENTS:
+        s = resolve_settings(a, {}, env={}, slot_s=slot_s)
+        assert s.timeout_s <= s.budget_s
 
 
 def test_key_file(tmp_path: Path) -> None:
