@@ -13,6 +13,12 @@ Definitions (paper Eq. 1-6, 10):
 - delta_q = 1 when the request was served by an active LM at its destination
   within its deadline. The component that writes a `RequestRecord` decides
   this; here a record with ``outcome == "success"`` *is* a success.
+- A request refused by admission control (``outcome == "rejected"``) is a
+  failure, delta_q = 0, and stays in A_i: refusing a request can never raise
+  a success ratio, Jain's index or the objective above what timing it out
+  would give (it only spares the capacity it would have used). It reached
+  no destination, so it is not an inactive-target conflict and is outside
+  the conflict statistics.
 - A_i requests of LM i, S_i successes, rho_i = S_i / A_i. "LM" is the
   record's `lm`: a request class when the workload generates classes several
   LMs serve (the serving LM is `model`, whose deadline applies), so fairness
@@ -36,7 +42,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from lmedge.api.base import WireModel
-from lmedge.api.decisions import Decision, Placement
+from lmedge.api.decisions import Decision
+from lmedge.api.interfaces import ActuationResult
 from lmedge.api.observations import ClusterContext, EpochMetrics, LMStats
 from lmedge.api.records import RequestRecord
 
@@ -56,6 +63,16 @@ def jain(ratios: Sequence[float]) -> float | None:
 
     None for an empty sequence, and for an all-zero one where the formula is
     0/0 (`fairness` decides what that means for the objective).
+def is_rejected(record: RequestRecord) -> bool:
+    """Refused at once by admission control (a failure that never reached a destination)."""
+    return record.outcome == "rejected"
+
+
+def share(part: int, whole: int) -> float | None:
+    """part / whole, None when whole is 0 (e.g. the rejected ratio of a window without requests)."""
+    return part / whole if whole else None
+
+
     """
     n = len(ratios)
     squares = sum(x * x for x in ratios)
@@ -163,11 +180,13 @@ def window_metrics(
         for lm in order
     ]
     conflicts = conflict_stats(
+    rejected: dict[str, int] = dict.fromkeys(order, 0)
         recs, tau_s=tau_s, deadlines=deadlines, cross_node_only=cross_node_only
     )
     if not recs:
         return EpochMetrics(
             per_lm=per_lm,
+        rejected[r.lm] += is_rejected(r)
             requests=0,
             successes=0,
             mean_latency_s=None,
@@ -181,6 +200,7 @@ def window_metrics(
     assert f_n is not None  # at least one LM had arrivals
     return EpochMetrics(
         per_lm=per_lm,
+            rejected=rejected[lm],
         requests=len(recs),
         successes=len(ok_latencies),
         mean_latency_s=sum(ok_latencies) / len(ok_latencies) if ok_latencies else None,
@@ -206,6 +226,7 @@ class SegmentMetrics(WireModel):
     windows: list[EpochMetrics]
     overall: EpochMetrics
     window_mean_jain: float | None
+        rejected=sum(rejected.values()),
     window_mean_latency_s: float | None
     window_mean_objective: float | None
 
@@ -298,7 +319,8 @@ class ConflictStats(WireModel):
     A conflict is a request that reached a destination where its LM was not
     active on arrival (`RequestRecord.conflict`). Like the paper, only
     cross-node requests (origin != destination) are considered unless
-    `scope` is `all`. Queue delay is `queue_s`, except that a timed-out
+    `scope` is `all`. Rejected requests reached no destination and are in
+    neither count. Queue delay is `queue_s`, except that a timed-out
     request counts its deadline tau, so unresolved conflicts carry their cost.
     """
 
@@ -323,7 +345,7 @@ def conflict_stats(
     delay_c: list[float] = []
     delay_n: list[float] = []
     for r in records:
-        if cross_node_only and r.origin == r.destination:
+        if is_rejected(r) or (cross_node_only and r.origin == r.destination):
             continue
         n += 1
         delay = r.queue_s if is_success(r) else _deadline(r.model or r.lm, tau_s, deadlines)
@@ -345,25 +367,33 @@ def conflict_stats(
 
 
 class LMReconfiguration(WireModel):
-    """Activation / deactivation events of one LM (or `*` for all LMs)."""
+    """Actuated activations, deactivations and resizes of one LM (or `*` for all LMs)."""
 
     lm: str
     activations: int = Field(ge=0)
     deactivations: int = Field(ge=0)
+    resizes: int = Field(default=0, ge=0)
     activations_per_100: float | None
     deactivations_per_100: float | None
+    resizes_per_100: float | None = None
 
 
 class ReconfigurationStats(WireModel):
-    """Deployment reconfiguration frequency (paper Table III).
+    """Deployment reconfiguration frequency (paper Table III), from what was actuated.
 
-    An event is an inactive-to-active (activation) or active-to-inactive
-    (deactivation) change of one LM between consecutive placements of the
-    same node; active means mode gpu or cpu, and an LM a placement omits is
-    off. Rates are per 100 node-slot decisions (all placements given, as the
-    paper divides by its 19,404 decisions, not its 19,374 transitions). A
-    gpu<->cpu switch is neither event. `set_change_ratio` is the share of
-    consecutive transitions whose active set changed.
+    Events are what the backend did, as its `ActuationResult` reports them,
+    not what the deployers decided: an activation is a pod started for an LM
+    that had none on the node (`started`), a deactivation a pod removed
+    (`stopped`), a resize a running pod replaced by one of another shape
+    (`resized`: mode, cores or vGPUs; a gpu<->cpu switch is one). A decided
+    change that was not carried out -- voided by the pending rule, refused
+    as a misfit, a repeat of what already runs -- is no event; the first
+    start of an LM on a cold node is one (a pod was started). Rates are per
+    100 node-slot decisions (one `ActuationResult` per placement given; the
+    paper divides by its 19,404 decisions). `transitions` counts the
+    decisions that changed anything on the node, `set_changes` those that
+    changed its active set (a start or a stop), and `set_change_ratio` =
+    set_changes / decisions.
     """
 
     decisions: int = Field(ge=0)
@@ -375,52 +405,48 @@ class ReconfigurationStats(WireModel):
 
 
 def reconfiguration_stats(
-    placements: Iterable[Placement], lms: Sequence[str] = ()
+    actuations: Iterable[ActuationResult], lms: Sequence[str] = ()
 ) -> ReconfigurationStats:
-    """Table III from the accepted placements in chronological order.
+    """Table III from the actuation results of the measured placements.
 
-    Placements of different nodes may be interleaved; they are grouped by
-    `Placement.node`, keeping the given order within a node. The first
-    placement of a node starts its sequence and is not an event. `lms` lists
-    LMs to report even with no events; others appear as they are seen.
+    `lms` lists LMs to report even with no events; others appear as they
+    are seen, in order of first event.
     """
-    last: dict[str, frozenset[str]] = {}
     on: dict[str, int] = defaultdict(int)
     off: dict[str, int] = defaultdict(int)
+    resized: dict[str, int] = defaultdict(int)
     seen: dict[str, None] = dict.fromkeys(lms)
     decisions = transitions = set_changes = 0
-    for p in placements:
+    for a in actuations:
         decisions += 1
-        active = frozenset(p.active())
-        for x in p.lms:
-            seen.setdefault(x.lm, None)
-        prev = last.get(p.node)
-        last[p.node] = active
-        if prev is None:
-            continue
-        transitions += 1
-        set_changes += active != prev
-        for lm in active - prev:
-            on[lm] += 1
-        for lm in prev - active:
-            off[lm] += 1
+        transitions += bool(a.started or a.stopped or a.resized)
+        set_changes += bool(a.started or a.stopped)
+        for events, counts in ((a.started, on), (a.stopped, off), (a.resized, resized)):
+            for lm in events:
+                seen.setdefault(lm, None)
+                counts[lm] += 1
 
-    def row(lm: str, a: int, d: int) -> LMReconfiguration:
+    def per100(n: int) -> float | None:
+        return 100.0 * n / decisions if decisions else None
+
+    def row(lm: str, a: int, d: int, r: int) -> LMReconfiguration:
         return LMReconfiguration(
             lm=lm,
             activations=a,
             deactivations=d,
-            activations_per_100=100.0 * a / decisions if decisions else None,
-            deactivations_per_100=100.0 * d / decisions if decisions else None,
+            resizes=r,
+            activations_per_100=per100(a),
+            deactivations_per_100=per100(d),
+            resizes_per_100=per100(r),
         )
 
     return ReconfigurationStats(
         decisions=decisions,
         transitions=transitions,
-        per_lm=[row(lm, on[lm], off[lm]) for lm in seen],
-        total=row("*", sum(on.values()), sum(off.values())),
+        per_lm=[row(lm, on[lm], off[lm], resized[lm]) for lm in seen],
+        total=row("*", sum(on.values()), sum(off.values()), sum(resized.values())),
         set_changes=set_changes,
-        set_change_ratio=set_changes / transitions if transitions else None,
+        set_change_ratio=set_changes / decisions if decisions else None,
     )
 
 

@@ -24,6 +24,7 @@ from lmedge.metrics import (
     metric_lms,
     reconfiguration_stats,
     segment_metrics,
+    share,
 )
 
 #: Decimals kept in summaries (6: sub-microsecond latencies, ratios to 1e-6).
@@ -71,9 +72,11 @@ def summarize(
         deadlines=deadlines,
     )
     o = seg.overall
+    bounds = lower_bounds(ctx, records, [s.lm for s in o.per_lm])
+    # Table III counts what was actuated (started / stopped / resized), not what was decided.
     measured = [
-        p
-        for p, slot in zip(result.placements, result.placement_slots, strict=True)
+        a
+        for a, slot in zip(result.actuations, result.placement_slots, strict=True)
         if slot < result.slots
     ]
     reconf = reconfiguration_stats(measured, ctx.lm_names)
@@ -94,7 +97,12 @@ def summarize(
         "success_ratio": o.successes / o.requests if o.requests else None,
         "requests": o.requests,
         "successes": o.successes,
-        "per_lm": [s.model_dump() for s in o.per_lm],
+        # refused by admission control: failures, part of `requests` (lmedge.metrics)
+        "rejected": o.rejected,
+        "rejected_ratio": share(o.rejected, o.requests),
+        "per_lm": [
+            {**s.model_dump(), "rejected_ratio": share(s.rejected, s.arrivals)} for s in o.per_lm
+        ],
         "window_slots": window_slots,
         "window_mean_jain": seg.window_mean_jain,
         "window_mean_latency_s": seg.window_mean_latency_s,
@@ -107,6 +115,8 @@ def summarize(
                 "mean_latency_s": w.mean_latency_s,
                 "objective": w.objective,
                 "success_ratio": w.successes / w.requests if w.requests else None,
+                "rejected": w.rejected,
+                "rejected_ratio": share(w.rejected, w.requests),
             }
             for i, w in enumerate(seg.windows)
         ],
@@ -115,6 +125,7 @@ def summarize(
             "decisions": reconf.decisions,
             "activations_per_100": reconf.total.activations_per_100,
             "deactivations_per_100": reconf.total.deactivations_per_100,
+            "resizes_per_100": reconf.total.resizes_per_100,
             "set_change_ratio": reconf.set_change_ratio,
             "per_lm": [r.model_dump() for r in reconf.per_lm],
         },

@@ -6,11 +6,15 @@ here are the ones measured against the real servers:
 
 * errors: pymongo errors become `StoreUnavailable` (the server did not answer:
   retry later) or `StoreError` (the server refused: retrying will not help);
-* idempotent batch insert: a duplicate `_id` means "already stored". MongoDB
-  and FerretDB report duplicates per document (code 11000) and insert the rest
-  of an unordered batch; MontyDB rolls the whole batch back with a raw
-  `sqlite3.IntegrityError`, so the embedded backend re-inserts only the
-  documents that are missing;
+* idempotent batch insert: a duplicate `_id` is "already stored" only when the
+  stored document has the same content (a replay after an outage); a
+  different document under a known `_id` is a *conflict*, returned in the
+  `InsertResult` and never stored over the first. MongoDB and FerretDB report
+  duplicates per document (code 11000) and insert the rest of an unordered
+  batch; the embedded backend looks the batch's `_id`s up by primary key
+  before inserting (`lmedge.store.montypatch.insert_new`). A document the
+  server refuses (a validator) or that cannot be encoded is returned as
+  refused; the rest of its batch is stored;
 * validators and TTL indexes: used where the server accepts them, detected by
   trying (FerretDB v1 answers `NotImplemented`, code 238; MontyDB ignores
   indexes altogether, so it has neither);
@@ -28,9 +32,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import bson.errors
 import montydb
 import montydb.errors
 import pymongo
+import pymongo.collection
 import pymongo.errors
 from pymongo import uri_parser
 
@@ -38,8 +44,10 @@ from lmedge.errors import StoreError, StoreUnavailable
 from lmedge.store.documents import CollectionSpec
 from lmedge.store.location import StoreLocation
 from lmedge.store.montypatch import apply as _apply_montydb_fix
+from lmedge.store.montypatch import insert_new as _insert_new
+from lmedge.store.outcomes import InsertResult, Rejected, same_record
 
-_apply_montydb_fix()
+_MONTYDB_PATCHED = _apply_montydb_fix()
 
 __all__ = ["Backend", "EmbeddedBackend", "MongoBackend", "open_backend"]
 
@@ -64,12 +72,31 @@ _MONGO_TIMEOUTS_MS = {
 }
 
 
+def _classify_duplicates(
+    docs: Sequence[Doc], stored: Mapping[Any, Mapping[str, Any]]
+) -> tuple[int, list[Rejected]]:
+    """Split documents whose `_id` is taken into replays and conflicts."""
+    duplicates, conflicts = 0, []
+    for doc in docs:
+        existing = stored.get(doc["_id"])
+        if existing is not None and same_record(existing, doc):
+            duplicates += 1
+        else:
+            conflicts.append(
+                Rejected(doc["_id"], "its _id is stored with different content", conflict=True)
+            )
+    return duplicates, conflicts
+
+
 class Backend(ABC):
     """A document database holding the lmedge collections."""
 
     kind: str
     #: Where the data is, for messages (never credentials).
     where: str
+    #: Which server *and database* (or directory) this is, never credentials:
+    #: what a spill file is keyed by, so it is replayed only into its own store.
+    identity: str
     validators: bool = False
     ttl: bool = False
 
@@ -78,8 +105,14 @@ class Backend(ABC):
         """Create collections, indexes and (where supported) validators and TTL."""
 
     @abstractmethod
-    def insert(self, collection: str, docs: Sequence[Doc]) -> int:
-        """Insert documents, skipping `_id`s already stored; return how many were new."""
+    def insert(self, collection: str, docs: Sequence[Doc]) -> InsertResult:
+        """Insert documents; an `_id` already stored is never overwritten.
+
+        Per-document problems (a conflict, a refusal, a document that cannot
+        be encoded) are in the result, and the rest of the batch is stored.
+        Raises `StoreUnavailable` when the server does not answer and
+        `StoreError` when it refuses the batch as a whole.
+        """
 
     @abstractmethod
     def find(
@@ -127,6 +160,8 @@ class MongoBackend(Backend):
         except (pymongo.errors.ConfigurationError, ValueError) as exc:
             raise StoreError(f"malformed MongoDB URI: {exc}") from exc
         self._db = self._client[parsed["database"] or "lmedge"]
+        hosts = ",".join(sorted(f"{h}:{p}" for h, p in parsed["nodelist"])) or location.uri
+        self.identity = f"mongodb://{hosts}/{self._db.name}"
         try:
             self._client.admin.command("ping")
         except pymongo.errors.PyMongoError as exc:
@@ -198,19 +233,45 @@ class MongoBackend(Backend):
             return False
         return True
 
-    def insert(self, collection: str, docs: Sequence[Doc]) -> int:
+    def insert(self, collection: str, docs: Sequence[Doc]) -> InsertResult:
         if not docs:
-            return 0
+            return InsertResult()
+        docs = list(docs)
+        coll = self._db[collection]
         with self._errors(f"an insert into {collection}"):
             try:
-                result = self._db[collection].insert_many(list(docs), ordered=False)
+                result = coll.insert_many(docs, ordered=False)
             except pymongo.errors.BulkWriteError as exc:
-                errors = exc.details.get("writeErrors", [])
-                others = [e for e in errors if e.get("code") != _DUPLICATE_KEY]
-                if others or exc.details.get("writeConcernErrors"):
+                if exc.details.get("writeConcernErrors"):
                     raise
-                return int(exc.details.get("nInserted", 0))
-            return len(result.inserted_ids)
+                return self._partial(coll, docs, exc.details)
+            except (bson.errors.InvalidDocument, OverflowError) as exc:
+                # Encoding failed client-side, maybe after part of the batch was
+                # sent: the caller retries document by document (replays are harmless).
+                raise StoreError(f"a document for {collection} cannot be encoded: {exc}") from exc
+            return InsertResult(inserted=len(result.inserted_ids))
+
+    def _partial(
+        self, coll: pymongo.collection.Collection[Doc], docs: list[Doc], details: Mapping[str, Any]
+    ) -> InsertResult:
+        """The per-document outcome of an unordered batch that had write errors."""
+        errors = details.get("writeErrors", [])
+        taken = [docs[e["index"]] for e in errors if e.get("code") == _DUPLICATE_KEY]
+        rejected = [
+            Rejected(docs[e["index"]]["_id"], f"refused by the server: {_short_msg(e)}")
+            for e in errors
+            if e.get("code") != _DUPLICATE_KEY
+        ]
+        stored: dict[Any, Doc] = {}
+        if taken:
+            ids = list({d["_id"] for d in taken})
+            stored = {d["_id"]: d for d in coll.find({"_id": {"$in": ids}})}
+        duplicates, conflicts = _classify_duplicates(taken, stored)
+        return InsertResult(
+            inserted=int(details.get("nInserted", 0)),
+            duplicates=duplicates,
+            rejected=(*conflicts, *rejected),
+        )
 
     def find(
         self,
@@ -272,6 +333,12 @@ class EmbeddedBackend(Backend):
             raise StoreError(f"{self.where} is a file, not a directory")
         if not path.exists() and not create:
             raise StoreError(f"no store at {path}: nothing has been recorded there yet")
+        if not _MONTYDB_PATCHED:
+            raise StoreError(
+                f"cannot open {self.where}: this montydb version is not the one lmedge "
+                "was written for (install montydb 2.5.x)"
+            )
+        self.identity = f"embedded://{path.resolve()}"
         try:
             if not (path / ".monty.storage").exists():
                 path.mkdir(parents=True, exist_ok=True)
@@ -296,27 +363,34 @@ class EmbeddedBackend(Backend):
         self.validators = False
         self.ttl = False
 
-    def insert(self, collection: str, docs: Sequence[Doc]) -> int:
-        unique = list({d["_id"]: d for d in reversed(docs)}.values())[::-1]
-        if not unique:
-            return 0
-        coll = self._db[collection]
+    def insert(self, collection: str, docs: Sequence[Doc]) -> InsertResult:
+        if not docs:
+            return InsertResult()
+        first: dict[Any, Doc] = {}
+        again: list[Doc] = []  # an `_id` seen earlier in this batch
+        for doc in docs:
+            if doc["_id"] in first:
+                again.append(doc)
+            else:
+                first[doc["_id"]] = doc
         with self._errors(f"an insert into {collection}"):
-            try:
-                coll.insert_many(unique, ordered=False)
-                return len(unique)
-            except (
-                sqlite3.IntegrityError,
-                montydb.errors.DuplicateKeyError,
-                montydb.errors.BulkWriteError,
-            ):
-                pass  # some `_id`s are stored already; the batch was rolled back
-            ids = [d["_id"] for d in unique]
-            present = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1})}
-            missing = [d for d in unique if d["_id"] not in present]
-            if missing:
-                coll.insert_many(missing, ordered=False)
-            return len(missing)
+            stored, unencodable = _insert_new(self._db[collection], list(first.values()))
+        refused = {doc_id for doc_id, _ in unencodable}
+        duplicates, conflicts = _classify_duplicates(
+            [d for d in first.values() if d["_id"] in stored], stored
+        )
+        # A repeat inside the batch is checked against what now holds its `_id`.
+        holders = {k: stored.get(k, d) for k, d in first.items() if k not in refused}
+        repeats, repeat_conflicts = _classify_duplicates(
+            [d for d in again if d["_id"] in holders], holders
+        )
+        rejected = [Rejected(doc_id, reason) for doc_id, reason in unencodable]
+        rejected += [Rejected(d["_id"], "cannot be encoded") for d in again if d["_id"] in refused]
+        return InsertResult(
+            inserted=len(first) - len(stored) - len(refused),
+            duplicates=duplicates + repeats,
+            rejected=(*conflicts, *repeat_conflicts, *rejected),
+        )
 
     def find(
         self,
@@ -394,6 +468,11 @@ def _order(value: Any) -> tuple[int, Any]:
     if isinstance(value, str):
         return (2, value)
     return (4, str(value))
+
+
+def _short_msg(error: Mapping[str, Any]) -> str:
+    """One write error of a bulk write, shortly (code and message)."""
+    return f"code {error.get('code')}: {str(error.get('errmsg', ''))[:200]}"
 
 
 def _short(exc: BaseException) -> str:

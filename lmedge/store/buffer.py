@@ -7,15 +7,24 @@ MongoDB server is briefly unreachable. Every write therefore goes through a
 Bound and overflow: at most `limit` documents wait in memory. Beyond that the
 oldest batches are appended to a spill file (one JSON line per document, in
 MongoDB extended JSON so dates and 64-bit integers survive) and replayed before
-the in-memory batches on the next flush. Nothing is dropped; the only loss is
-a spill file that cannot be written (disk full), which is logged and counted in
-`dropped`. A replay after a partial write is harmless because every document
-carries its `_id` from the start and the backends treat a duplicate `_id` as
-"already stored".
+the in-memory batches on the next flush. A replay after a partial write is
+harmless because every document carries its `_id` from the start and the
+backends take a duplicate `_id` with the same content as "already stored".
 
-Spill files are named `<prefix>.<pid>.jsonl` in the spill directory. A flush
-replays this process's files and those of processes that are no longer alive
-(claimed by an atomic rename, so two processes never replay the same file).
+What can be lost, each counted and logged as an error, never silently:
+
+* `dropped`: a spill file that cannot be written (read-only or full disk) or
+  a line of one that cannot be read back;
+* `refused`: documents the store refuses for good (a validator, a document
+  that cannot be encoded). A batch refused as a whole is retried one document
+  at a time, so only the bad documents are lost, never their neighbours;
+* `conflicts`: documents whose `_id` is already stored with other content.
+
+Spill files are named `<prefix>.<pid>.jsonl` in the spill directory; the
+prefix names the server *and* database, so a file is only ever replayed into
+the store it was written for. A flush replays this process's files and those
+of processes that are no longer alive (claimed by an atomic rename, so two
+processes never replay the same file).
 """
 
 from __future__ import annotations
@@ -32,16 +41,19 @@ from typing import Any
 from bson import json_util
 
 from lmedge.errors import StoreUnavailable
+from lmedge.store.outcomes import InsertResult, Rejected
 
 __all__ = ["BufferStats", "WriteBuffer"]
 
 log = logging.getLogger(__name__)
 
 Doc = dict[str, Any]
-Insert = Callable[[str, Sequence[Doc]], int]
+Insert = Callable[[str, Sequence[Doc]], InsertResult]
 
 #: Documents per insert when replaying a spill file.
 _REPLAY_BATCH = 500
+#: Rejected documents named in one log line (the count is always complete).
+_LOGGED_IDS = 3
 _JSON = json_util.JSONOptions(json_mode=json_util.JSONMode.RELAXED, tz_aware=True)
 
 
@@ -53,16 +65,34 @@ class BufferStats:
     pending: int
     #: Written to spill files over the buffer's lifetime.
     spilled: int
-    #: Re-inserted from spill files.
+    #: Read back from spill files and sent again.
     replayed: int
-    #: Lost: a spill file could not be written, or the server refused them for good.
-    dropped: int
+    #: Lost: a spill file could not be written, or one of its lines not read back.
+    dropped: int = 0
+    #: Lost: refused for good by the store (validator, cannot be encoded).
+    refused: int = 0
+    #: Lost: their `_id` is stored with other content.
+    conflicts: int = 0
+
+    @property
+    def lost(self) -> int:
+        """Documents that will never reach the store, for whatever reason."""
+        return self.dropped + self.refused + self.conflicts
 
 
 @dataclass
 class _Batch:
     collection: str
     docs: list[Doc]
+
+
+class _Interrupted(Exception):
+    """The server stopped answering inside a batch; `remaining` were not sent."""
+
+    def __init__(self, remaining: list[Doc], cause: StoreUnavailable) -> None:
+        super().__init__(str(cause))
+        self.remaining = remaining
+        self.cause = cause
 
 
 class WriteBuffer:
@@ -72,9 +102,10 @@ class WriteBuffer:
     (spill files, then memory) and stops at the first `StoreUnavailable`, keeping
     that batch and everything after it. Thread-safe: one flush at a time, and
     `add` may run concurrently with a flush (the batch in flight is outside the
-    bound for that moment). A batch the server refuses for good (any error but
-    `StoreUnavailable`) is dropped, counted and re-raised, so it cannot block
-    the batches behind it.
+    bound for that moment). A batch the store refuses as a whole (any error
+    but `StoreUnavailable`) is retried document by document; what is refused
+    for good is counted in `refused` and logged, and never blocks the batches
+    behind it. Only `StoreUnavailable` leaves `flush`.
     """
 
     def __init__(self, *, limit: int, spill_dir: Path, prefix: str) -> None:
@@ -88,6 +119,8 @@ class WriteBuffer:
         self._spilled = 0
         self._replayed = 0
         self._dropped = 0
+        self._refused = 0
+        self._conflicts = 0
         self._claims = 0
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -99,7 +132,14 @@ class WriteBuffer:
 
     def stats(self) -> BufferStats:
         with self._lock:
-            return BufferStats(self._pending, self._spilled, self._replayed, self._dropped)
+            return BufferStats(
+                self._pending,
+                self._spilled,
+                self._replayed,
+                self._dropped,
+                self._refused,
+                self._conflicts,
+            )
 
     def add(self, collection: str, docs: Sequence[Doc]) -> None:
         """Queue documents for `collection`; spill the oldest if over the bound."""
@@ -118,14 +158,18 @@ class WriteBuffer:
         return any(self._replayable())
 
     def flush(self, insert: Insert) -> int:
-        """Send everything that waits; return the number of documents sent.
+        """Send everything that waits; return the documents now in the store.
 
-        Raises `StoreUnavailable` (after requeueing) when the server stops answering.
+        Raises `StoreUnavailable` (after requeueing what was not sent) when the
+        server stops answering; nothing else.
         """
         sent = 0
         with self._flush_lock:
-            for path in self._replayable():
-                sent += self._replay(path, insert)
+            try:
+                for path in self._replayable():
+                    sent += self._replay(path, insert)
+            except _Interrupted as stop:
+                raise stop.cause from None
             while True:
                 with self._lock:
                     if not self._batches:
@@ -133,30 +177,71 @@ class WriteBuffer:
                     batch = self._batches.popleft()
                     self._pending -= len(batch.docs)
                 try:
-                    insert(batch.collection, batch.docs)
-                except StoreUnavailable:
+                    sent += self._send_batch(batch.collection, batch.docs, insert)
+                except _Interrupted as stop:
                     with self._lock:
-                        self._batches.appendleft(batch)
-                        self._pending += len(batch.docs)
+                        self._batches.appendleft(_Batch(batch.collection, stop.remaining))
+                        self._pending += len(stop.remaining)
                         self._enforce_bound()
-                    raise
-                except Exception:
-                    # Refused for good (e.g. a validator): retrying would wedge
-                    # every later write behind this batch, so it is dropped.
-                    with self._lock:
-                        self._dropped += len(batch.docs)
-                    log.error(
-                        "store buffer: %d documents for %s refused and dropped",
-                        len(batch.docs),
-                        batch.collection,
-                    )
-                    raise
-                sent += len(batch.docs)
+                    raise stop.cause from None
 
-    def spill_all(self) -> None:
-        """Move every in-memory batch to the spill file (at close, server down)."""
+    def spill_all(self) -> tuple[int, int]:
+        """Move every in-memory batch to the spill file (at close, server down).
+
+        Returns (documents spilled, documents lost because the file could not
+        be written).
+        """
         with self._lock:
+            spilled, dropped = self._spilled, self._dropped
             self._spill_while(lambda: bool(self._batches))
+            return self._spilled - spilled, self._dropped - dropped
+
+    def _send_batch(self, collection: str, docs: list[Doc], insert: Insert) -> int:
+        """Insert `docs`, isolating what the store refuses; documents now stored.
+
+        Raises `_Interrupted` with the documents not yet sent when the server
+        stops answering.
+        """
+        try:
+            result = insert(collection, docs)
+        except StoreUnavailable as exc:
+            raise _Interrupted(docs, exc) from exc
+        except Exception as exc:  # refused as a whole: find the bad documents
+            if len(docs) == 1:
+                reason = f"{type(exc).__name__}: {exc}"
+                self.account(collection, InsertResult(rejected=(Rejected(_id(docs[0]), reason),)))
+                return 0
+            stored = 0
+            for i, doc in enumerate(docs):
+                try:
+                    stored += self._send_batch(collection, [doc], insert)
+                except _Interrupted as stop:
+                    raise _Interrupted(docs[i:], stop.cause) from None
+            return stored
+        self.account(collection, result)
+        return result.inserted + result.duplicates
+
+    def account(self, collection: str, result: InsertResult) -> None:
+        """Count and log what a batch insert did not store."""
+        if not result.rejected:
+            return
+        conflicts = [r for r in result.rejected if r.conflict]
+        refused = [r for r in result.rejected if not r.conflict]
+        with self._lock:
+            self._conflicts += len(conflicts)
+            self._refused += len(refused)
+        for kind, items in (("conflict with a stored document", conflicts), ("refused", refused)):
+            if items:
+                shown = "; ".join(f"{r.id!r}: {r.reason}" for r in items[:_LOGGED_IDS])
+                more = f" (and {len(items) - _LOGGED_IDS} more)" if len(items) > _LOGGED_IDS else ""
+                log.error(
+                    "store: %d documents for %s not stored (%s): %s%s",
+                    len(items),
+                    collection,
+                    kind,
+                    shown,
+                    more,
+                )
 
     # -- internals (callers hold the locks noted) ---------------------------------
 
@@ -170,24 +255,33 @@ class WriteBuffer:
             self.spill_dir.mkdir(parents=True, exist_ok=True)
             with self.spill_path.open("a", encoding="utf-8") as out:
                 while more():
-                    batch = self._batches.popleft()
-                    self._pending -= len(batch.docs)
-                    out.writelines(
-                        json_util.dumps({"c": batch.collection, "d": doc}, json_options=_JSON)
-                        + "\n"
-                        for doc in batch.docs
+                    batch = self._batches[0]
+                    # One write per batch, so a failure loses whole batches (counted
+                    # below) rather than leaving a batch half in the file.
+                    out.write(
+                        "".join(
+                            json_util.dumps({"c": batch.collection, "d": doc}, json_options=_JSON)
+                            + "\n"
+                            for doc in batch.docs
+                        )
                     )
+                    out.flush()
+                    self._batches.popleft()
+                    self._pending -= len(batch.docs)
                     self._spilled += len(batch.docs)
-        except OSError as exc:
+        except (OSError, TypeError, ValueError) as exc:
             # Memory is bounded by promise; with no disk either, the oldest go.
+            lost = 0
             while more():
                 batch = self._batches.popleft()
                 self._pending -= len(batch.docs)
-                self._dropped += len(batch.docs)
+                lost += len(batch.docs)
+            self._dropped += lost
             log.error(
-                "store buffer: cannot spill to %s (%s); %d documents dropped so far",
+                "store buffer: cannot spill to %s (%s): %d documents LOST (%d lost so far)",
                 self.spill_path,
                 exc,
+                lost,
                 self._dropped,
             )
 
@@ -215,36 +309,47 @@ class WriteBuffer:
             except FileNotFoundError:
                 return 0  # another process claimed it first
         sent = 0
+        unreadable = 0
         group: dict[str, list[Doc]] = {}
-        with claimed.open(encoding="utf-8") as lines:
-            for line in lines:
+        with claimed.open(encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
-                item = json_util.loads(line, json_options=_JSON)
-                docs = group.setdefault(item["c"], [])
-                docs.append(item["d"])
+                try:
+                    item = json_util.loads(line, json_options=_JSON)
+                    collection, doc = str(item["c"]), dict(item["d"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    # A line torn by a crash mid-write (or edited): lost, and said so.
+                    unreadable += 1
+                    log.error(
+                        "store buffer: line %d of %s unreadable (%s); lost", number, path, exc
+                    )
+                    continue
+                docs = group.setdefault(collection, [])
+                docs.append(doc)
                 if len(docs) >= _REPLAY_BATCH:
-                    sent += self._send(claimed, item["c"], docs, insert)
+                    sent += self._send(claimed, collection, docs, insert)
                     docs.clear()
             for collection, docs in group.items():
                 sent += self._send(claimed, collection, docs, insert)
         claimed.unlink()
         with self._lock:
             self._replayed += sent
+            self._dropped += unreadable
         return sent
 
     def _send(self, claimed: Path, collection: str, docs: list[Doc], insert: Insert) -> int:
         if not docs:
             return 0
         try:
-            insert(collection, docs)
-        except StoreUnavailable:
+            return self._send_batch(collection, list(docs), insert)
+        except _Interrupted as stop:
             # Keep the whole file under this process's name; it replays again later
             # (documents already inserted are then recognised by their `_id`).
-            claimed.rename(claimed.with_name(f"{self._prefix}.{os.getpid()}.jsonl.tmp"))
-            self._merge_back(claimed.with_name(f"{self._prefix}.{os.getpid()}.jsonl.tmp"))
-            raise
-        return len(docs)
+            tmp = claimed.with_name(f"{self._prefix}.{os.getpid()}.jsonl.tmp")
+            claimed.rename(tmp)
+            self._merge_back(tmp)
+            raise _Interrupted([], stop.cause) from None
 
     def _merge_back(self, tmp: Path) -> None:
         """Prepend an unfinished replay to this process's spill file."""
@@ -255,6 +360,10 @@ class WriteBuffer:
                     for line in rest:
                         out.write(line)
             tmp.replace(own)
+
+
+def _id(doc: Doc) -> Any:
+    return doc.get("_id")
 
 
 def _alive(pid: int) -> bool:

@@ -3,9 +3,13 @@
 Callers hand it pydantic models and get pydantic models back; they never see a
 driver, a cursor or a BSON type, and the same code runs on MongoDB and on the
 embedded backend. Writes are buffered (see `lmedge.store.buffer`): a `record_*`
-call never raises because the server is down, it keeps the documents and sends
-them with a later write or `flush()`. Reads go to the server and raise
-`StoreUnavailable` when it does not answer.
+call never raises, whatever happens to the server: it keeps the documents and
+sends them with a later write or `flush()`. A document that cannot be stored
+at all (it cannot be encoded, it is larger than a BSON document may be, the
+server refuses it, or its `_id` is taken by a different record) is isolated,
+counted in `buffer_stats()` and logged as an error; the rest of its batch is
+stored. Reads go to the server and raise `StoreUnavailable` when it does not
+answer.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
+
+import bson
+import bson.errors
 
 from lmedge.api.decisions import AgentKind
 from lmedge.api.observations import LMStats, MemoryCase
@@ -34,10 +41,14 @@ from lmedge.store.documents import (
     from_document,
     to_document,
 )
+from lmedge.store.outcomes import InsertResult, Rejected
 
 __all__ = ["Store", "StoreOptions", "StoreStatus"]
 
 log = logging.getLogger(__name__)
+
+#: The largest document a MongoDB server accepts (BSON's 16 MiB limit).
+MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,11 @@ class StoreOptions:
     #: Telemetry is deleted this long after it is stored, where the server has
     #: TTL indexes. Seconds; default 7 days.
     telemetry_ttl_s: int = 7 * 24 * 3600
+    #: How long `drain()` (and so `close()`) keeps retrying a server that does
+    #: not answer before it leaves what waits in the spill file. Seconds;
+    #: default 30: longer than a pod restart of the in-chart MongoDB, short
+    #: enough for a Pod's termination grace period.
+    drain_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +94,8 @@ class Store:
     def __init__(self, backend: Backend, options: StoreOptions | None = None) -> None:
         self.options = options or StoreOptions()
         self._backend = backend
-        prefix = hashlib.sha1(backend.where.encode()).hexdigest()[:12]
+        # Keyed by server *and* database: a spill file is replayed only into its own store.
+        prefix = hashlib.sha1(backend.identity.encode()).hexdigest()[:12]
         self._buffer = WriteBuffer(
             limit=self.options.buffer_limit, spill_dir=self.options.spill_dir, prefix=prefix
         )
@@ -141,20 +158,65 @@ class Store:
             self._retry_at = 0.0
 
     def buffer_stats(self) -> BufferStats:
-        """Counters of documents waiting, spilled, replayed and dropped."""
+        """Counters of documents waiting, spilled, replayed and lost."""
         return self._buffer.stats()
 
+    def has_backlog(self) -> bool:
+        """True while documents wait in memory or in this store's spill files."""
+        return self._buffer.has_backlog()
+
+    @property
+    def spill_path(self) -> Path:
+        """Where this process spills documents the server has not taken."""
+        return self._buffer.spill_path
+
+    def drain(self, timeout_s: float | None = None) -> bool:
+        """Flush, retrying a server that does not answer for up to `timeout_s`.
+
+        Default `StoreOptions.drain_s`. True when nothing waits any more; False
+        when the server stayed away (what waits is still buffered). Never raises.
+        """
+        wait = self.options.drain_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.flush()
+                return True
+            except StoreUnavailable as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("store: %s; gave up waiting after %.0f s", exc, wait)
+                    return False
+                time.sleep(min(self.options.retry_interval_s, left))
+
     def close(self) -> None:
-        """Flush; if the server is down, spill what waits to disk. Then disconnect."""
+        """Drain; if the server stays down, spill what waits to disk. Then disconnect.
+
+        Logs, as errors, every document that will never be stored.
+        """
         try:
-            self.flush()
-        except StoreUnavailable as exc:
-            self._buffer.spill_all()
-            log.warning(
-                "store closed with unsent writes spilled to %s: %s", self._buffer.spill_path, exc
-            )
+            if not self.drain():
+                spilled, _ = self._buffer.spill_all()  # a loss is logged by the buffer
+                if spilled:
+                    log.warning(
+                        "store closed while %s does not answer: %d documents spilled to %s; "
+                        "the next write to this store replays them",
+                        self.where,
+                        spilled,
+                        self._buffer.spill_path,
+                    )
         finally:
             self._backend.close()
+        stats = self._buffer.stats()
+        if stats.lost:
+            log.error(
+                "store: %d documents were not stored (%d unspillable or unreadable, "
+                "%d refused, %d id conflicts); see the errors above",
+                stats.lost,
+                stats.dropped,
+                stats.refused,
+                stats.conflicts,
+            )
 
     def __enter__(self) -> Store:
         return self
@@ -163,6 +225,7 @@ class Store:
         self.close()
 
     def _write(self, collection: str, docs: Sequence[dict[str, Any]]) -> None:
+        docs = self._encodable(collection, docs)
         size = self.options.batch_size
         for start in range(0, len(docs), size):
             self._buffer.add(collection, docs[start : start + size])
@@ -177,6 +240,35 @@ class Store:
             log.warning(
                 "store: %s; %d documents buffered, %d spilled", exc, stats.pending, stats.spilled
             )
+
+    def _encodable(
+        self, collection: str, docs: Sequence[dict[str, Any]]
+    ) -> Sequence[dict[str, Any]]:
+        """The documents a server can take; the others are refused (counted, logged) here.
+
+        Checked before buffering, so a bad document (an integer beyond 64
+        bits, more than 16 MiB) can neither fail its whole batch on the
+        server nor sit in memory or a spill file; both backends encode BSON
+        the same way, so they refuse the same documents.
+        """
+        rejected: list[Rejected] = []
+        kept: list[dict[str, Any]] = []
+        for doc in docs:
+            try:
+                size = len(bson.encode(doc))
+            except (bson.errors.InvalidDocument, OverflowError, TypeError, ValueError) as exc:
+                rejected.append(Rejected(doc.get("_id"), f"cannot be encoded: {exc}"))
+                continue
+            if size > MAX_DOCUMENT_BYTES:
+                rejected.append(
+                    Rejected(doc.get("_id"), f"{size} bytes, over the {MAX_DOCUMENT_BYTES} limit")
+                )
+                continue
+            kept.append(doc)
+        if rejected:
+            self._buffer.account(collection, InsertResult(rejected=tuple(rejected)))
+            return kept
+        return docs
 
     # -- reads ------------------------------------------------------------------
 
@@ -215,16 +307,19 @@ class Store:
             yield cast(RequestRecord, from_document(RequestRecord, doc))
 
     def lm_stats(self, run: str) -> list[LMStats]:
-        """Per-LM arrivals, successes, success ratio and success-only mean latency."""
+        """Per-LM arrivals, successes, success ratio, success-only mean latency and
+        requests refused by admission control (failures, counted in arrivals)."""
         self._check_run(run)
         groups = self._backend.group("requests", {"run": run}, ("lm", "outcome"), "latency_s")
         per_lm: dict[str, list[float]] = {}
         for (lm, outcome), (n, latency) in groups.items():
-            acc = per_lm.setdefault(str(lm), [0, 0, 0.0])
+            acc = per_lm.setdefault(str(lm), [0, 0, 0.0, 0])
             acc[0] += n
             if outcome == "success":
                 acc[1] += n
                 acc[2] += latency
+            elif outcome == "rejected":
+                acc[3] += n
         return [
             LMStats(
                 lm=lm,
@@ -232,8 +327,9 @@ class Store:
                 successes=int(successes),
                 success_ratio=successes / arrivals if arrivals else None,
                 mean_latency_s=latency / successes if successes else None,
+                rejected=int(rejected),
             )
-            for lm, (arrivals, successes, latency) in sorted(per_lm.items())
+            for lm, (arrivals, successes, latency, rejected) in sorted(per_lm.items())
         ]
 
     def telemetry(

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from lmedge.errors import StoreUnavailable
+from lmedge.errors import StoreError, StoreUnavailable
 from lmedge.store.buffer import WriteBuffer
+from lmedge.store.outcomes import InsertResult
 
 
 class FlakyServer:
@@ -25,18 +26,20 @@ class FlakyServer:
         self.up = True
         self.fail_after = fail_after  # go down after this many successful calls
 
-    def __call__(self, collection: str, docs: Sequence[dict[str, Any]]) -> int:
+    def __call__(self, collection: str, docs: Sequence[dict[str, Any]]) -> InsertResult:
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
             self.up = False
         if not self.up:
             raise StoreUnavailable("server down")
+        if any(d.get("bad") for d in docs):
+            raise StoreError("document failed validation")  # refuses the whole batch
         self.calls.append((collection, len(docs)))
         new = 0
         for d in docs:
             if d["_id"] not in self.docs:
                 self.docs[d["_id"]] = d
                 new += 1
-        return new
+        return InsertResult(inserted=new, duplicates=len(docs) - new)
 
 
 def batch(start: int, n: int) -> list[dict[str, Any]]:
@@ -107,8 +110,12 @@ def test_an_interrupted_replay_is_resumed_without_duplicates(tmp_path: Path) -> 
 def test_spill_files_of_dead_processes_are_claimed_live_ones_are_not(tmp_path: Path) -> None:
     spill = tmp_path / "spill"
     spill.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead_pid = int(dead.stdout)
     other = WriteBuffer(limit=1, spill_dir=spill, prefix="test")
     other.add("requests", batch(0, 3))  # spilled under this (live) pid
@@ -140,22 +147,53 @@ def test_limit_must_be_positive(tmp_path: Path) -> None:
         make(tmp_path, limit=0)
 
 
-def test_a_batch_refused_for_good_is_dropped_not_retried(tmp_path: Path) -> None:
-    from lmedge.errors import StoreError
-
+def test_a_refused_batch_loses_only_its_bad_documents(tmp_path: Path) -> None:
     buf, server = make(tmp_path), FlakyServer()
-    calls = {"n": 0}
-
-    def refuse_first(collection: str, docs: Sequence[dict[str, Any]]) -> int:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise StoreError("document failed validation")
-        return server(collection, docs)
-
-    buf.add("requests", batch(0, 3))
+    first = batch(0, 3)
+    first[1]["bad"] = True
+    buf.add("requests", first)
     buf.add("requests", batch(3, 2))
-    with pytest.raises(StoreError):
-        buf.flush(refuse_first)
-    assert buf.stats().dropped == 3 and buf.stats().pending == 2
-    buf.flush(refuse_first)
-    assert sorted(server.docs) == ["d00003", "d00004"]
+    assert buf.flush(server) == 4  # no exception: the bad one is isolated
+    assert sorted(server.docs) == ["d00000", "d00002", "d00003", "d00004"]
+    stats = buf.stats()
+    assert (stats.refused, stats.lost, stats.pending) == (1, 1, 0)
+
+
+def test_an_outage_inside_an_isolated_batch_keeps_the_rest(tmp_path: Path) -> None:
+    buf, server = make(tmp_path), FlakyServer()
+    docs = batch(0, 4)
+    docs[0]["bad"] = True
+    buf.add("requests", docs)
+    server.fail_after = 1  # d00001 lands one by one, then the server dies
+    with pytest.raises(StoreUnavailable):
+        buf.flush(server)
+    assert sorted(server.docs) == ["d00001"] and buf.stats().pending == 2
+    server.fail_after, server.up = None, True
+    buf.flush(server)
+    assert sorted(server.docs) == ["d00001", "d00002", "d00003"]
+    assert buf.stats().refused == 1
+
+
+def test_a_failed_spill_is_a_counted_loss_not_a_spill(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "read-only"
+    blocker.write_text("")  # a file where the spill directory should be
+    buf = WriteBuffer(limit=100, spill_dir=blocker / "spill", prefix="test")
+    buf.add("requests", batch(0, 7))
+    with caplog.at_level("ERROR", logger="lmedge.store.buffer"):
+        spilled, lost = buf.spill_all()
+    assert (spilled, lost) == (0, 7)
+    stats = buf.stats()
+    assert (stats.spilled, stats.dropped, stats.lost, stats.pending) == (0, 7, 7, 0)
+    assert "7 documents LOST" in caplog.text and "spilled to" not in caplog.text
+
+
+def test_a_torn_spill_line_is_skipped_and_counted(tmp_path: Path) -> None:
+    buf, server = make(tmp_path, limit=1), FlakyServer()
+    buf.add("requests", batch(0, 3))
+    with buf.spill_path.open("a") as out:
+        out.write('{"c": "requests", "d": {"_id": "d0')  # a crash mid-line
+    assert buf.flush(server) == 3
+    assert sorted(server.docs) == ["d00000", "d00001", "d00002"]
+    assert buf.stats().dropped == 1 and not buf.spill_path.exists()
