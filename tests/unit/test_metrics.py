@@ -5,11 +5,19 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lmedge.api import Decision, LMPlacement, Placement, RequestRecord, RoutingMap
+from lmedge.api import (
+    ActuationResult,
+    Decision,
+    LMPlacement,
+    Placement,
+    RequestRecord,
+    RoutingMap,
+)
 from lmedge.metrics import (
     audit_counts,
     conflict_stats,
@@ -23,6 +31,7 @@ from lmedge.metrics import (
 )
 
 _ids = itertools.count()
+TESTBED = Path(__file__).resolve().parents[2] / "examples" / "testbed"
 
 
 def rec(
@@ -256,24 +265,48 @@ def place(node: str, **modes: str) -> Placement:
     )
 
 
-def test_reconfiguration_table_iii() -> None:
-    placements = [
-        place("w1", lm1="gpu", lm2="off"),
-        place("w2", lm1="off", lm2="cpu"),
-        place("w1", lm1="gpu", lm2="cpu"),  # +lm2
-        place("w2", lm1="off", lm2="cpu"),  # no change
-        place("w1", lm1="cpu", lm2="off"),  # -lm2; gpu->cpu is no event
-        place("w2", lm1="gpu"),  # +lm1; lm2 omitted = off: -lm2
+def act(node: str, started: str = "", stopped: str = "", resized: str = "") -> ActuationResult:
+    return ActuationResult(
+        node=node, started=started.split(), stopped=stopped.split(), resized=resized.split()
+    )
+
+
+def test_reconfiguration_table_iii_counts_actuated_events() -> None:
+    actuations = [
+        act("w1", started="lm1"),  # a cold node's first start is an activation
+        act("w2", started="lm2"),
+        act("w1", started="lm2"),  # +lm2
+        act("w2"),  # no change
+        act("w1", stopped="lm2", resized="lm1"),  # -lm2; lm1 gpu->cpu is a resize
+        ActuationResult(node="w2", voided=["lm1"]),  # decided, voided: no event
+        act("w2", started="lm1", stopped="lm2"),
     ]
-    s = reconfiguration_stats(placements, lms=["lm1", "lm2", "lm3"])
-    assert (s.decisions, s.transitions, s.set_changes) == (6, 4, 3)
-    assert s.set_change_ratio == pytest.approx(0.75)
-    rows = {r.lm: (r.activations, r.deactivations) for r in s.per_lm}
-    assert rows == {"lm1": (1, 0), "lm2": (1, 2), "lm3": (0, 0)}
-    assert (s.total.activations, s.total.deactivations) == (2, 2)
-    assert s.total.activations_per_100 == pytest.approx(100 * 2 / 6)
+    s = reconfiguration_stats(actuations, lms=["lm1", "lm2", "lm3"])
+    assert (s.decisions, s.transitions, s.set_changes) == (7, 5, 5)
+    assert s.set_change_ratio == pytest.approx(5 / 7)
+    rows = {r.lm: (r.activations, r.deactivations, r.resizes) for r in s.per_lm}
+    assert rows == {"lm1": (2, 0, 1), "lm2": (2, 2, 0), "lm3": (0, 0, 0)}
+    assert (s.total.activations, s.total.deactivations, s.total.resizes) == (4, 2, 1)
+    assert s.total.activations_per_100 == pytest.approx(100 * 4 / 7)
+    assert s.total.resizes_per_100 == pytest.approx(100 / 7)
     lm2 = next(r for r in s.per_lm if r.lm == "lm2")
-    assert lm2.deactivations_per_100 == pytest.approx(100 * 2 / 6)
+    assert lm2.deactivations_per_100 == pytest.approx(100 * 2 / 7)
+
+
+def test_reconfiguration_counts_what_the_emulator_did_not_what_was_decided() -> None:
+    from lmedge.backends.emulated.backend import EmulatedBackend
+    from lmedge.sim import load_scenario
+
+    backend = EmulatedBackend(load_scenario(TESTBED), seed=1)
+    starts = place("worker-2", lm3="gpu")
+    both = place("worker-2", lm3="gpu", lm4="gpu")
+    # lm3's pod is still starting when lm4 is asked for: the pending rule voids it.
+    actuations = [backend.apply_placement(starts), backend.apply_placement(both)]
+    assert actuations[1].voided == ["lm4"]
+    s = reconfiguration_stats(actuations, lms=["lm3", "lm4"])
+    rows = {r.lm: r.activations for r in s.per_lm}
+    assert rows == {"lm3": 1, "lm4": 0}, "two LMs were decided, one was started"
+    assert (s.decisions, s.transitions) == (2, 1)
 
 
 def test_reconfiguration_of_nothing() -> None:
