@@ -162,9 +162,20 @@ def render_slot(
     admit_fraction: float | None = ADMIT_FRACTION,
 ) -> tuple[str, str]:
     """(system, user) prompts for the scheduler: top-k candidates per LM, then the pairs."""
-    horizon = ctx.tau_s if admit_fraction is None else admit_fraction * ctx.tau_s
+    if admit_fraction is None:
+        admission = (
+            "Admission control is off: route every listed pair and leave `rejections` empty."
+        )
+    else:
+        admission = (
+            "Admission control is on: when even the best candidate would finish a set later"
+            f" than {admit_fraction * ctx.tau_s:g} s (est), you may list its pair in"
+            " `rejections` instead of routing it; its requests are then refused at once"
+            " (they count as failures, so reject only what cannot be served in time, and"
+            " it keeps the queues short for the others)."
+        )
     system = template("scheduler").substitute(
-        slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", horizon_s=f"{horizon:g}"
+        slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", admission=admission
     )
     lines = [f"Epoch {epoch}, slot {slot}."]
     if macro is None:
@@ -181,11 +192,14 @@ def render_slot(
         )
         lines.append(f"- {lm}: {shown}")
     prompts = {(a.origin, a.lm): a.prompts for a in arrivals}
+    suggested = [(r.origin, r.lm, r.destination) for r in reference.routes]
+    suggested += [(r.origin, r.lm, "reject") for r in reference.rejections]
     pairs = ", ".join(
-        f"{r.origin}/{r.lm}({prompts.get((r.origin, r.lm), 0)})->{r.destination}"
-        for r in reference.routes
+        f"{o}/{lm}({prompts.get((o, lm), 0)})->{dest}" for o, lm, dest in sorted(suggested)
     )
-    lines.append(f"Pairs to route, origin/lm(prompts)->suggested destination: {pairs}")
+    lines.append(
+        f"Pairs to route, origin/lm(prompts)->suggested destination (or reject): {pairs}"
+    )
     return system, "\n".join(lines)
 
 

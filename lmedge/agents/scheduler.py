@@ -22,7 +22,7 @@ from lmedge.policies.local import local_routing
 
 
 def parse_admit_fraction(value: Any) -> float | None:
-    """`off`/`none` -> None (no shedding); else a fraction in (0, 1]."""
+    """`off`/`none` -> None (admission control off); else a fraction in (0, 1]."""
     if value is None or (isinstance(value, str) and value.lower() in ("off", "none")):
         return None
     try:
@@ -45,8 +45,9 @@ class AgenticRouter:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticRouter:
-        """Parameter `admit_fraction`: `off` (default) admits every set; a fraction
-        in (0, 1] of the deadline turns on load shedding (see rules/scheduler.py)."""
+        """Parameter `admit_fraction`: `off` admits every set; a fraction in (0, 1]
+        of the deadline turns on admission control, which rejects the sets that
+        would finish later than that (see rules/scheduler.py)."""
         rest = {k: v for k, v in params.items() if k != "admit_fraction"}
         core = AgentCore.from_params("scheduler", rest, ctx.slot_s, cls.name)
         return cls(core, parse_admit_fraction(params.get("admit_fraction", ADMIT_FRACTION)))
@@ -65,15 +66,20 @@ class AgenticRouter:
                 self.admit_fraction,
             )  # fmt: skip
 
-        if not reference.routes:
+        if not reference.routes and not reference.rejections:
             return Decision[RoutingMap](
                 agent="scheduler", policy=self.name, source="rule", value=reference
             )
+        admission = self.admit_fraction is not None
         return self.core.decide(
             model=RoutingMap,
             schema_name="routing-map",
             prompts=prompts,
             rule=lambda: reference,
-            check=lambda v: [str(x) for x in check_routing_map(v, ctx, obs.arrivals)],
+            check=lambda v: [
+                str(x)
+                for x in check_routing_map(v, ctx, obs.arrivals, allow_rejections=admission)
+            ],
+            # local routing serves every pair: a failed call never refuses anyone
             fallback=lambda: local_routing(ctx, obs.arrivals),
         )

@@ -72,13 +72,38 @@ class Route(WireModel):
         return self.model if self.model is not None else self.lm
 
 
+class Rejection(WireModel):
+    """An (origin, LM) pair whose requests this slot are refused at once (admission control)."""
+
+    origin: str = Field(description="Node where the requests arrive.")
+    lm: str = Field(description="LM service (request class) of the requests to refuse.")
+
+
 class RoutingMap(WireModel):
-    """Tier-2 router output, every slot: (origin, LM or request class) -> destination (+ model)."""
+    """Tier-2 router output, every slot: (origin, LM or request class) -> destination (+ model).
+
+    `rejections` lists the pairs the router refuses this slot instead of
+    routing them: their requests get an immediate `rejected` record (the
+    gateway answers 429), which counts as a failure in every metric. A pair
+    is routed or rejected, never both. A separate list, not a nullable
+    `Route.destination`, so every consumer that only routes keeps a
+    destination per route, and strict JSON Schema can still express it (an
+    empty list when nothing is refused). Only routers with admission control
+    turned on reject; fallback routing never does.
+    """
 
     routes: list[Route]
+    rejections: list[Rejection] = Field(
+        default_factory=list,
+        description="(origin, LM) pairs refused this slot; empty unless admission control is on.",
+    )
 
     def lookup(self) -> dict[tuple[str, str], str]:
         return {(r.origin, r.lm): r.destination for r in self.routes}
+
+    def rejected(self) -> set[tuple[str, str]]:
+        """The refused (origin, LM) pairs."""
+        return {(r.origin, r.lm) for r in self.rejections}
 
 
 class LMPlacement(WireModel):

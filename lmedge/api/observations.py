@@ -192,6 +192,9 @@ class LMStats(WireModel):
     successes: int = Field(ge=0, description="Successful requests S_i.")
     success_ratio: float | None = Field(description="rho_i; None when A_i = 0.")
     mean_latency_s: float | None = Field(description="Success-only mean latency.")
+    rejected: int = Field(
+        default=0, ge=0, description="Requests refused by admission control; part of A_i, failed."
+    )
 
 
 class EpochMetrics(WireModel):
@@ -200,7 +203,13 @@ class EpochMetrics(WireModel):
     per_lm: list[LMStats]
     requests: int = Field(ge=0)
     successes: int = Field(ge=0)
-    mean_latency_s: float | None
+    rejected: int = Field(default=0, ge=0, description="Refused at once; counted in requests.")
+    mean_latency_s: float | None = Field(description="Request-weighted success-only mean.")
+    lm_mean_latency_s: float | None = Field(
+        default=None,
+        description="Unweighted mean of the per-LM mean latencies (an LM with no success at "
+        "its deadline); the paper's headline latency.",
+    )
     jain: float | None
     f_norm: float | None
     t_norm: float | None

@@ -8,7 +8,10 @@ from pydantic import Field
 
 from lmedge.api.base import WireModel
 
-RequestOutcome = Literal["success", "timeout"]
+#: `success`: served within its deadline; `timeout`: not served by the deadline
+#: (or failed on the way); `rejected`: refused at once by admission control,
+#: without being queued anywhere. Only `success` counts as delta_q = 1.
+RequestOutcome = Literal["success", "timeout", "rejected"]
 
 
 class RequestRecord(WireModel):
@@ -18,6 +21,12 @@ class RequestRecord(WireModel):
     not active on arrival (an inactive-target conflict); it may still succeed
     if the LM is activated there before the deadline. A timed-out request keeps
     the stage times reached by the deadline, so latency is `tau` for it.
+
+    A `rejected` request was refused by the origin's gateway (the slot's
+    routing map rejects its (origin, LM) pair): `destination` is the origin,
+    the node that answered it, `mode` is none, `conflict` is False (it reached
+    no destination) and its stage times are what the refusal took (0 in the
+    emulator). It is a failure like a timeout in every metric.
     """
 
     id: str

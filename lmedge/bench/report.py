@@ -48,6 +48,8 @@ def aggregate(summaries: Sequence[Summary]) -> dict[str, dict[str, dict[str, Any
                 "window_mean_objective",
             ):
                 row[key] = _mean([r[key] for r in runs])
+            # absent from summaries written before admission control existed: 0 refused
+            row["rejected_ratio"] = _mean([r.get("rejected_ratio", 0.0) for r in runs])
             row["conflict_ratio"] = _mean([r["conflicts"]["ratio"] for r in runs])
             row["conflict_timeout_ratio"] = _mean(
                 [r["conflicts"]["conflict_timeout_ratio"] for r in runs]
@@ -81,7 +83,8 @@ def _markdown(summaries: Sequence[Summary], figures: dict[str, list[str]]) -> st
     lines = ["# lmedge bench report", ""]
     lines += [
         "Metrics as in DESIGN.md (paper §III): objective J = λ·T_norm + (1−λ)(1−F_norm), "
-        "lower is better; latency is over successful requests. Values are means over seeds; "
+        "lower is better; latency is over successful requests; `rejected` is the share "
+        "refused by admission control (failures, counted in success). Values are means over seeds; "
         f"windows are {summaries[0]['window_slots'] if summaries else '?'} slots.",
         "",
     ]
@@ -98,6 +101,7 @@ def _markdown(summaries: Sequence[Summary], figures: dict[str, list[str]]) -> st
                 "T_norm",
                 "latency (s)",
                 "success",
+                "rejected",
                 "window Jain",
                 "window latency (s)",
             ],
@@ -111,6 +115,7 @@ def _markdown(summaries: Sequence[Summary], figures: dict[str, list[str]]) -> st
                     r["t_norm"],
                     r["mean_latency_s"],
                     r["success_ratio"],
+                    r["rejected_ratio"],
                     r["window_mean_jain"],
                     r["window_mean_latency_s"],
                 ]

@@ -57,7 +57,8 @@ def summarize(decision: AnyDecision) -> str:
         return f"{len(value.routing)} LMs routed, {hosted} LM roles on {len(value.roles)} nodes"
     if isinstance(value, RoutingMap):
         remote = sum(r.origin != r.destination for r in value.routes)
-        return f"{len(value.routes)} routes, {remote} to another node"
+        text = f"{len(value.routes)} routes, {remote} to another node"
+        return text + (f", {len(value.rejections)} rejected" if value.rejections else "")
     if isinstance(value, Placement):
         parts = [
             f"{p.lm}:{p.mode}({p.cpu_cores:g}c" + (f",{p.vgpus}v)" if p.vgpus else ")")
@@ -184,6 +185,7 @@ def _status_report(
     """The run summary: per-LM rows plus Jain, T_norm and the objective (paper §III)."""
     requests = sum(s.arrivals for s in stats)
     successes = sum(s.successes for s in stats)
+    rejected = sum(s.rejected for s in stats)
     latency_sum = sum((s.mean_latency_s or 0.0) * s.successes for s in stats)
     f, f_norm = fairness([s.success_ratio for s in stats if s.success_ratio is not None])
     t_norm = (latency_sum / successes / tau) if successes else (1.0 if requests else None)
@@ -194,6 +196,8 @@ def _status_report(
         "run": run_id,
         "requests": requests,
         "successes": successes,
+        "rejected": rejected,
+        "rejected_ratio": rejected / requests if requests else None,
         "mean_latency_s": latency_sum / successes if successes else None,
         "jain": f,
         "t_norm": t_norm,
@@ -212,13 +216,14 @@ def _run_table(report: dict[str, Any]) -> Table:
         f"Jain {_fmt(report['jain'], '.3f')}, objective {_fmt(report['objective'], '.3f')}"
     )
     table = Table(title=title, title_justify="left")
-    for col in ("LM", "requests", "successes", "success ratio", "mean latency (s)"):
+    for col in ("LM", "requests", "successes", "rejected", "success ratio", "mean latency (s)"):
         table.add_column(col, justify="left" if col == "LM" else "right")
     for s in report["per_lm"]:
         table.add_row(
             s["lm"],
             str(s["arrivals"]),
             str(s["successes"]),
+            str(s["rejected"]),
             _fmt(s["success_ratio"], ".3f"),
             _fmt(s["mean_latency_s"], ".1f"),
         )
@@ -226,6 +231,7 @@ def _run_table(report: dict[str, Any]) -> Table:
         "all",
         str(report["requests"]),
         str(report["successes"]),
+        str(report["rejected"]),
         _fmt(report["successes"] / report["requests"] if report["requests"] else None, ".3f"),
         _fmt(report["mean_latency_s"], ".1f"),
         style="bold",

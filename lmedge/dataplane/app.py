@@ -20,7 +20,9 @@ User endpoints take the API token (`--token`), control and internal endpoints
 the control token (`--control-token`, which defaults to the API token); with
 neither set every endpoint is open (development only). Bodies are limited in
 size and must be JSON; errors come back in the OpenAI shape
-`{"error": {"message", "type", "code"}}` so the OpenAI SDK shows them.
+`{"error": {"message", "type", "code"}}` so the OpenAI SDK shows them. A set
+the slot's map refuses (admission control) is answered 429 at once, code
+`rejected`, with `Retry-After` = seconds left in the map's slot.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lmedge.dataplane import openai as oa
-from lmedge.dataplane.gateway import Gateway, UnknownLM
+from lmedge.dataplane.gateway import Gateway, Rejected, UnknownLM
 from lmedge.dataplane.wire import (
     ForwardRequest,
     ForwardResult,
@@ -241,6 +243,15 @@ def _served(result: PromptSetResult) -> JSONResponse | None:
 
 
 def _errors(app: FastAPI) -> None:
+    @app.exception_handler(Rejected)
+    async def rejected(_: Request, exc: Rejected) -> JSONResponse:
+        # 429 + Retry-After: what HTTP clients (the OpenAI SDK among them) back off on
+        response = _error(429, str(exc), "rate_limit_error", "rejected")
+        response.headers.update(
+            {"Retry-After": str(exc.retry_after_s), "x-lmedge-request-id": exc.request_id}
+        )
+        return response
+
     @app.exception_handler(UnknownLM)
     async def unknown_lm(_: Request, exc: UnknownLM) -> JSONResponse:
         return _error(404, str(exc), "invalid_request_error", "model_not_found")

@@ -9,6 +9,11 @@ Two roles in one object, as every worker node is both:
 * destination (`accept`): a set arrives from an origin; queue it FIFO for the
   LM's local model pod and answer with the queue and inference times.
 
+Admission control happens at the origin: when the slot's map rejects this
+node's requests for the LM, `submit` records the set with outcome `rejected`
+(no queue, no forwarding) and raises `Rejected`, which the HTTP layer turns
+into a 429 with `Retry-After` (what is left of the map's slot).
+
 The HTTP layer (`lmedge.dataplane.app`) only parses and renders. Clock, peers'
 client, model client and sink are injected, so unit tests drive this class
 with plain fakes.
@@ -22,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from lmedge.api.inference import Prompt
 from lmedge.api.records import RequestRecord
@@ -44,13 +49,26 @@ from lmedge.dataplane.wire import (
 )
 from lmedge.errors import ConfigError, TransientError, UserError
 
-__all__ = ["Gateway", "GatewaySettings", "PeerCaller", "UnknownLM"]
+__all__ = ["Gateway", "GatewaySettings", "PeerCaller", "Rejected", "UnknownLM"]
 
 log = logging.getLogger(__name__)
 
 
 class UnknownLM(UserError):
     """A request named an LM service this cluster does not have."""
+
+
+class Rejected(TransientError):
+    """Admission control refused a set at once; retry after `retry_after_s` seconds.
+
+    Retryable: the next slot's map may admit it. The set is already recorded
+    (outcome `rejected`) when this is raised.
+    """
+
+    def __init__(self, message: str, *, request_id: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.retry_after_s = retry_after_s
 
 
 class PeerCaller(Protocol):
@@ -139,11 +157,12 @@ class Gateway:
     # -- control ------------------------------------------------------------------
 
     def set_routing(self, update: RoutingUpdate) -> int:
-        """Install the slot's routing map; LMs unknown here are rejected."""
-        unknown = sorted({r.lm for r in update.routing.routes} - set(self.settings.services))
+        """Install the slot's routing map; a map naming LMs unknown here is refused."""
+        named = {r.lm for r in update.routing.routes} | {r.lm for r in update.routing.rejections}
+        unknown = sorted(named - set(self.settings.services))
         if unknown:
             raise UnknownLM(f"routing map names unknown LM(s): {', '.join(unknown)}")
-        return self.routing.update(update)
+        return self.routing.update(update, self._monotonic())
 
     def set_models(self, message: LocalModelsMessage) -> list[str]:
         """Replace the set of model pods serving on this node; return the active LMs."""
@@ -184,11 +203,16 @@ class Gateway:
     async def submit(
         self, lm: str, prompts: list[Prompt], request_id: str | None = None
     ) -> PromptSetResult:
-        """Serve a prompt set submitted at this node, along the routing map."""
+        """Serve a prompt set submitted at this node, along the routing map.
+
+        Raises `Rejected` (after recording the set) when the map refuses it.
+        """
         self.check_lm(lm)
         rid = request_id or uuid.uuid4().hex
         slot, run = self.routing.slot, self.routing.run
         anchor = self.routing.run_started_at or self._started_at
+        if self.routing.rejects(lm):
+            self._refuse(rid, lm, len(prompts), slot, run, anchor)
         destination = self.choose(lm)
         tau = self.settings.tau_s
         start = self._monotonic()
@@ -260,6 +284,33 @@ class Gateway:
             mode="none",
             outputs=[],
             error=error,
+        )
+
+    def _refuse(
+        self, rid: str, lm: str, prompts: int, slot: int, run: str, anchor: float
+    ) -> NoReturn:
+        """Record a set admission control refuses, then raise `Rejected`."""
+        retry = self.routing.retry_after_s(self._monotonic())
+        # Stage times stay 0: the set went nowhere, and the refusal itself is a
+        # dict lookup (microseconds), as in the emulator.
+        record = RequestRecord(
+            id=rid,
+            run=run,
+            lm=lm,
+            origin=self.node,
+            destination=self.node,
+            prompts=prompts,
+            slot=slot,
+            submit_s=max(self._wall() - anchor, 0.0),
+            outcome="rejected",
+            mode="none",
+        )
+        self._finish(record)
+        raise Rejected(
+            f"request {rid} for {lm} refused by admission control at {self.node}: the"
+            f" cluster cannot serve it within its deadline now; retry in {retry} s",
+            request_id=rid,
+            retry_after_s=retry,
         )
 
     def _finish(self, record: RequestRecord) -> None:

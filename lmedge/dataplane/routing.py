@@ -6,44 +6,85 @@ the entries whose origin is its own node, in a dict, so a routing decision is
 one lookup. An (origin, LM) pair the map does not mention is served locally:
 that is the paper's fallback for a slot without a valid map. A destination the
 gateway has no address for is reported, not silently replaced.
+
+The map's `rejections` for this node are kept as a set of LMs: a request for
+one of them is refused at once (admission control) until the next push, and
+`retry_after_s` says how long that is.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from lmedge.dataplane.wire import RoutingUpdate
 
+#: Slot length assumed when a push does not carry one, seconds (the paper's 30 s).
+DEFAULT_SLOT_S = 30.0
+
 
 @dataclass
 class RoutingTable:
-    """Destinations of this node's LMs for the current slot.
+    """Destinations (and refusals) of this node's LMs for the current slot.
 
     `run_started_at` anchors the run clock (Unix seconds); `None` until the
     controller pushes one, in which case the gateway's start time is used.
+    `installed_at` is the monotonic time of the last push and `slot_s` how
+    long that map is in force.
     """
 
     node: str
     run: str = ""
     slot: int = 0
     run_started_at: float | None = None
+    slot_s: float = DEFAULT_SLOT_S
+    installed_at: float | None = None
     _routes: dict[str, str] = field(default_factory=dict)
+    _rejected: frozenset[str] = frozenset()
 
-    def update(self, update: RoutingUpdate) -> int:
-        """Install the slot's map; return how many routes concern this node."""
+    def update(self, update: RoutingUpdate, now: float | None = None) -> int:
+        """Install the slot's map (at monotonic time `now`); return how many entries concern
+        this node (routes plus rejections)."""
         routes = {r.lm: r.destination for r in update.routing.routes if r.origin == self.node}
-        # One assignment: a request being routed concurrently sees the old or the new map.
+        rejected = frozenset(
+            r.lm
+            for r in update.routing.rejections
+            if r.origin == self.node and r.lm not in routes  # routed wins (never both, validated)
+        )
+        # One assignment each: a request routed concurrently sees the old or the new map
+        # (a race between the two lines can only refuse or admit by the old map once).
         self._routes = routes
+        self._rejected = rejected
         self.run = update.run
         self.slot = update.slot
+        self.installed_at = now
+        if update.slot_s is not None:
+            self.slot_s = update.slot_s
         if update.run_started_at is not None:
             self.run_started_at = update.run_started_at
-        return len(routes)
+        return len(routes) + len(rejected)
 
     def destination(self, lm: str) -> str:
         """The node that serves this node's requests for `lm` (itself when unmapped)."""
         return self._routes.get(lm, self.node)
 
+    def rejects(self, lm: str) -> bool:
+        """Whether the current map refuses this node's requests for `lm`."""
+        return lm in self._rejected
+
+    def retry_after_s(self, now: float) -> int:
+        """Whole seconds until the current map's slot ends (at least 1), for `Retry-After`.
+
+        The next push may admit the request; before it, a retry is refused
+        again. Without a push time, a whole slot.
+        """
+        left = self.slot_s if self.installed_at is None else self.installed_at + self.slot_s - now
+        return max(1, math.ceil(left))
+
     def routes(self) -> dict[str, str]:
         """A copy of {lm: destination} for this node."""
         return dict(self._routes)
+
+    def rejected(self) -> list[str]:
+        """The LMs this node refuses under the current map, sorted."""
+        return sorted(self._rejected)

@@ -34,6 +34,12 @@ Rules the real cluster imposes and the engine reproduces:
 - Deadline: a request not finished (downlink included) by submit + tau is
   removed and recorded as a timeout with latency tau; the stage it was in
   absorbs the remainder so the stages sum to tau exactly.
+- Admission control: a request whose (origin, class) pair the slot's map
+  rejects is recorded `rejected` the moment it arrives, with latency 0 and
+  destination = origin: the origin's gateway refuses it from the map it
+  already holds, before any uplink (on the cluster that refusal is an HTTP
+  429 taking a few milliseconds, which the emulator rounds to 0). It takes
+  no queue place and no service time.
 """
 
 from __future__ import annotations
@@ -282,12 +288,19 @@ class Emulator:
         self.rng_service = np.random.default_rng([seed, SERVICE_STREAM])
         self._jitter = lognormal_unit(self.em.service_time_cv) if self.em.service_time_cv else None
         self._routing: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
+        self._rejected: dict[int, set[tuple[str, str]]] = {}
         self._default: dict[tuple[str, str], str] = {}
         self._hostable = {
             (n.name, lm) for lm in lms for n in self.ctx.workers if self.ctx.can_host(n.name, lm)
         }
         self._records: list[RequestRecord] = []
-        self.stats = {"submitted": 0, "prompts_done": 0, "prompts_lost": 0, "cold_starts": 0}
+        self.stats = {
+            "submitted": 0,
+            "rejected": 0,
+            "prompts_done": 0,
+            "prompts_lost": 0,
+            "cold_starts": 0,
+        }
         self.env.process(self._arrival_process())
 
     # ----------------------------------------------------------------- workload
@@ -302,6 +315,8 @@ class Emulator:
 
         A route whose serving LM (`Route.model`, else `lm`) does not serve the
         class, or cannot run on the destination, is ignored (default routing).
+        Rejected pairs are refused on arrival (`_refuse`); a pair both routed
+        and rejected (which validation never lets through) is routed.
         """
         table: dict[tuple[str, str], tuple[str, str]] = {}
         for r in routing.routes:
@@ -311,8 +326,10 @@ class Emulator:
             ):
                 table[(r.origin, r.lm)] = (r.destination, model)
         self._routing[slot] = table
+        self._rejected[slot] = routing.rejected() - table.keys()
         for old in [s for s in self._routing if s < slot - 2]:
             del self._routing[old]
+            self._rejected.pop(old, None)
 
     def default_destination(self, origin: str, lm: str) -> str:
         """Local if the origin can host the LM, else the nearest feasible worker.
@@ -345,6 +362,9 @@ class Emulator:
 
     def _submit(self, r: RequestSpec, _ev: object = None) -> None:
         env = self.env
+        if (r.origin, r.lm) in self._rejected.get(r.slot, ()):
+            self._refuse(r)
+            return
         hit = self._routing.get(r.slot, {}).get((r.origin, r.lm))
         if hit is not None:
             dest, model = hit
@@ -363,6 +383,32 @@ class Emulator:
             env.timeout(job.uplink_s).callbacks.append(partial(self._arrive, job))
         else:
             self._arrive(job)
+
+    def _refuse(self, r: RequestSpec) -> None:
+        """Record a request admission control refused: at once, at its origin, unserved."""
+        self.stats["submitted"] += 1
+        self.stats["rejected"] += 1
+        self._records.append(
+            RequestRecord.model_construct(
+                id=f"{self.seed}-{r.slot}-{r.origin}-{r.lm}",
+                run="",
+                lm=r.lm,
+                model=None,
+                origin=r.origin,
+                destination=r.origin,
+                prompts=r.prompts,
+                prompts_done=0,
+                slot=r.slot,
+                submit_s=self.env.now,
+                uplink_s=0.0,
+                queue_s=0.0,
+                inference_s=0.0,
+                downlink_s=0.0,
+                outcome="rejected",
+                conflict=False,
+                mode="none",
+            )
+        )
 
     # -------------------------------------------------------------- job flow
     def _arrive(self, job: Job, _ev: object = None) -> None:

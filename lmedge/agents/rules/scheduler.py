@@ -11,27 +11,28 @@ For every (origin, LM) pair with arrivals, in decreasing order of prompts:
   of a typical new one (capacity.py) when the LM is only in the node's role;
 - a node where the LM is neither running, starting nor in the role (an
   inactive-target conflict) costs `2 tau`: it is chosen only when nothing
-  else is feasible, or to shed load (below);
+  else is feasible;
 - the macro weight breaks ties (it is proportional to planned capacity,
   which the rate already reflects).
 
 The cheapest candidate wins; ties go to the higher weight, then the origin,
 then the name.
 
-Admission control (opt-in, off by default): with `admit_fraction` set, when
-even the cheapest candidate has a queue and would
-complete the set (queue ahead, cold start, transfer and the set's own
-service) later than `ADMIT_FRACTION x deadline`, the set is shed -- sent to a feasible
-node where the LM is not planned (the planner keeps one such node per LM),
-where it fails at its deadline without taking service time. Under overload
-a FIFO queue otherwise grows until requests wait about tau and many time out
-mid-inference, wasting the capacity the others needed; shedding keeps the
-queues short, so the served requests finish early and no work is wasted.
-Counting the set's own service time sheds the largest sets first, so the
-capacity serves the most requests (success ratios count requests, not
-prompts); an empty queue admits any set, so a light load sheds nothing.
-The shed sets show up as inactive-target conflicts in the metrics. The same
-ranking (top-k per LM) is what the LLM prompt shows.
+Admission control (`admit_fraction`): when even the cheapest candidate has a
+queue and would complete the set (queue ahead, cold start, transfer and the
+set's own service) later than `admit_fraction x deadline`, the pair is
+rejected (`RoutingMap.rejections`): its requests are refused at once with
+outcome `rejected` (the gateway answers 429 with Retry-After) instead of
+being queued. Under overload a FIFO queue otherwise grows until requests
+wait about tau and many time out mid-inference, wasting the capacity the
+others needed; refusing keeps the queues short, so the admitted requests
+finish early and no work is wasted, and the refused user learns it in
+milliseconds instead of after tau. Counting the set's own service time
+refuses the largest sets first, so the capacity serves the most requests
+(success ratios count requests, not prompts); an empty queue admits any
+set, so a light load refuses nothing. A rejection is a failure in every
+metric (lmedge.metrics), so it cannot improve the objective by hiding
+requests. The same ranking (top-k per LM) is what the LLM prompt shows.
 """
 
 from __future__ import annotations
@@ -39,12 +40,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmedge.agents.rules.capacity import COLD_START_S, best_rate, instance_rate
-from lmedge.api import Arrival, ClusterContext, MacroPolicy, NodeState, Route, RoutingMap
+from lmedge.api import (
+    Arrival,
+    ClusterContext,
+    MacroPolicy,
+    NodeState,
+    Rejection,
+    Route,
+    RoutingMap,
+)
 
-#: Admission horizon as a fraction of the deadline, or None (the default):
-#: admit every set. Shedding is opt-in (router param `admit_fraction`): a shed
-#: set waits at a node that will not serve it until its deadline, which a user
-#: experiences as a 15-minute hang, so it must never happen silently.
+#: Admission horizon as a fraction of the deadline, or None: admit every set.
+#: The router param `admit_fraction` sets it (`off` = None).
 ADMIT_FRACTION: float | None = None
 
 
@@ -121,7 +128,7 @@ def candidates(
         inst = st.instance(lm) if st else None
         backlog = (st.backlog.get(lm, 0) if st else 0) + extra.get((n, lm), 0)
         if inst is None and n not in planned:
-            # Not planned and not running: only a place to shed load; no estimate needed.
+            # Not planned and not running: a last resort (a conflict); no estimate needed.
             out.append(Candidate(n, 2 * tau, tau, backlog, "off", 0.0))
             continue
         node = ctx.node(n).spec
@@ -155,6 +162,7 @@ def rule_routing(
     """
     extra: dict[tuple[str, str], int] = {}
     routes: list[Route] = []
+    rejections: list[Rejection] = []
     plan = Plan.of(ctx, macro)
     for a in sorted(arrivals, key=lambda x: (-x.prompts, x.origin, x.lm)):
         if a.requests <= 0 or not ctx.has_service(a.lm):
@@ -167,10 +175,10 @@ def rule_routing(
         best = usable[0]
         horizon = None if admit_fraction is None else admit_fraction * ctx.deadline_s(a.lm)
         if horizon is not None and best.backlog > 0 and best.cost_s > horizon:
-            sinks = [c for c in ranked if c.status == "off"]
-            if sinks:
-                dest = sinks[-1].node
+            rejections.append(Rejection(origin=a.origin, lm=a.lm))
+            continue
         extra[(dest, a.lm)] = extra.get((dest, a.lm), 0) + a.prompts
         routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
     routes.sort(key=lambda r: (r.origin, r.lm))
-    return RoutingMap(routes=routes)
+    rejections.sort(key=lambda r: (r.origin, r.lm))
+    return RoutingMap(routes=routes, rejections=rejections)

@@ -305,7 +305,9 @@ class KubernetesBackend:
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
         if self.gateways is None:
             return
-        failed = self.gateways.push_routing(self.settings.run, slot, routing, self.wall_clock.start)
+        failed = self.gateways.push_routing(
+            self.settings.run, slot, routing, self.wall_clock.start, self.settings.slot_s
+        )
         if failed:
             log.warning("slot %d: routing not delivered to %s", slot, ", ".join(failed))
 

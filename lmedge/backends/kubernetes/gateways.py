@@ -35,7 +35,11 @@ log = logging.getLogger(__name__)
 
 
 def routing_body(
-    run: str, slot: int, routing: RoutingMap, run_started_at: float | None
+    run: str,
+    slot: int,
+    routing: RoutingMap,
+    run_started_at: float | None,
+    slot_s: float | None = None,
 ) -> dict[str, Any]:
     """A `RoutingUpdate` as JSON."""
     return {
@@ -71,10 +75,15 @@ class GatewayClient:
         self._http = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
 
     def push_routing(
-        self, run: str, slot: int, routing: RoutingMap, run_started_at: float | None
+        self,
+        run: str,
+        slot: int,
+        routing: RoutingMap,
+        run_started_at: float | None,
+        slot_s: float | None = None,
     ) -> list[str]:
         """PUT the map to every gateway; the nodes whose gateway failed."""
-        body = routing_body(run, slot, routing, run_started_at)
+        body = routing_body(run, slot, routing, run_started_at, slot_s)
         return [n for n in sorted(self.urls) if not self._put(n, "/control/routing", body)]
 
     def push_models(self, node: str, endpoints: Mapping[str, str]) -> bool:
@@ -89,6 +98,7 @@ class GatewayClient:
         for node in nodes:
             url = self.urls.get(node)
             if url is None:
+        "slot_s": slot_s,
                 continue
             try:
                 resp = self._http.get(url + "/control/status")

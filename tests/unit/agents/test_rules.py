@@ -136,15 +136,13 @@ def test_scheduler_routes_every_pair_to_planned_nodes(ctx: ClusterContext) -> No
     assert all(r.lm in roles[r.destination] for r in routing.routes)
 
 
-def test_scheduler_sheds_what_cannot_finish_in_time(ctx: ClusterContext) -> None:
+def test_scheduler_rejects_what_cannot_finish_in_time(ctx: ClusterContext) -> None:
     macro = plan_macro(ctx, {}, {})
     arrivals = _arrivals(ctx)
     routing = rule_routing(ctx, macro, _states(ctx, backlog=500), arrivals, admit_fraction=0.15)
-    assert routing.routes
     assert check_routing_map(routing, ctx, arrivals) == []
-    roles = macro.role_map()
-    shed = [r for r in routing.routes if r.lm not in roles[r.destination]]
-    assert len(shed) == len(routing.routes), "every queue is far beyond the horizon"
+    assert routing.routes == [], "every queue is far beyond the horizon: nothing is parked"
+    assert routing.rejected() == {(a.origin, a.lm) for a in arrivals}
 
 
 def test_scheduler_admits_anything_to_an_empty_queue(ctx: ClusterContext) -> None:

@@ -14,6 +14,7 @@ from lmedge.api import (
     MacroPolicy,
     NodeRole,
     Placement,
+    Rejection,
     Route,
     RouteWeight,
     RoutingMap,
@@ -34,7 +35,8 @@ SAMPLES: dict[str, BaseModel] = {
         routes=[
             Route(origin="w1", lm="lm1", destination="w2"),
             Route(origin="w2", lm="lm3", destination="w2"),
-        ]
+        ],
+        rejections=[Rejection(origin="w1", lm="lm4")],
     ),
     "placement": Placement(
         node="w1",
