@@ -341,12 +341,31 @@ class Store:
         return [cast(NodeTelemetry, from_document(NodeTelemetry, d)) for d in docs]
 
     def memory_cases(self, *, run: str | None = None, limit: int = 10) -> list[MemoryCase]:
-        """Episodic memory, best objective first (cases without one come last)."""
+        """Episodic memory, best objective first (cases without one come last).
+
+        Best is the *lowest* J (the objective is minimized), so with a limit
+        the worst cases are the ones left out. Ties: the later epoch first.
+        MongoDB sorts a null objective before every number in ascending
+        order, so the unscored cases are counted first and skipped (equality
+        filters only: the embedded backend has no `$ne`). `limit=0` means no
+        limit.
+        """
         query = _filter(run=run)
+        unscored = {**query, "objective": None}
+        nulls = self._backend.count("memory", unscored)
         docs = self._backend.find(
-            "memory", query, sort=[("objective", -1), ("epoch", -1)], limit=limit
+            "memory",
+            query,
+            sort=[("objective", 1), ("epoch", -1)],
+            limit=limit + nulls if limit > 0 else 0,
         )
-        return [cast(MemoryCase, from_document(MemoryCase, d)) for d in docs]
+        ranked = [d for d in docs if d.get("objective") is not None]
+        if limit > 0:
+            ranked = ranked[:limit]
+        if nulls and (limit <= 0 or len(ranked) < limit):
+            rest = limit - len(ranked) if limit > 0 else 0
+            ranked += self._backend.find("memory", unscored, sort=[("epoch", -1)], limit=rest)
+        return [cast(MemoryCase, from_document(MemoryCase, d)) for d in ranked]
 
     def runs(self, *, limit: int = 50) -> list[RunInfo]:
         """Registered runs, most recently started first; raises on an empty store."""

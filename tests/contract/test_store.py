@@ -135,12 +135,16 @@ def test_telemetry_and_memory_orderings(store: Store) -> None:
     assert [(s.node, s.time_s) for s in latest_b] == [("b", 270.0), ("b", 240.0), ("b", 210.0)]
     assert len(store.telemetry(run="r1", limit=100)) == 30
 
-    for epoch, objective in [(0, 0.25), (1, None), (2, 0.75), (3, 0.5)]:
+    for epoch, objective in [(0, 0.25), (1, None), (2, 0.75), (3, 0.5), (4, 0.125)]:
         store.record_memory(samples.memory("r1", epoch, objective))
-    store.record_memory(samples.memory("r2", 0, 0.99))
+    store.record_memory(samples.memory("r2", 0, 0.01))
+    # Lower J is better: with a limit the worst epochs are left out, never the best.
     best = store.memory_cases(run="r1", limit=3)
-    assert [(c.epoch, c.objective) for c in best] == [(2, 0.75), (3, 0.5), (0, 0.25)]
-    assert store.memory_cases(run="r1")[-1].objective is None
+    assert [(c.epoch, c.objective) for c in best] == [(4, 0.125), (0, 0.25), (3, 0.5)]
+    every = store.memory_cases(run="r1", limit=0)
+    assert [c.epoch for c in every] == [4, 0, 3, 2, 1], "unscored cases come last"
+    assert [c.epoch for c in store.memory_cases(run="r1", limit=5)] == [4, 0, 3, 2, 1]
+    assert store.memory_cases(limit=1)[0].run == "r2", "across runs, the best first"
 
 
 def test_runs_and_status(store: Store) -> None:
