@@ -9,10 +9,12 @@ Shape is checked here; feasibility (sums, capacities, GPU-only) is checked in
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
-from typing import Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
+
 
 from lmedge.api.base import WireModel
 
@@ -128,6 +130,18 @@ class Placement(WireModel):
 
 T = TypeVar("T", MacroPolicy, RoutingMap, Placement)
 
+#: Bounds on what an LLM reply puts into a `Decision`, so a bogus or hostile
+#: reply cannot make the audit record unstorable (BSON integers are 64-bit, a
+#: document at most 16 MiB) or bloat the store. A real reply is far inside all.
+#: Token counts above this are clamped to it (2^31 - 1: no context is that long).
+MAX_TOKENS: Final = 2**31 - 1
+#: Characters of the raw reply kept; `raw_chars` keeps the full length.
+MAX_RAW_CHARS: Final = 32_768
+#: Characters kept of `error`, of each violation, and of `model`.
+MAX_TEXT_CHARS: Final = 2_000
+#: Violations kept; past it the last one says how many were left out.
+MAX_VIOLATIONS: Final = 100
+
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
@@ -141,6 +155,12 @@ class Decision(WireModel, Generic[T]):
     (the runner, not the plugin) stamps `run`, `epoch`, `slot`, `latency_s` and
     `sim_time_s`, validates, and when it replaces the value sets
     `outcome="replaced"` and keeps the violations that caused it.
+
+    What an LLM reply brings in is bounded here, once, for every agent: token
+    counts are clamped to [0, `MAX_TOKENS`], `raw` keeps its first
+    `MAX_RAW_CHARS` characters (`raw_chars` the full length), `error`, `model`
+    and each violation at most `MAX_TEXT_CHARS`, and at most `MAX_VIOLATIONS`
+    violations. A clamped number or a cut text is still visibly what it was.
     """
 
     agent: AgentKind
@@ -151,7 +171,13 @@ class Decision(WireModel, Generic[T]):
     epoch: int = Field(default=0, ge=0)
     slot: int = Field(default=0, ge=0)
     node: str | None = None
-    raw: str | None = Field(default=None, description="Raw LLM output, verbatim.")
+    raw: str | None = Field(
+        default=None,
+        description=f"Raw LLM output, verbatim up to its first {MAX_RAW_CHARS} characters.",
+    )
+    raw_chars: int | None = Field(
+        default=None, ge=0, description="Length of the raw LLM output in characters."
+    )
     parsed: bool = True
     validated: bool = True
     outcome: Outcome = "accepted"
@@ -163,3 +189,57 @@ class Decision(WireModel, Generic[T]):
     model: str | None = None
     sim_time_s: float = Field(default=0.0, ge=0, description="Run clock at decision time.")
     created_at: datetime = Field(default_factory=_utcnow)
+
+    @field_validator("tokens_in", "tokens_out", mode="before")
+    @classmethod
+    def _clamp_tokens(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return value  # left to the int check, which refuses it
+        if isinstance(value, float) and math.isfinite(value):
+            value = int(value)
+        if isinstance(value, int):
+            return min(max(value, 0), MAX_TOKENS)
+        return value
+
+    @field_validator("error", "model", mode="before")
+    @classmethod
+    def _cap_text(cls, value: Any) -> Any:
+        return _cap(value, MAX_TEXT_CHARS)
+
+    @field_validator("violations", mode="before")
+    @classmethod
+    def _cap_violations(cls, value: Any) -> Any:
+        return cap_violations(value) if isinstance(value, list) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cap_raw(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            raw = data.get("raw")
+            if isinstance(raw, str) and (len(raw) > MAX_RAW_CHARS or data.get("raw_chars") is None):
+                data = {**data, "raw": raw[:MAX_RAW_CHARS], "raw_chars": len(raw)}
+        return data
+
+
+def cap_violations(violations: list[Any]) -> list[Any]:
+    """At most `MAX_VIOLATIONS` violations of at most `MAX_TEXT_CHARS` each.
+
+    For code that extends `Decision.violations` with `model_copy(update=...)`,
+    which does not validate: the same bound as a validated `Decision`.
+    """
+    kept = [_cap(v, MAX_TEXT_CHARS) for v in violations[:MAX_VIOLATIONS]]
+    if len(violations) > MAX_VIOLATIONS:
+        kept[-1] = f"... and {len(violations) - MAX_VIOLATIONS + 1} more violations"
+    return kept
+
+
+def cap_text(text: str) -> str:
+    """`text` cut to `MAX_TEXT_CHARS` (the bound of `Decision.error`)."""
+    return str(_cap(text, MAX_TEXT_CHARS))
+
+
+def _cap(value: Any, limit: int) -> Any:
+    """A string cut to `limit` characters, marked as cut; anything else as it is."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[: limit - 1] + "…"
+    return value

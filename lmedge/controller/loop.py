@@ -83,7 +83,7 @@ from lmedge.api import (
     check_routing_map,
     nearest_feasible,
 )
-from lmedge.api.decisions import AgentKind
+from lmedge.api.decisions import AgentKind, cap_text, cap_violations
 from lmedge.controller.assembly import PolicyPlugins, derive_seed
 from lmedge.controller.fallbacks import (
     fallback_macro_policy,
@@ -217,11 +217,16 @@ class ControlLoop:
         return self.result
 
     def close(self) -> None:
-        """Send what is still unsent to the store and stop the deployer threads."""
-        self._flush()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Send what is still unsent to the store and stop the deployer threads.
+
+        Safe to call more than once, and after a failed `step`.
+        """
+        try:
+            self._flush()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
     def step(self, slot: int) -> None:
         """One slot: decide, actuate, advance the clock, record."""
@@ -312,9 +317,16 @@ class ControlLoop:
             snapshot=snapshot,
             arrivals=arrivals if by_class else lm_arrivals(self.ctx, arrivals),
         )
-        d, failed = self._call("scheduler", router.name, RoutingMap, lambda: router.route(obs))
-        if not by_class and not failed and class_arrivals(self.ctx, arrivals):
-            d = d.model_copy(update={"value": routes_for_classes(self.ctx, d.value, arrivals)})
+        classes = not by_class and bool(class_arrivals(self.ctx, arrivals))
+
+        def decide() -> Decision[RoutingMap]:
+            d = router.route(obs)
+            if classes and isinstance(d, Decision) and isinstance(d.value, RoutingMap):
+                # inside the guarded call: a value this step cannot handle is a failure
+                d = d.model_copy(update={"value": routes_for_classes(self.ctx, d.value, arrivals)})
+            return d
+
+        d, failed = self._call("scheduler", router.name, RoutingMap, decide)
         d = self._validate(
             d,
             failed=failed,
@@ -405,18 +417,33 @@ class ControlLoop:
             return d.model_copy(
                 update={"value": fallback(), "source": "fallback", "outcome": "replaced"}
             )
-        found: list[str] = [str(v) for v in check(d.value)]
+        try:
+            found: list[str] = [str(v) for v in check(d.value)]
+        except Exception as exc:  # a value the checks choke on is not a usable value
+            log.exception("checking a %s decision of %s failed", d.agent, d.policy)
+            return d.model_copy(
+                update={
+                    "value": fallback(),
+                    "source": "fallback",
+                    "outcome": "replaced",
+                    "validated": False,
+                    "error": cap_text(f"check failed: {type(exc).__name__}: {exc}"),
+                }
+            )
         if not found:
             return d
         update: dict[str, Any] = {
             "validated": False,
             "outcome": "replaced",
-            "violations": [*d.violations, *found],
+            "violations": cap_violations([*d.violations, *found]),
         }
         if repair is not None:
-            repaired = repair(d.value)
-            if not check(repaired):
-                return d.model_copy(update={**update, "value": repaired})
+            try:
+                repaired = repair(d.value)
+                if not check(repaired):
+                    return d.model_copy(update={**update, "value": repaired})
+            except Exception:  # the fallback below is feasible by construction
+                log.exception("repairing a %s decision of %s failed", d.agent, d.policy)
         return d.model_copy(update={**update, "value": fallback(), "source": "fallback"})
 
     def _stamp(self, d: Decision[V], epoch: int, slot: int, node: str | None) -> Decision[V]:
@@ -448,23 +475,38 @@ class ControlLoop:
             self._flush()
 
     def _flush(self) -> None:
+        """Hand the queued writes to the store, each exactly once.
+
+        The queues are emptied *before* the writes: the store keeps what the
+        server has not taken (its buffer, then a spill file), so handing a
+        document over again, say from `close()` after a failed slot, could only
+        store it twice. A store write never stops the loop: anything it raises
+        is logged with what was lost.
+        """
         store = self.store
         if store is None:
             return
-        if self._unsent_records:
-            store.record_requests(self._unsent_records)
-        if self._unsent_telemetry:
-            store.record_telemetry(self._unsent_telemetry)
-        if self._unsent_decisions:
-            # One insert per decision collection where the store offers a batch
-            # write; one per decision otherwise.
-            batch = getattr(store, "record_decisions", None)
-            if callable(batch):
-                batch(self._unsent_decisions)
-            else:
-                for d in self._unsent_decisions:
-                    store.record_decision(d)
+        records, telemetry, decisions = (
+            self._unsent_records,
+            self._unsent_telemetry,
+            self._unsent_decisions,
+        )
         self._unsent_records, self._unsent_decisions, self._unsent_telemetry = [], [], []
+        writes: list[tuple[str, int, Callable[[], None]]] = [
+            ("request records", len(records), lambda: store.record_requests(records)),
+            ("telemetry snapshots", len(telemetry), lambda: store.record_telemetry(telemetry)),
+            # One insert per decision collection.
+            ("decisions", len(decisions), lambda: store.record_decisions(decisions)),
+        ]
+        for what, n, write in writes:
+            if not n:
+                continue
+            try:
+                write()
+            except Exception:  # a store bug must not stop the cluster either
+                log.exception(
+                    "run %s: %d %s could not be handed to the store", self.run_id, n, what
+                )
 
     def _feedback(self, records: list[RequestRecord]) -> None:
         if not records:
@@ -522,7 +564,10 @@ class ControlLoop:
             )
             self._memory.append(case)
             if self.store is not None:
-                self.store.record_memory(case)
+                try:
+                    self.store.record_memory(case)
+                except Exception:  # the loop goes on; the case stays in memory
+                    log.exception("run %s: memory case of epoch %d not stored", self.run_id, epoch)
         self._last_metrics = metrics
         self._last_traffic = self._epoch_traffic
         self._epoch_traffic = {}

@@ -46,6 +46,7 @@ from lmedge.api import (
     check_placement,
     nearest_feasible,
 )
+from lmedge.api.decisions import cap_text, cap_violations
 from lmedge.backends.kubernetes.backend import KubernetesBackend
 from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
 from lmedge.controller.fallbacks import fallback_placement
@@ -73,8 +74,8 @@ def latest_macro(store: Store | None, run: str) -> MacroPolicy | None:
         return None
     try:
         found = store.decisions(agent="planner", run=run, limit=1)
-    except LmedgeError as exc:
-        log.warning("no macro policy from the store: %s", exc)
+    except Exception as exc:  # store down, or a stored policy this version cannot read
+        log.warning("no macro policy from the store: %s: %s", type(exc).__name__, exc)
         return None
     value = found[0].value if found else None
     return value if isinstance(value, MacroPolicy) else None
@@ -131,7 +132,10 @@ class NodeAgent:
         self._previous = decision.value
         self._push_models()
         if self.store is not None:
-            self.store.record_decision(decision)
+            try:  # buffered and never raising for an outage; a bug must not stop the node
+                self.store.record_decision(decision)
+            except Exception:
+                log.exception("slot %d on %s: decision not handed to the store", slot, self.node)
             self._collect_telemetry()
         if actuation.errors:
             log.warning("slot %d on %s: %s", slot, self.node, "; ".join(actuation.errors))
@@ -145,6 +149,8 @@ class NodeAgent:
             asyncio.run(self.telemetry.collect_into(self.store))
         except (LmedgeError, OSError) as exc:
             log.warning("telemetry of %s not collected: %s", self.node, exc)
+        except Exception:  # a malformed exporter page must not stop the node
+            log.exception("telemetry of %s not collected", self.node)
 
     def _decide(self, obs: NodeObservation, state: NodeState) -> Decision[Placement]:
         ctx, info = self.ctx, obs.node
@@ -167,15 +173,25 @@ class NodeAgent:
                 error=f"{type(exc).__name__}: {exc}",
             )
         else:
-            found = [str(v) for v in check_placement(d.value, info, services)]
-            if found:
-                update = {"validated": False, "outcome": "replaced",
-                          "violations": [*d.violations, *found]}  # fmt: skip
-                repaired = nearest_feasible(d.value, info, services)
-                if check_placement(repaired, info, services):
-                    repaired = fallback_placement(info, services, state)
-                    update["source"] = "fallback"
-                update["value"] = repaired
+            try:
+                found = [str(v) for v in check_placement(d.value, info, services)]
+                if found:
+                    update = {"validated": False, "outcome": "replaced",
+                              "violations": cap_violations([*d.violations, *found])}  # fmt: skip
+                    repaired = nearest_feasible(d.value, info, services)
+                    if check_placement(repaired, info, services):
+                        repaired = fallback_placement(info, services, state)
+                        update["source"] = "fallback"
+                    update["value"] = repaired
+            except Exception as exc:  # a value the checks choke on: use the fallback
+                log.exception("checking the placement of %s failed", self.node)
+                update = {
+                    "validated": False,
+                    "outcome": "replaced",
+                    "source": "fallback",
+                    "value": fallback_placement(info, services, state),
+                    "error": cap_text(f"check failed: {type(exc).__name__}: {exc}"),
+                }
         return d.model_copy(
             update={
                 **update,
@@ -207,8 +223,9 @@ class NodeAgent:
     ) -> None:
         """Step at the start of every slot from the current one on, until `stop` is set.
 
-        A slot whose step fails (API server down) is skipped and logged; the
-        next slot reconciles from scratch.
+        A slot whose step fails (API server down, or anything unexpected) is
+        skipped and logged; the next slot reconciles from scratch. Nothing a
+        slot raises stops the agent.
         """
         stop = stop or threading.Event()
         clock = self.backend.wall_clock
@@ -220,6 +237,8 @@ class NodeAgent:
                 report = self.step(slot)
             except LmedgeError as exc:
                 log.warning("slot %d on %s skipped: %s", slot, self.node, exc)
+            except Exception:
+                log.exception("slot %d on %s failed; skipped", slot, self.node)
             else:
                 if on_slot is not None:
                     on_slot(report)
