@@ -32,7 +32,7 @@ from lmedge.backends.emulated.backend import EmulatedBackend
 from lmedge.bench.summary import summarize, timing_summary
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop, RunResult
-from lmedge.errors import ConfigError
+from lmedge.errors import ConfigError, StoreUnavailable
 from lmedge.metrics import metric_lms, window_metrics
 from lmedge.sim import Scenario, load_scenario
 from lmedge.store import RunInfo, Store
@@ -157,7 +157,12 @@ def run(
     )
     run_id = new_run_id(sc.name, plugins.name, spec.seed)
     # The loop ranks the cases itself (lowest objective first); fetch enough to rank.
-    memory = store.memory_cases(limit=200) if store is not None and baseline is not None else []
+    memory: list[Any] = []
+    if store is not None and baseline is not None:
+        try:
+            memory = store.memory_cases(limit=200)
+        except StoreUnavailable:  # memory is advice: the run goes on without it
+            memory = []
     if store is not None:
         store.record_run(RunInfo(id=run_id, scenario=sc.name, policy=plugins.name, seed=spec.seed))
     loop = ControlLoop(
@@ -180,7 +185,10 @@ def run(
     )
     wall = time.perf_counter() - started
     if store is not None:
-        store.flush()
+        # Waits out a short outage (StoreOptions.drain_s) instead of failing the
+        # run; what is still unsent then waits in the store's buffer and spill
+        # file, and the caller decides what that means (the CLI's exit status).
+        store.drain()
     components = {
         "planner": profile.planner,
         "router": profile.router,

@@ -197,15 +197,18 @@ def register(app: typer.Typer) -> None:
             parse_store_location(store)
         with _maybe_store(store, not no_store) as st, _progress(err.is_terminal) as update:
             outcome = _run_with_progress(spec, st, update, choice.resolve().name)
+        # The store is closed here: drained, or what it could not send spilled.
+        problem = _store_problem(st, outcome.run_id)
         if as_json:
             payload = dict(outcome.summary)
             if timings:
                 payload["timing"] = {**outcome.timing, "run_id": outcome.run_id}
             sys.stdout.write(dumps(payload))
-            return
-        out.print(_table(outcome))
-        if st is not None:
-            out.print(f"run {outcome.run_id} stored in {st.where}", soft_wrap=True)
+        else:
+            out.print(_table(outcome))
+            if st is not None and problem is None:
+                out.print(f"run {outcome.run_id} stored in {st.where}", soft_wrap=True)
+        _exit_on(problem)
 
     @app.command("bench")
     def bench(
@@ -243,6 +246,7 @@ def register(app: typer.Typer) -> None:
             [{"run_id": o.run_id, **o.timing} for o in outcomes],
         )
         out.print(f"report: {md}", soft_wrap=True)
+        _exit_on(_store_problem(st, ", ".join(o.run_id for o in outcomes)))
 
     @app.command("demo")
     def demo(
@@ -293,6 +297,37 @@ def register(app: typer.Typer) -> None:
             "--agent planner",
             soft_wrap=True,
         )
+        _exit_on(_store_problem(st, run_id))
+
+
+def _store_problem(store: Store | None, run_id: str) -> str | None:
+    """Why the run is not all in the (closed) store, or None when it is.
+
+    A run's results are printed either way; this decides the exit status.
+    """
+    if store is None:
+        return None
+    stats = store.buffer_stats()
+    if stats.lost:
+        return (
+            f"{stats.lost} documents of run {run_id} could not be stored in {store.where} "
+            f"({stats.dropped} unspillable, {stats.refused} refused, {stats.conflicts} id "
+            "conflicts); see the errors above"
+        )
+    if store.has_backlog():
+        return (
+            f"{store.where} did not answer before the run ended: documents of run {run_id} "
+            f"wait in {store.spill_path.parent} and are stored by the next lmedge command "
+            "that writes to this store"
+        )
+    return None
+
+
+def _exit_on(problem: str | None) -> None:
+    """Exit 1 with `problem` as one line on stderr, when there is one."""
+    if problem is not None:
+        err.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _self_command() -> str:
