@@ -26,6 +26,10 @@ demands on a GPU add up to more than 1 (`demand_rates`); a pod spread over
 several GPUs is then charged its demand on each of them (conservative).
 
 f(eta) = 1 / (1 + beta * max(0, eta - eta0)) (see `SlowdownSpec`).
+
+`no_queue_lower_bound` / `lower_bounds`: the latency a request could not beat
+on this model -- uplink + inference + downlink on its fastest feasible node
+and mode, with no queue, no cold start and no contention.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from lmedge.api.observations import ClusterContext
+from lmedge.api.records import RequestRecord
+from lmedge.sim.network import Network
 from lmedge.sim.scenario import SlowdownSpec
 
 
@@ -108,3 +115,79 @@ def lognormal_unit(cv: float) -> tuple[float, float]:
     """(mu, sigma) of a lognormal with mean 1 and coefficient of variation `cv`."""
     sigma2 = math.log1p(cv * cv)
     return -sigma2 / 2.0, math.sqrt(sigma2)
+
+
+def fastest_seconds_per_prompt(ctx: ClusterContext, lm: str, node: str) -> float | None:
+    """The least seconds per prompt `lm` can take on `node`; None if it cannot run there.
+
+    GPU: `gpuSecondsPerPrompt` (an uncontended pod runs at rate 1 whatever its
+    vGPUs, and slowdowns only slow it down). CPU: `cpuSecondsPerPrompt`
+    scaled *perfectly* from `defaultCpuCores` to all the node's cores -- a
+    bound for any Amdahl fraction <= 1, so it never exceeds what the emulator
+    can reach.
+    """
+    if not ctx.can_host(node, lm):
+        return None
+    n, s = ctx.node(node).spec, ctx.service(lm).spec
+    best: float | None = None
+    if n.has_gpu and s.min_vram_gib <= n.total_vram_gib:
+        best = s.profile.gpu_seconds_per_prompt
+    cpu_s = s.profile.cpu_seconds_per_prompt
+    if s.runs_on == "cpu-or-gpu" and cpu_s is not None and s.default_cpu_cores <= n.cpu_cores:
+        cpu = cpu_s * s.default_cpu_cores / n.cpu_cores
+        best = cpu if best is None else min(best, cpu)
+    return best
+
+
+def no_queue_lower_bound(
+    ctx: ClusterContext, network: Network, lm: str, origin: str, prompts: int
+) -> float | None:
+    """Least end-to-end seconds of a set of `prompts` for `lm` submitted at `origin`.
+
+    The minimum over `lm`'s feasible nodes of uplink + prompts x fastest
+    seconds per prompt + downlink; None when no node can host it.
+    """
+    prof = ctx.service(lm).spec.profile
+    best: float | None = None
+    for node in ctx.feasible_nodes(lm):
+        per_prompt = fastest_seconds_per_prompt(ctx, lm, node)
+        if per_prompt is None:
+            continue
+        t = (
+            network.delay(origin, node, prompts * prof.request_kib)
+            + prompts * per_prompt
+            + network.delay(node, origin, prompts * prof.response_kib)
+        )
+        best = t if best is None else min(best, t)
+    return best
+
+
+def lower_bounds(
+    ctx: ClusterContext, records: Sequence[RequestRecord], lms: Sequence[str]
+) -> dict[str, float | None]:
+    """Per metric LM, the mean no-queue lower bound of the requests its mean latency averages.
+
+    That is the successful requests (mean latency is success-only), so the
+    LM's mean latency is never below its bound; an LM with no success gets
+    the bound over its arrivals, and one with neither None. A record's LM may
+    be a request class: its serving `model` (else the class's default model)
+    is the LM bounded. Unknown LMs and origins give None.
+    """
+    network = Network(ctx.nodes)
+    cache: dict[tuple[str, str, int], float | None] = {}
+    out: dict[str, float | None] = {}
+    for name in lms:
+        mine = [r for r in records if r.lm == name]
+        pool = [r for r in mine if r.outcome == "success"] or mine
+        values: list[float] = []
+        for r in pool:
+            lm = r.model or (name if ctx.has_service(name) else ctx.default_model(name))
+            if lm is None or not ctx.has_service(lm) or not ctx.has_node(r.origin):
+                continue
+            key = (lm, r.origin, r.prompts)
+            if key not in cache:
+                cache[key] = no_queue_lower_bound(ctx, network, lm, r.origin, r.prompts)
+            if (v := cache[key]) is not None:
+                values.append(v)
+        out[name] = sum(values) / len(values) if values else None
+    return out
