@@ -40,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lmedge.dataplane import openai as oa
-from lmedge.dataplane.gateway import Gateway, Rejected, UnknownLM
+from lmedge.dataplane.gateway import DuplicateRequestId, Gateway, Rejected, UnknownLM
 from lmedge.dataplane.wire import (
     ForwardRequest,
     ForwardResult,
@@ -255,6 +255,10 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(UnknownLM)
     async def unknown_lm(_: Request, exc: UnknownLM) -> JSONResponse:
         return _error(404, str(exc), "invalid_request_error", "model_not_found")
+
+    @app.exception_handler(DuplicateRequestId)
+    async def duplicate_id(_: Request, exc: DuplicateRequestId) -> JSONResponse:
+        return _error(409, str(exc), "invalid_request_error", "duplicate_request_id")
 
     @app.exception_handler(UserError)
     async def user_error(_: Request, exc: UserError) -> JSONResponse:

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn, Protocol
@@ -49,13 +50,34 @@ from lmedge.dataplane.wire import (
 )
 from lmedge.errors import ConfigError, TransientError, UserError
 
-__all__ = ["Gateway", "GatewaySettings", "PeerCaller", "Rejected", "UnknownLM"]
+__all__ = [
+    "DuplicateRequestId",
+    "Gateway",
+    "GatewaySettings",
+    "PeerCaller",
+    "Rejected",
+    "UnknownLM",
+]
+
+#: Client-chosen request ids a gateway remembers (the most recent ones) to
+#: refuse their reuse; ~10 MB. Past it a reused id is still never lost: its
+#: record's store id also names the origin node and the run, and a second,
+#: different record under one id is refused and reported by the store.
+REMEMBERED_IDS = 100_000
 
 log = logging.getLogger(__name__)
 
 
 class UnknownLM(UserError):
     """A request named an LM service this cluster does not have."""
+
+
+class DuplicateRequestId(UserError):
+    """A client-chosen request id was already used at this gateway (HTTP 409).
+
+    Answering it again would give two users one record (and a model server
+    one progress file for two prompt sets), so the second use is refused.
+    """
 
 
 class Rejected(TransientError):
@@ -153,6 +175,7 @@ class Gateway:
         self._monotonic = monotonic
         self._wall = wall
         self._started_at = wall()
+        self._client_ids: OrderedDict[str, None] = OrderedDict()
 
     # -- control ------------------------------------------------------------------
 
@@ -193,6 +216,17 @@ class Gateway:
             raise UnknownLM(f"unknown LM {lm!r}; this cluster serves: {known}")
         return modality
 
+    def _claim(self, request_id: str) -> None:
+        """Remember a client-chosen id; `DuplicateRequestId` if it was used before."""
+        if request_id in self._client_ids:
+            raise DuplicateRequestId(
+                f"request id {request_id!r} was already used at {self.node}; "
+                "give every prompt set its own id (or none: the gateway then chooses one)"
+            )
+        self._client_ids[request_id] = None
+        if len(self._client_ids) > REMEMBERED_IDS:
+            self._client_ids.popitem(last=False)
+
     def choose(self, lm: str) -> str:
         """The destination node of a set for `lm` submitted here (timed)."""
         start = time.perf_counter()
@@ -208,6 +242,8 @@ class Gateway:
         Raises `Rejected` (after recording the set) when the map refuses it.
         """
         self.check_lm(lm)
+        if request_id is not None:
+            self._claim(request_id)
         rid = request_id or uuid.uuid4().hex
         slot, run = self.routing.slot, self.routing.run
         anchor = self.routing.run_started_at or self._started_at

@@ -4,12 +4,13 @@ A stored document is the model's JSON form (`model_dump(mode="json")`, exactly
 what the `$jsonSchema` generated from the model describes) plus a few store
 fields, all prefixed with `_` except `latency_s`:
 
-* `_id`: the natural key (run:request id, run id, run:node:time, run:epoch)
+* `_id`: the natural key (run:origin:request id, run id, run:node:time, run:epoch)
   or a UUID chosen *before* the write is buffered, so a replayed batch is
   recognised by the server as already present instead of duplicated. Request
   ids are only unique within a run (the emulator derives them from the seed,
-  a client may choose its own), so the run is part of their `_id`: two runs
-  never share one. A different record under a taken `_id` is refused and
+  a client may choose its own at any node's gateway), so the run and the
+  origin node are part of their `_id`: two runs, or two gateways, never
+  share one. A different record under a taken `_id` is refused and
   reported (`lmedge.store.outcomes`), never mistaken for a replay;
 * `_seq`: nanoseconds since the epoch at creation, strictly increasing within a
   process; "latest" means highest `_seq`;
@@ -168,7 +169,7 @@ def next_seq() -> int:
 def document_id(model: BaseModel) -> str:
     """The `_id` of a model's document: its natural key, else a fresh UUID."""
     if isinstance(model, RequestRecord):
-        return f"{model.run}:{model.id}"
+        return f"{model.run}:{model.origin}:{model.id}"
     if isinstance(model, RunInfo):
         return model.id
     if isinstance(model, NodeTelemetry):

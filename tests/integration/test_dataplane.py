@@ -292,6 +292,43 @@ def test_no_record_lost_while_store_is_down(ferretdb: FerretDBServer, tmp_path: 
     assert core.status().node == "worker-1"
 
 
+@pytest.mark.ferretdb
+def test_a_reused_request_id_is_refused_and_ids_never_collide_across_gateways(
+    cluster: Cluster, ferretdb_uri: str, tmp_path: Path
+) -> None:
+    """A client id used twice at one gateway gets 409 (OpenAI-shaped), not a second
+    200 whose record the store would drop; one id at two gateways is two records."""
+    options = StoreOptions(spill_dir=tmp_path / "spill")
+    sinks = [StoreSink(open_store(ferretdb_uri, options=options)) for _ in range(2)]
+    peers = {"worker-2": cluster.b_url}
+    _, one = gateway("worker-1", sinks[0], peers=peers)
+    _, two = gateway("worker-3", sinks[1], peers=peers)
+    try:
+        for url, node in ((one.url, "worker-1"), (two.url, "worker-3")):
+            control(url, "/control/routing", _routes((node, "lm1", "worker-2"), slot=4))
+        first = _submit(one.url, "lm1", ["a", "b"], "client-7")
+        again = httpx.post(
+            one.url + "/v1/prompt-sets",
+            json={"lm": "lm1", "prompts": [{"text": "other"}], "id": "client-7"},
+            headers=AUTH,
+            timeout=30,
+        )
+        elsewhere = _submit(two.url, "lm1", ["c"], "client-7")  # another gateway's client
+    finally:
+        one.stop()  # each closes its sink: written, then the store closed
+        two.stop()
+    assert first["outcome"] == elsewhere["outcome"] == "success"
+    assert again.status_code == 409, again.text
+    error = again.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "duplicate_request_id"
+    assert "client-7" in error["message"] and "worker-1" in error["message"]
+    with open_store(ferretdb_uri, read_only=True) as check:
+        stored = sorted((r.origin, r.id, r.prompts) for r in check.requests("it-run"))
+        assert check.buffer_stats().lost == 0
+    assert stored == [("worker-1", "client-7", 2), ("worker-3", "client-7", 1)]
+    assert all(s.store.buffer_stats().lost == 0 for s in sinks)
+
+
 # -- schemathesis: no input the OpenAPI document allows makes the gateway fail --------
 
 
