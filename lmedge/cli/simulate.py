@@ -49,6 +49,22 @@ def _check_slots(slots: int | None) -> None:
         raise ConfigError(f"--slots must be at least 1, got {slots}")
 
 
+def _plugin_params(**given: list[str] | None) -> dict[str, dict[str, str]]:
+    """{tier: {key: value}} from repeated `--<tier>-param KEY=VALUE` options.
+
+    Values stay strings; each plugin parses and validates its own (a bad key
+    or value fails when the plugin is built, before the run starts).
+    """
+    out: dict[str, dict[str, str]] = {}
+    for tier, items in given.items():
+        for item in items or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--{tier}-param takes KEY=VALUE, got {item!r}")
+            out.setdefault(tier, {})[key.strip()] = value.strip()
+    return out
+
+
 def _choice(
     policy: str, planner: str | None, router: str | None, deployer: str | None
 ) -> PolicyChoice:
@@ -179,6 +195,20 @@ def register(app: typer.Typer) -> None:
         llm_api_key: str | None = typer.Option(
             None, help="API key for the agentic plugins (or LMEDGE_LLM_API_KEY)."
         ),
+        planner_param: Annotated[
+            list[str] | None,
+            typer.Option(help="Planner plugin parameter KEY=VALUE; repeatable."),
+        ] = None,
+        router_param: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="Router plugin parameter KEY=VALUE; repeatable, e.g. admit_fraction=0.5."
+            ),
+        ] = None,
+        deployer_param: Annotated[
+            list[str] | None,
+            typer.Option(help="Deployer plugin parameter KEY=VALUE; repeatable."),
+        ] = None,
     ) -> None:
         """Run one policy on an emulated scenario and print its metrics."""
         _check_slots(slots)
@@ -190,8 +220,10 @@ def register(app: typer.Typer) -> None:
             llm_model,
             llm_api_key,
         )
-        if llm:
-            choice = dataclasses.replace(choice, params=llm)
+        given = _plugin_params(planner=planner_param, router=router_param, deployer=deployer_param)
+        params = {tier: {**llm.get(tier, {}), **given.get(tier, {})} for tier in {*llm, *given}}
+        if params:
+            choice = dataclasses.replace(choice, params=params)
         spec = RunSpec(resolve_scenario(scenario), choice, seed, slots, settle)
         if store is not None:
             parse_store_location(store)

@@ -5,15 +5,16 @@ as an `Arrival` whose `lm` is the class. A router that does not choose models
 (its class has no `routes_request_classes = True`) sees instead the class's
 first model (`ClusterContext.default_model`: manifest order), with the class's
 arrivals merged into that model's; its routes for the model are then copied
-back to the class with `Route.model` set. With no class arrivals both steps
-return their input unchanged, so LM-only workloads behave exactly as before.
+back to the class with `Route.model` set (and its rejections to the class).
+With no class arrivals both steps return their input unchanged, so LM-only
+workloads behave exactly as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lmedge.api import Arrival, ClusterContext, Route, RoutingMap
+from lmedge.api import Arrival, ClusterContext, Rejection, Route, RoutingMap
 
 __all__ = ["class_arrivals", "lm_arrivals", "routes_for_classes"]
 
@@ -69,4 +70,13 @@ def routes_for_classes(
             routes.append(
                 Route(origin=r.origin, lm=cls, destination=r.destination, model=r.serving_lm)
             )
-    return RoutingMap(routes=routes)
+    # A rejected (origin, model) pair refuses the classes it stands for as well.
+    rejections: list[Rejection] = []
+    for j in routing.rejections:
+        key = (j.origin, j.lm)
+        if key not in stands_for or key in direct:
+            rejections.append(j)
+        rejections += [
+            Rejection(origin=j.origin, lm=c) for c in dict.fromkeys(stands_for.get(key, []))
+        ]
+    return RoutingMap(routes=routes, rejections=rejections)
