@@ -107,7 +107,11 @@ class ClusterBackend(Protocol):
         ...
 
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
-        """Install the map used for requests arriving during `slot`."""
+        """Install the map used for requests arriving during `slot`.
+
+        Requests of a pair in `routing.rejections` are refused on arrival and
+        recorded with outcome `rejected` (admission control).
+        """
         ...
 
     def apply_placement(self, placement: Placement) -> ActuationResult:

@@ -24,7 +24,8 @@ class EmulatedBackend:
     slot t arrive during [t * slotS, (t + 1) * slotS) and follow the routing
     map published for slot t; pairs the map leaves out (or routes to a node
     that cannot host the LM) go local when the origin can host the LM, else
-    to the nearest feasible worker.
+    to the nearest feasible worker; pairs it rejects are recorded `rejected`
+    the moment they arrive.
     """
 
     def __init__(self, scenario: Scenario, seed: int = 0) -> None:
