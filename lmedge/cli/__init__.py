@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "lmedge.cli.dataplane",
     "lmedge.cli.store_cmds",
     "lmedge.cli.calibrate",
+    "lmedge.cli.calibration_check",
     "lmedge.cli.cluster",
 ]
 
