@@ -3,7 +3,11 @@
 * `POST /infer`: run a prompt set (`lmedge.api.inference.InferRequest`),
   resuming at the first unfinished prompt of a set seen before a restart;
 * `GET /healthz`: the process is up; `GET /readyz`: the weights are loaded
-  (503 until then — the gateway keeps retrying, which is the cold start);
+  and the progress directory is writable (503 with the reason otherwise —
+  the gateway keeps retrying, which is the cold start). Without a writable
+  progress directory every set would fail, so such a pod must never look
+  ready: the directory is probed with a real write before the weights load
+  and at every readiness check;
 * `GET /metrics`: prompts run, prompt time, sets by outcome.
 
 Weights load in a thread after the server starts listening, so the readiness
@@ -14,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -90,7 +96,28 @@ class ModelServer:
         self.busy = asyncio.Lock()
         self._running = threading.Lock()
 
+    def progress_problem(self) -> str | None:
+        """Why progress cannot be persisted (the directory is not writable), or None.
+
+        A real create-write-delete probe, not `os.access`: it also catches a
+        read-only mount, a full disk and a root-owned hostPath as uid 10001.
+        """
+        probe = self.progress_dir / f".probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            self.progress_dir.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as exc:
+            return f"progress directory {self.progress_dir} is not writable: {exc.strerror or exc}"
+        return None
+
     def load(self) -> None:
+        problem = self.progress_problem()
+        if problem is not None:
+            # Loading weights would only hide it: every set would answer 500.
+            log.error("%s: not ready: %s", self.lm, problem)
+            self.load_error = problem
+            return
         try:
             self.backend.load()
         except Exception as exc:  # shown on /readyz and in the log; the pod never turns ready
@@ -162,9 +189,11 @@ def create_app(server: ModelServer, *, load_in_background: bool = True) -> FastA
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        if server.ready.is_set():
+        loaded = server.ready.is_set()
+        problem = await asyncio.to_thread(server.progress_problem) if loaded else None
+        if loaded and problem is None:
             return JSONResponse({"status": "ready", "lm": server.lm, "mode": server.backend.mode})
-        detail = server.load_error or "loading model"
+        detail = problem or server.load_error or "loading model"
         return JSONResponse({"status": "not ready", "detail": detail}, status_code=503)
 
     @app.get("/metrics")
@@ -188,5 +217,11 @@ def create_app(server: ModelServer, *, load_in_background: bool = True) -> FastA
                 return await asyncio.to_thread(server.run_set, body)
             except ValueError as exc:  # a prompt the model cannot take (e.g. no image)
                 return JSONResponse({"detail": str(exc)}, status_code=422)
+            except OSError as exc:  # progress not persisted: retryable once fixed (503)
+                log.error("%s: set %s: cannot persist progress: %s", server.lm, body.id, exc)
+                return JSONResponse(
+                    {"detail": f"cannot persist progress in {server.progress_dir}: {exc}"},
+                    status_code=503,
+                )
 
     return app

@@ -9,6 +9,8 @@ import concurrent.futures
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from lmedge.dataplane.records import MemorySink
 from lmedge.modelserver.app import ModelServer, create_app
 from lmedge.modelserver.backends import StubBackend, load_backend, png_bytes
 from lmedge.modelserver.progress import ProgressLog
-from tests.fixtures.dataplane import TOKEN, ModelServerProcess, gateway
+from tests.fixtures.dataplane import TOKEN, ModelServerProcess, free_port, gateway
 
 HAVE_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "diffusers"))
 needs_torch = pytest.mark.skipif(
@@ -128,6 +130,61 @@ def test_unready_server_answers_503(tmp_path: Path) -> None:
         assert ready.status_code == 503 and "weights missing" in ready.json()["detail"]
         response = client.post("/infer", json={"id": "x", "lm": "lm1", "prompts": []})
         assert response.status_code == 503
+
+
+def _model_server_process(progress: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`lmedge model-server` (stub) as a child process, without waiting for readiness."""
+    port = free_port()
+    code = "import sys; from lmedge.cli import main; main(sys.argv[1:])"
+    args = [sys.executable, "-c", code, "model-server", "--lm", "lm1", "--modality",
+            "text-to-text", "--progress-dir", str(progress), "--port", str(port)]  # fmt: skip
+    with log.open("ab") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _readiness(url: str, proc: subprocess.Popen[bytes], want: int) -> httpx.Response:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the model server exited"
+        try:
+            response = httpx.get(url + "/readyz", timeout=2)
+            if response.status_code == want:
+                return response
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"/readyz never answered {want}")
+
+
+def test_unwritable_progress_directory_fails_readiness_with_the_reason(tmp_path: Path) -> None:
+    """Not ready (503 and why, in the startup log too) instead of ready-and-500 on every set;
+    a directory that stops being writable later turns the pod unready again."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")  # unwritable even for root: mkdir under a file fails
+    log = tmp_path / "model-server.log"
+    proc, url = _model_server_process(blocker / "progress", log)
+    try:
+        ready = _readiness(url, proc, 503)
+        detail = ready.json()["detail"]
+        assert "progress directory" in detail and "not writable" in detail
+        body = {"id": "s1", "lm": "lm1", "prompts": [{"text": "x"}]}
+        assert httpx.post(url + "/infer", json=body, timeout=10).status_code == 503
+        assert "not writable" in log.read_text()  # the startup log says why
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+    progress = tmp_path / "progress"
+    proc, url = _model_server_process(progress, log)
+    try:
+        _readiness(url, proc, 200)
+        progress.rmdir()
+        progress.write_text("")  # the directory is gone, a file in its place
+        assert "not writable" in _readiness(url, proc, 503).json()["detail"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize(
