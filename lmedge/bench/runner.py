@@ -14,18 +14,27 @@ only in the policy are compared on identical arrivals. Each run:
 
 Scenarios are found by path, or by the name of a bundled example (`testbed`):
 see `resolve_scenario`.
+
+Many runs (a grid of scenarios, policies and seeds) go through a
+`RunExecutor`: `SequentialExecutor` in this process, or
+`ProcessPoolRunExecutor` over a pool of worker processes. Each run is
+independent and fully determined by its `RunSpec`, so every executor returns
+the same `RunData` for the same specs, in spec order; an executor on other
+machines (a Ray cluster, say) only has to implement `RunExecutor.map`.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics
 from lmedge.backends.emulated.backend import EmulatedBackend
@@ -196,3 +205,144 @@ def run(
     }
     summary = summarize(result, scenario=sc.name, seed=spec.seed, components=components)
     return RunOutcome(spec, sc, run_id, result, summary, timing_summary(result, wall))
+
+
+@dataclass(frozen=True)
+class RequestTable:
+    """The measured requests of a run as columns, for statistics over requests.
+
+    A summary aggregates requests into windows; a bootstrap over the requests
+    of a window, or arrivals per LM and slot, need the requests themselves.
+    These columns are small enough to send back from a worker process (a few
+    thousand rows per run), unlike the full records. `lm[k]` indexes `lms`;
+    `latency_s` is rounded as in summaries, so tables compare exactly; `lam`
+    is the run's objective weight λ.
+    """
+
+    lam: float
+    lms: tuple[str, ...]
+    slot: tuple[int, ...]
+    lm: tuple[int, ...]
+    prompts: tuple[int, ...]
+    success: tuple[bool, ...]
+    latency_s: tuple[float, ...]
+    deadline_s: tuple[float, ...]
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+
+def request_table(result: RunResult) -> RequestTable:
+    """The columns of `result`'s measured requests, in record order."""
+    ctx = result.context
+    records = result.measured_records()
+    lms = list(metric_lms(ctx, records))
+    for r in records:  # an LM only in the records still counts (as in `window_metrics`)
+        if r.lm not in lms:
+            lms.append(r.lm)
+    index = {lm: k for k, lm in enumerate(lms)}
+    return RequestTable(
+        lam=ctx.lam,
+        lms=tuple(lms),
+        slot=tuple(r.slot for r in records),
+        lm=tuple(index[r.lm] for r in records),
+        prompts=tuple(r.prompts for r in records),
+        success=tuple(r.outcome == "success" for r in records),
+        latency_s=tuple(round(r.latency_s, 6) for r in records),
+        deadline_s=tuple(
+            ctx.deadline_s(r.model or r.lm) if ctx.has_service(r.model or r.lm) else ctx.tau_s
+            for r in records
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What a grid run sends back: the deterministic summary and request columns,
+    plus its timing (wall clock and the process's CPU seconds), which vary."""
+
+    spec: RunSpec
+    summary: dict[str, Any]
+    requests: RequestTable
+    timing: dict[str, Any]
+
+
+def execute(spec: RunSpec) -> RunData:
+    """Perform `spec` without a store; a module-level function, so a pool can pickle it."""
+    cpu = time.process_time()
+    outcome = run(spec)
+    timing = {**outcome.timing, "cpu_s": round(time.process_time() - cpu, 3)}
+    return RunData(spec, outcome.summary, request_table(outcome.result), timing)
+
+
+#: `on_done(index, data)`: run `index` of the specs has finished.
+OnDone = Callable[[int, RunData], None]
+
+
+class RunExecutor(Protocol):
+    """Performs independent runs; results come back in the order of `specs`.
+
+    Implementations differ only in where runs execute. Each run is a pure
+    function of its spec (`execute`), so the results must not depend on the
+    executor, the worker count or the completion order.
+    """
+
+    def map(self, specs: Sequence[RunSpec], on_done: OnDone | None = None) -> list[RunData]:
+        """Perform every spec; `on_done` is called in the caller's process as runs finish."""
+        ...
+
+
+class SequentialExecutor:
+    """Every run in this process, one after the other."""
+
+    def map(self, specs: Sequence[RunSpec], on_done: OnDone | None = None) -> list[RunData]:
+        out = []
+        for i, spec in enumerate(specs):
+            data = execute(spec)
+            if on_done:
+                on_done(i, data)
+            out.append(data)
+        return out
+
+
+class ProcessPoolRunExecutor:
+    """Runs spread over `workers` processes (spawned, so no state leaks from the parent).
+
+    Specs are submitted in the given order, so a caller that lists its longest
+    runs first keeps the pool busy to the end. The first failing run cancels
+    the rest and its exception is raised here.
+    """
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {workers}")
+        self.workers = workers
+
+    def map(self, specs: Sequence[RunSpec], on_done: OnDone | None = None) -> list[RunData]:
+        results: dict[int, RunData] = {}
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
+            pending: dict[Future[RunData], int] = {
+                pool.submit(execute, spec): i for i, spec in enumerate(specs)
+            }
+            try:
+                while pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        i = pending.pop(future)
+                        results[i] = future.result()
+                        if on_done:
+                            on_done(i, results[i])
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+        return [results[i] for i in range(len(specs))]
+
+
+def executor_for(workers: int | None) -> RunExecutor:
+    """The executor for `workers` processes: this process for 1, a pool otherwise
+    (default: one per CPU core)."""
+    count = (os.cpu_count() or 1) if workers is None else workers
+    if count < 1:
+        raise ConfigError(f"--workers must be at least 1, got {count}")
+    return SequentialExecutor() if count == 1 else ProcessPoolRunExecutor(count)

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "lmedge.cli.calibrate",
     "lmedge.cli.calibration_check",
     "lmedge.cli.cluster",
+    "lmedge.cli.reproduce",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,134 @@
+"""`lmedge reproduce`: the paper's §VI results regenerated in one command.
+
+Runs the grid of `lmedge.bench.grid` over a process pool (one worker per CPU
+core by default), prints every side-by-side table and the paper's orderings
+with holds / does not hold, and writes a report folder (`REPORT.md`,
+`summary.json`, figures). A bad flag is a `ConfigError`: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from lmedge.errors import ConfigError
+
+err = Console(stderr=True)
+#: Piped output gets wide lines: the side-by-side tables have up to a dozen columns.
+out = Console() if sys.stdout.isatty() else Console(width=200)
+REPRODUCE_OUT = Path("reports/reproduce")
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise ConfigError(f"{flag} must be comma-separated integers, got {text!r}") from None
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _verdict_style(holds: bool | None) -> str:
+    return {True: "[green]holds[/green]", False: "[red]does not hold[/red]"}.get(
+        holds,  # type: ignore[arg-type]
+        "[yellow]not evaluated[/yellow]",
+    )
+
+
+def _print(repro: Any) -> None:
+    for s in repro.sections:
+        out.rule(escape(f"{s.title} — {s.ref}"))
+        for t in s.tables:
+            table = Table(title=escape(t.title), title_justify="left")
+            for i, h in enumerate(t.header):
+                table.add_column(escape(h), justify="left" if i == 0 else "right")
+            for row in t.rows:
+                table.add_row(*(escape("–" if c is None else str(c)) for c in row))
+            out.print(table)
+        for c in s.checks:
+            out.print(f"  {_verdict_style(c.holds)}  {escape(c.claim)}: {escape(c.reason)}")
+    every = [c for s in repro.sections for c in s.checks]
+    held = sum(1 for c in every if c.holds)
+    out.print(f"\nthe paper's orderings and lmedge's targets: {held} of {len(every)} hold")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("reproduce")
+    def reproduce_cmd(
+        out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = (
+            REPRODUCE_OUT
+        ),
+        seeds: str = typer.Option("1,2,3", help="Comma-separated seeds (non-negative)."),
+        slots: int = typer.Option(
+            200, help="Measured slots per testbed run and per bursty phase (paper: 200)."
+        ),
+        workers: int | None = typer.Option(
+            None, help="Worker processes (default: one per CPU core; 1 runs in this process)."
+        ),
+        quick: bool = typer.Option(
+            False, "--quick", help="Seed 1, 30 slots, no extra profiles: a fast smoke run."
+        ),
+        policies: str | None = typer.Option(
+            None, help="Comma-separated profiles to run (default: the paper's nine, cema, lyreo)."
+        ),
+    ) -> None:
+        """Regenerate the paper's Figs. 6-9 and Tables II-IV on the emulator, side by side."""
+        from lmedge.bench import paper_report
+        from lmedge.bench.grid import Options, plan
+        from lmedge.bench.reproduce import reproduce
+        from lmedge.bench.runner import executor_for
+
+        if slots < 1:
+            raise ConfigError(f"--slots must be at least 1, got {slots}")
+        if workers is not None and workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {workers}")
+        options = Options(_ints(seeds, "--seeds"), slots, quick, _names(policies))
+        plan(options)  # every mistake in the flags or scenarios surfaces before any run
+        count = workers or os.cpu_count() or 1
+        executor = executor_for(count)
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        )
+        started = time.perf_counter()
+        with bar:
+            task = bar.add_task(f"reproduce ({count} workers)", total=None)
+
+            def done(n: int, total: int, data: Any) -> None:
+                s = data.summary
+                bar.update(
+                    task,
+                    completed=n,
+                    total=total,
+                    description=f"{s['scenario']} {s['policy']} s{s['seed']}",
+                )
+
+            repro = reproduce(options, executor, done)
+        wall = time.perf_counter() - started
+        _print(repro)
+        parts = [f"--seeds {seeds}", f"--slots {slots}"]
+        if quick:
+            parts.append("--quick")
+        if policies:
+            parts.append(f"--policies {policies}")
+        command = " ".join(["lmedge reproduce", *parts, f"-o {out_dir}"])
+        note = paper_report.timing_note(repro.runs, count, wall)
+        md = paper_report.write(out_dir, repro, command=command, cpu_note=note)
+        out.print(note, soft_wrap=True)
+        out.print(f"report: {md}", soft_wrap=True)
