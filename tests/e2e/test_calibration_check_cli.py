@@ -1,0 +1,80 @@
+"""`lmedge calibration-check` end to end on short runs: a report, exit 0; bad input exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lmedge.bench.calibration import FACTS
+from lmedge.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTBED = ROOT / "examples" / "testbed"
+SHORT = ["--seeds", "1", "--slots", "4", "--pre-slots", "2"]
+
+
+def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_json_report_has_every_fact_with_paper_value_and_distance(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = cli(
+        ["calibration-check", "-f", str(TESTBED), *SHORT, "--workers", "1", "--json"], capsys
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["seeds"] == [1]
+    assert report["runs"]["pre"] == {"policy": "ma", "slots": 2}
+    assert report["runs"]["milp"] == {"policy": "milp", "slots": 4}
+    rows = {r["key"]: r for r in report["facts"]}
+    assert list(rows) == [f.key for f in FACTS]
+    for r in rows.values():
+        assert r["paper"] is not None
+        if r["lmedge"] is not None:
+            assert r["delta"] == pytest.approx(r["lmedge"] - r["paper"])
+    # The testbed has the paper's four LMs, so every fact is measured.
+    assert all(r["lmedge"] is not None for r in rows.values())
+    assert rows["pre.median_latency"]["paper"] == 9.76
+    assert rows["static.lm2_over_lm1_gpu"]["holds"] is True
+
+
+def test_pool_gives_the_same_report_as_one_process(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["calibration-check", "-f", str(TESTBED), *SHORT, "--json"]
+    code1, one, _ = cli([*base, "--workers", "1"], capsys)
+    code2, two, _ = cli([*base, "--workers", "2"], capsys)
+    assert code1 == code2 == 0
+    assert json.loads(one) == json.loads(two)
+
+
+def test_table_names_the_paper_and_lmedge(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(["calibration-check", "-f", "testbed", *SHORT, "--workers", "1"], capsys)
+    assert code == 0, err
+    assert "paper" in out and "lmedge" in out and "median" in out and "LM-mean" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", "one"], "--seeds takes comma-separated integers"),
+        (["--pre-policy", "nope"], "unknown policy 'nope'"),
+        (["-f", "no-such-scenario"], "not found"),
+        (["--slots", "0"], "must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(["calibration-check", *SHORT, *args], capsys)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
