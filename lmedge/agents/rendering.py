@@ -182,7 +182,8 @@ def render_slot(
         lines.append("No macro policy yet: use any candidate.")
     lines.append(
         "Candidates per LM, best first (status: ready/pending running, role = will be"
-        " started, off = not planned here; q = queued prompts; p = planner weight;"
+        " started, draining = still running but no longer planned here (avoid), off = not"
+        " planned here; q = queued prompts; p = planner weight;"
         " est = estimated completion of these prompts):"
     )
     for lm, cands in ranked.items():

@@ -13,7 +13,11 @@ On one node, every slot:
    time out (a stranded request). It stays off only when it does not fit
    beside LMs with more claim (backlog first), and then is wanted again
    next slot.
-3. A running LM keeps its mode, cores and vGPUs (a resize restarts the pod).
+3. A running LM keeps its mode, cores and vGPUs (a resize restarts the
+   pod), unless a wanted LM would not fit otherwise: then GPU-only pods
+   shrink to one vGPU and text LMs are re-fitted like new pods (GPU-only
+   LMs take the vGPUs first, a text LM may move to the cores), when that
+   places more of the LMs with queued work (in priority order).
 4. Each LM that is not running starts in its planned mode
    (capacity.planned_mode: GPU-only LMs and LM2-like text LMs on GPU, LM1-like
    text LMs on CPU): GPU pods first, on one vGPU and `GPU_POD_CORES` cores;
@@ -32,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmedge.agents.rules.capacity import GPU_POD_CORES, planned_mode
-from lmedge.api import LMPlacement, NodeObservation, Placement, ServiceInfo
+from lmedge.api import InstanceState, LMPlacement, NodeObservation, Placement, ServiceInfo
 
 
 @dataclass
@@ -76,23 +80,58 @@ def rule_placement(obs: NodeObservation) -> Placement:
         ),
         reverse=True,
     )
+    chosen = _fit(obs, wanted, running, backlog, shrink=False)
+    queued = [lm for lm in wanted if backlog[lm] > 0]
+    if any(lm not in chosen for lm in queued):
+        # Something wanted does not fit beside the running pods as they are: shrink
+        # them (GPU-only pods to one vGPU; text LMs re-fitted like new pods, so a
+        # GPU-only LM takes a vGPU first and a text LM may move to the cores) and
+        # keep that plan if it serves more of the LMs with queued work (an idle role
+        # LM is not worth a resize: it is started once work is routed to it). A resize restarts a
+        # pod (one cold start; its queue waits on the node), which beats an LM
+        # that could never start while a neighbour holds extra vGPUs or cores.
+        shrunk = _fit(obs, wanted, running, backlog, shrink=True)
+        if _served(shrunk, queued) > _served(chosen, queued):
+            chosen = shrunk
+    return Placement(node=node.name, lms=[chosen.get(s.name, _off(s.name)) for s in obs.services])
+
+
+def _served(chosen: dict[str, LMPlacement], wanted: list[str]) -> tuple[int, ...]:
+    """Which of `wanted` a plan places, in priority order (compared lexicographically)."""
+    return tuple(int(lm in chosen) for lm in wanted)
+
+
+def _fit(
+    obs: NodeObservation,
+    wanted: list[str],
+    running: dict[str, InstanceState],
+    backlog: dict[str, int],
+    *,
+    shrink: bool,
+) -> dict[str, LMPlacement]:
+    """Fit `wanted` (priority order) on the node: running pods first, then starts.
+
+    Without `shrink` a running pod keeps its shape; with it a GPU-only pod
+    keeps one vGPU and a text LM's pod is re-fitted like a new one.
+    """
+    spec = obs.node.spec
+    services = {s.name: s for s in obs.services}
     free = _Free(spec.cpu_cores, spec.memory_gib, spec.total_vgpus, spec.total_vram_gib)
     chosen: dict[str, LMPlacement] = {}
     for lm in wanted:
         inst = running.get(lm)
-        if inst is None:
-            continue
         s = services[lm].spec
+        if inst is None or (shrink and s.runs_on == "cpu-or-gpu"):
+            continue
+        vgpus = min(inst.vgpus, 1) if shrink and inst.mode == "gpu" else inst.vgpus
         need_vram = s.min_vram_gib if inst.mode == "gpu" else 0.0
         if (
             inst.cpu_cores <= free.cores + 1e-9
             and s.deployment_memory_gib <= free.mem + 1e-9
-            and inst.vgpus <= free.vgpus
+            and vgpus <= free.vgpus
             and need_vram <= free.vram + 1e-9
         ):
-            chosen[lm] = LMPlacement(
-                lm=lm, mode=inst.mode, cpu_cores=inst.cpu_cores, vgpus=inst.vgpus
-            )
+            chosen[lm] = LMPlacement(lm=lm, mode=inst.mode, cpu_cores=inst.cpu_cores, vgpus=vgpus)
             _consume(free, chosen[lm], services[lm])
     starting = [lm for lm in wanted if lm not in chosen]
     mode_of = {lm: planned_mode(services[lm].spec, spec) for lm in starting}
@@ -140,7 +179,7 @@ def rule_placement(obs: NodeObservation) -> Placement:
                 grew = True
         if not grew:
             break
-    return Placement(node=node.name, lms=[chosen.get(s.name, _off(s.name)) for s in obs.services])
+    return chosen
 
 
 def _consume(free: _Free, p: LMPlacement, s: ServiceInfo) -> None:

@@ -12,6 +12,13 @@ For every (origin, LM) pair with arrivals, in decreasing order of prompts:
 - a node where the LM is neither running, starting nor in the role (an
   inactive-target conflict) costs `2 tau`: it is chosen only when nothing
   else is feasible;
+- a node where the LM still runs but is no longer planned (the planner
+  moved it away at an epoch boundary) is "draining": it is estimated like
+  any running instance but chosen only when no planned node is usable, so
+  its queue empties and the deployer can free the resources for the LMs
+  the node is now meant to host. (Feeding it because it happens to run
+  would keep its queue nonempty forever, and the deployer never stops an
+  LM with queued work: the node's new role would never start.)
 - the macro weight breaks ties (it is proportional to planned capacity,
   which the rate already reflects).
 
@@ -55,6 +62,10 @@ from lmedge.api import (
 ADMIT_FRACTION: float | None = None
 
 
+#: Candidate statuses chosen only when no planned node is usable.
+LAST_RESORT = frozenset({"off", "draining"})
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One destination option for one LM, as the rule sees it."""
@@ -63,7 +74,7 @@ class Candidate:
     cost_s: float
     start_s: float  # estimated wait before the set starts (queue ahead + cold start)
     backlog: int
-    status: str  # "ready", "pending", "role" (will be started) or "off"
+    status: str  # "ready", "pending", "role" (will be started), "draining" or "off"
     p: float
 
 
@@ -134,7 +145,8 @@ def candidates(
         node = ctx.node(n).spec
         status: str
         if inst is not None:
-            rate, status = instance_rate(svc, node, inst), inst.status
+            rate = instance_rate(svc, node, inst)
+            status = inst.status if n in planned else "draining"
             wait = COLD_START_S / 2 if inst.status == "pending" else 0.0
         else:
             rate, status, wait = best_rate(svc, node), "role", COLD_START_S
@@ -170,7 +182,11 @@ def rule_routing(
         ranked = candidates(ctx, macro, states, a.lm, extra, max(1, a.prompts), a.origin, plan)
         if not ranked:
             continue
-        usable = [c for c in ranked if c.status != "off"] or ranked
+        usable = (
+            [c for c in ranked if c.status not in LAST_RESORT]
+            or [c for c in ranked if c.status == "draining"]
+            or ranked
+        )
         dest = usable[0].node
         best = usable[0]
         horizon = None if admit_fraction is None else admit_fraction * ctx.deadline_s(a.lm)

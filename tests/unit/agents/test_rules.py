@@ -72,12 +72,13 @@ def test_planner_keeps_no_node_back_as_a_shedding_sink(ctx: ClusterContext, lm: 
     assert hosting == alone.feasible_nodes(lm)
 
 
-def test_planner_runs_lm1_on_cores_and_keeps_vgpus_for_the_rest(ctx: ClusterContext) -> None:
+def test_planner_spreads_the_gpu_only_lm_and_uses_the_cpu_node(ctx: ClusterContext) -> None:
     policy = plan_macro(ctx, {"lm1": 100, "lm2": 100, "lm3": 100, "lm4": 100}, {})
     w = policy.weights()
     assert w["lm4"].keys() <= {"worker-2", "worker-3", "worker-4", "worker-5", "worker-6"}
     assert len(w["lm4"]) >= 4, "the heaviest GPU-only LM spreads over GPU nodes"
-    assert "worker-1" in w["lm1"]
+    cpu_node = policy.role_map()["worker-1"]
+    assert cpu_node and all(ctx.service(lm).spec.runs_on == "cpu-or-gpu" for lm in cpu_node)
     assert abs(sum(w["lm3"].values()) - 1) < 1e-6
 
 
@@ -189,10 +190,13 @@ def test_deployer_lm1_on_cores_next_to_gpu_pods(ctx: ClusterContext) -> None:
 def test_deployer_keeps_running_pods_and_waits_while_pending(ctx: ClusterContext) -> None:
     running = InstanceState(lm="lm4", mode="gpu", cpu_cores=3, vgpus=2, status="ready")
     state = NodeState(name="worker-2", backlog={"lm3": 5, "lm4": 1}, instances=[running])
+    alone = _node_obs(ctx, "worker-2", ["lm4"], state.model_copy(update={"backlog": {"lm4": 1}}))
+    active = rule_placement(alone).active()
+    assert (active["lm4"].cpu_cores, active["lm4"].vgpus) == (3, 2), "no resize churn"
     obs = _node_obs(ctx, "worker-2", ["lm3", "lm4"], state)
     active = rule_placement(obs).active()
-    assert (active["lm4"].cpu_cores, active["lm4"].vgpus) == (3, 2), "no resize churn"
-    assert "lm3" not in active, "no vGPU left: lm3 waits rather than evicting lm4"
+    assert active["lm4"].vgpus == 1, "lm4 gives up its extra vGPU rather than strand lm3"
+    assert active["lm3"].mode == "gpu"
     pending = running.model_copy(update={"status": "pending"})
     obs = _node_obs(
         ctx, "worker-2", ["lm3", "lm4"], state.model_copy(update={"instances": [pending]})
@@ -207,6 +211,19 @@ def test_deployer_serves_every_queue_even_off_role(ctx: ClusterContext) -> None:
     assert "lm3" in active, "queued off-role work is started, not stranded"
     assert "lm2" in active, "a running LM with backlog keeps running"
     assert "lm4" not in active, "the idle role LM yields the last vGPU to queued work"
+
+
+def test_deployer_moves_a_text_lm_to_cores_for_a_gpu_only_role(ctx: ClusterContext) -> None:
+    # lm1 and lm2 hold both vGPUs; lm4 (GPU only) joins the role with queued work.
+    run = [
+        InstanceState(lm=lm, mode="gpu", cpu_cores=2, vgpus=1, status="ready")
+        for lm in ("lm1", "lm2")
+    ]
+    state = NodeState(name="worker-3", backlog={"lm1": 9, "lm2": 10, "lm4": 22}, instances=run)
+    active = rule_placement(_node_obs(ctx, "worker-3", ["lm1", "lm2", "lm4"], state)).active()
+    assert set(active) == {"lm1", "lm2", "lm4"}, "every queue keeps a pod"
+    assert active["lm4"].mode == "gpu"
+    assert [active[lm].mode for lm in ("lm1", "lm2")].count("cpu") == 1
 
 
 def test_deployer_keeps_an_off_role_lm_with_backlog(ctx: ClusterContext) -> None:
