@@ -62,11 +62,6 @@ def is_success(record: RequestRecord) -> bool:
     return record.outcome == "success"
 
 
-def jain(ratios: Sequence[float]) -> float | None:
-    """Jain's index F = (sum x)^2 / (n sum x^2) in [1/n, 1].
-
-    None for an empty sequence, and for an all-zero one where the formula is
-    0/0 (`fairness` decides what that means for the objective).
 def is_rejected(record: RequestRecord) -> bool:
     """Refused at once by admission control (a failure that never reached a destination)."""
     return record.outcome == "rejected"
@@ -77,6 +72,11 @@ def share(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
+def jain(ratios: Sequence[float]) -> float | None:
+    """Jain's index F = (sum x)^2 / (n sum x^2) in [1/n, 1].
+
+    None for an empty sequence, and for an all-zero one where the formula is
+    0/0 (`fairness` decides what that means for the objective).
     """
     n = len(ratios)
     squares = sum(x * x for x in ratios)
@@ -179,11 +179,13 @@ def window_metrics(
     order = list(dict.fromkeys([*lms, *sorted({r.lm for r in recs} - set(lms))]))
     arrivals: dict[str, int] = dict.fromkeys(order, 0)
     successes: dict[str, int] = dict.fromkeys(order, 0)
+    rejected: dict[str, int] = dict.fromkeys(order, 0)
     latency_sum: dict[str, float] = dict.fromkeys(order, 0.0)
     ok_latencies: list[float] = []
     ok_deadlines: list[float] = []
     for r in recs:
         arrivals[r.lm] += 1
+        rejected[r.lm] += is_rejected(r)
         if is_success(r):
             t = r.latency_s
             successes[r.lm] += 1
@@ -197,17 +199,16 @@ def window_metrics(
             successes=successes[lm],
             success_ratio=successes[lm] / arrivals[lm] if arrivals[lm] else None,
             mean_latency_s=latency_sum[lm] / successes[lm] if successes[lm] else None,
+            rejected=rejected[lm],
         )
         for lm in order
     ]
     conflicts = conflict_stats(
-    rejected: dict[str, int] = dict.fromkeys(order, 0)
         recs, tau_s=tau_s, deadlines=deadlines, cross_node_only=cross_node_only
     )
     if not recs:
         return EpochMetrics(
             per_lm=per_lm,
-        rejected[r.lm] += is_rejected(r)
             requests=0,
             successes=0,
             mean_latency_s=None,
@@ -222,9 +223,9 @@ def window_metrics(
     assert f_n is not None  # at least one LM had arrivals
     return EpochMetrics(
         per_lm=per_lm,
-            rejected=rejected[lm],
         requests=len(recs),
         successes=len(ok_latencies),
+        rejected=sum(rejected.values()),
         mean_latency_s=sum(ok_latencies) / len(ok_latencies) if ok_latencies else None,
         lm_mean_latency_s=lm_mean_latency(
             per_lm, {lm: _deadline(lm, tau_s, deadlines) for lm in order}
@@ -251,7 +252,6 @@ class SegmentMetrics(WireModel):
     windows: list[EpochMetrics]
     overall: EpochMetrics
     window_mean_jain: float | None
-        rejected=sum(rejected.values()),
     window_mean_latency_s: float | None
     window_mean_lm_mean_latency_s: float | None = None
     window_mean_objective: float | None
