@@ -45,9 +45,9 @@ class AgenticRouter:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticRouter:
-        """Parameter `admit_fraction`: `off` admits every set; a fraction in (0, 1]
-        of the deadline turns on admission control, which rejects the sets that
-        would finish later than that (see rules/scheduler.py)."""
+        """Parameter `admit_fraction` (default 0.3): a fraction in (0, 1] of the
+        deadline; admission control rejects the sets that would finish later
+        than that (see rules/scheduler.py). `off` admits every set."""
         rest = {k: v for k, v in params.items() if k != "admit_fraction"}
         core = AgentCore.from_params("scheduler", rest, ctx.slot_s, cls.name)
         return cls(core, parse_admit_fraction(params.get("admit_fraction", ADMIT_FRACTION)))

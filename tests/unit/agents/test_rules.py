@@ -242,16 +242,16 @@ def test_rule_step_updates_boost(ctx: ClusterContext) -> None:
     assert isinstance(policy, MacroPolicy) and state.boost["lm4"] > 1
 
 
-def test_admission_is_off_by_default(ctx: ClusterContext) -> None:
+def test_admission_off_refuses_nothing(ctx: ClusterContext) -> None:
     from lmedge.agents.scheduler import AgenticRouter
     from lmedge.errors import ConfigError
 
     macro = plan_macro(ctx, {}, {})
     arrivals = _arrivals(ctx)
-    routing = rule_routing(ctx, macro, _states(ctx, backlog=500), arrivals)
-    assert AgenticRouter.build(ctx, {}).admit_fraction is None
+    routing = rule_routing(ctx, macro, _states(ctx, backlog=500), arrivals, admit_fraction=None)
     roles = macro.role_map()
-    assert all(r.lm in roles[r.destination] for r in routing.routes), "nothing shed"
+    assert routing.rejections == [], "off: every set is admitted"
+    assert all(r.lm in roles[r.destination] for r in routing.routes), "and routed to a planned node"
     assert AgenticRouter.build(ctx, {"admit_fraction": "off"}).admit_fraction is None
     assert AgenticRouter.build(ctx, {"admit_fraction": "0.3"}).admit_fraction == 0.3
     with pytest.raises(ConfigError, match="admit_fraction"):
