@@ -4,8 +4,9 @@ Service time of one prompt = base time / rate, where the *base time* comes
 from the LMService profile and the instance's own resources, and the *rate*
 (<= 1) from what else is busy on the node at the same moment.
 
-- GPU mode: base = `gpuSecondsPerPrompt` (one uncontended instance; DESIGN.md
-  reads it as 30 / alpha_gpu). Time-slicing is work-conserving and weighted by
+- GPU mode: base = `gpuSecondsPerPrompt` (one uncontended instance; a
+  physical time, not the Lyapunov weight's 30 / alpha_gpu -- see
+  `examples/testbed/services.yaml`). Time-slicing is work-conserving and weighted by
   vGPU slots: on a physical GPU g whose busy pods hold B_g slots, a busy pod
   holding s_g of them gets the share s_g / B_g. A pod spread over several
   GPUs by `device_map` runs its layers on them in turn (model parallel, not
