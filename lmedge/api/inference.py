@@ -41,10 +41,18 @@ class Prompt(WireModel):
 
 
 class Output(WireModel):
-    """The result of one prompt: text, or an image (base64 PNG)."""
+    """The result of one prompt: text, or an image (base64 PNG).
+
+    Token counts are what the model server's tokenizer counted; None when it
+    did not count (images, or a server that does not report them).
+    """
 
     text: str | None = None
     image: str | None = None
+    prompt_tokens: int | None = Field(default=None, ge=0, description="Tokens of the prompt.")
+    completion_tokens: int | None = Field(
+        default=None, ge=0, description="Tokens generated for the output text."
+    )
 
 
 class InferRequest(WireModel):

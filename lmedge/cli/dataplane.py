@@ -66,6 +66,14 @@ def register(app: typer.Typer) -> None:
         max_body_bytes: Annotated[
             int, typer.Option(help="Largest request body, bytes.")
         ] = DEFAULT_MAX_BODY,
+        drain_s: Annotated[
+            float,
+            typer.Option(
+                help="After SIGTERM, seconds requests may still finish before every set "
+                "still waiting is answered as timed out (and recorded); keep it below the "
+                "pod's terminationGracePeriodSeconds."
+            ),
+        ] = 20.0,
         max_connections: Annotated[
             int, typer.Option(help="Pooled connections per upstream pool.")
         ] = 512,
@@ -78,11 +86,16 @@ def register(app: typer.Typer) -> None:
         from lmedge.dataplane.clients import HttpClients
         from lmedge.dataplane.gateway import Gateway, GatewaySettings
         from lmedge.dataplane.records import StoreSink
+        from lmedge.dataplane.serving import GatewayServer, bind
         from lmedge.store import open_store
 
+        if drain_s < 0:
+            raise ConfigError(f"--drain-s must be >= 0, got {drain_s:g}")
         _, found = load_resources(services)
         if not found:
             raise ConfigError(f"{services}: no LMService found")
+        # Bound before anything else opens: a port it cannot use is one error line.
+        sock = bind(host, port)
         settings = GatewaySettings(
             node=node,
             services={s.name: s.spec.modality for s in found},
@@ -102,7 +115,8 @@ def register(app: typer.Typer) -> None:
             ApiSettings(token=token, control_token=control_token, max_body_bytes=max_body_bytes),
         )
         api.state.closers.append(clients.aclose)
-        uvicorn.run(api, host=host, port=port, log_level="warning", backlog=4096)
+        config = uvicorn.Config(api, log_level="warning", backlog=4096)
+        GatewayServer(config, core, drain_s).run(sockets=[sock])
 
     @app.command("model-server")
     def model_server(
@@ -144,6 +158,7 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from lmedge.api.resources import Modality
+        from lmedge.dataplane.serving import bind
         from lmedge.modelserver.app import ModelServer, create_app
         from lmedge.modelserver.backends import load_backend
 
@@ -162,4 +177,5 @@ def register(app: typer.Typer) -> None:
             image_size=image_size,
         )
         server = ModelServer(lm, chosen, progress_dir, fsync=fsync)
-        uvicorn.run(create_app(server), host=host, port=port, log_level="warning")
+        sock = bind(host, port)
+        uvicorn.Server(uvicorn.Config(create_app(server), log_level="warning")).run(sockets=[sock])

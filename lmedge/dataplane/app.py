@@ -37,9 +37,9 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lmedge.dataplane import openai as oa
+from lmedge.dataplane.bodies import BodyGuard
 from lmedge.dataplane.gateway import DuplicateRequestId, Gateway, Rejected, UnknownLM
 from lmedge.dataplane.wire import (
     ForwardRequest,
@@ -77,55 +77,6 @@ def _error(status: int, message: str, kind: str, code: str | None = None) -> JSO
     )
 
 
-class _BodyGuard:
-    """Rejects oversized bodies (413) and non-JSON bodies (415) before parsing."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
-            await self.app(scope, receive, send)
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await _error(
-                413, f"request body larger than {self.max_bytes} bytes", "invalid_request_error"
-            )(scope, receive, send)
-            return
-        ctype = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if ctype != "application/json":
-            await _error(
-                415,
-                "request body must be JSON (Content-Type: application/json)",
-                "invalid_request_error",
-            )(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await _error(
-                413, f"request body larger than {self.max_bytes} bytes", "invalid_request_error"
-            )(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
-
-
 def _bearer(expected: str | None) -> Callable[..., Awaitable[None]]:
     async def check(authorization: Annotated[str | None, Header()] = None) -> None:
         if expected is None:
@@ -156,7 +107,7 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
     )
     app.state.gateway = gateway
     app.state.closers = closers
-    app.add_middleware(_BodyGuard, max_bytes=api.max_body_bytes)
+    app.add_middleware(BodyGuard, max_bytes=api.max_body_bytes)
     user = [Depends(_bearer(api.token))]
     control = [Depends(_bearer(api.effective_control_token))]
     _errors(app)
@@ -267,6 +218,12 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":
+            # Not JSON at all: a malformed request (400, as OpenAI answers), not a
+            # well-formed one with wrong content (422).
+            ctx = first.get("ctx") or {}
+            detail = ctx.get("error", first.get("msg")) if isinstance(ctx, dict) else ctx
+            return _error(400, f"request body is not valid JSON: {detail}", "invalid_request_error")
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         more = len(exc.errors()) - 1
         message = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))

@@ -26,9 +26,9 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 from lmedge.api.inference import Prompt
 from lmedge.api.records import RequestRecord
@@ -66,6 +66,9 @@ __all__ = [
 REMEMBERED_IDS = 100_000
 
 log = logging.getLogger(__name__)
+
+#: The error of a set given up on because the gateway is shutting down.
+SHUTTING_DOWN = "gateway shutting down"
 
 
 class UnknownLM(UserError):
@@ -176,6 +179,10 @@ class Gateway:
         self._wall = wall
         self._started_at = wall()
         self._client_ids: OrderedDict[str, None] = OrderedDict()
+        # Resolved by `stop_waiting` at shutdown: every set still waiting then gets
+        # an outcome at once instead of holding the process until its deadline.
+        self._stopped: asyncio.Future[None] | None = None
+        self._waiting = 0
 
     # -- control ------------------------------------------------------------------
 
@@ -256,7 +263,10 @@ class Gateway:
         forward = ForwardRequest(
             id=rid, lm=lm, origin=self.node, prompts=prompts, sent_at=sent_at, budget_s=tau
         )
-        result = await self._dispatch(destination, forward)
+        result = await self._unless_stopped(
+            self._dispatch(destination, forward),
+            lambda: self._undelivered(forward, destination, SHUTTING_DOWN),
+        )
         rtt = self._monotonic() - start
         if result.outcome == "success" and rtt > tau:
             # The destination met the deadline but the result came back too late.
@@ -358,7 +368,47 @@ class Gateway:
     async def accept(self, forward: ForwardRequest) -> ForwardResult:
         """Serve a set forwarded here (or submitted here and routed locally)."""
         self.check_lm(forward.lm)
-        return await self.queues.submit(forward)
+        return await self._unless_stopped(
+            self.queues.submit(forward),
+            lambda: self._undelivered(forward, self.node, SHUTTING_DOWN),
+        )
+
+    # -- shutdown -------------------------------------------------------------------
+
+    def stop_waiting(self) -> int:
+        """Answer every set still waiting here now, as timed out; return how many.
+
+        Called when the drain period after SIGTERM is over: an origin records
+        its sets (outcome `timeout`, error "gateway shutting down") and answers
+        its users; a destination answers its origins, which record them.
+        """
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+        if not self._stopped.done():
+            self._stopped.set_result(None)
+        return self._waiting
+
+    async def _unless_stopped(
+        self, work: Coroutine[Any, Any, ForwardResult], stopped: Callable[[], ForwardResult]
+    ) -> ForwardResult:
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+        if self._stopped.done():
+            work.close()
+            return stopped()
+        task = asyncio.ensure_future(work)
+        self._waiting += 1
+        try:
+            await asyncio.wait((task, self._stopped), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            self._waiting -= 1
+        if task.done():
+            return task.result()
+        task.cancel()
+        return stopped()
 
     async def close(self) -> None:
         await self.queues.close()

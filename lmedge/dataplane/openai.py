@@ -36,6 +36,7 @@ __all__ = [
     "image_prompts",
     "image_response",
     "model_list",
+    "usage",
 ]
 
 _DATA_URL = re.compile(r"^data:image/(png|jpeg|jpg|webp|gif);base64,(?P<data>[A-Za-z0-9+/=\s]+)$")
@@ -82,7 +83,10 @@ class ChatCompletionRequest(_Lenient):
 
 class CompletionRequest(_Lenient):
     model: str = Field(min_length=1, max_length=63)
-    prompt: str | list[str] = Field(max_length=MAX_PROMPTS)
+    # No bound here: on the union, the list's 64-item bound also capped a string
+    # prompt at 64 characters, and an error on a union names the wrong branch.
+    # completion_prompts checks the item count and each text's length.
+    prompt: str | list[str]
     max_tokens: int | None = Field(default=None, ge=1, le=4096)
     stream: bool | None = False
 
@@ -154,6 +158,8 @@ def completion_prompts(req: CompletionRequest, modality: Modality) -> list[Promp
     texts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
     if not texts:
         raise BadRequest("prompt must not be an empty list")
+    if len(texts) > MAX_PROMPTS:
+        raise BadRequest(f"prompt lists {len(texts)} prompts; at most {MAX_PROMPTS} per request")
     for text in texts:
         if len(text) > MAX_PROMPT_CHARS:
             raise BadRequest(f"a prompt is longer than {MAX_PROMPT_CHARS} characters")
@@ -168,6 +174,24 @@ def image_prompts(req: ImageGenerationRequest, modality: Modality) -> list[Promp
     if req.response_format == "url":
         raise BadRequest("response_format url is not supported; use b64_json")
     return [Prompt(text=req.prompt)] * req.n
+
+
+def usage(outputs: list[Output]) -> dict[str, int] | None:
+    """OpenAI `usage` from the model server's counts: the sum over every prompt run.
+
+    A chat request with `n` > 1 runs its prompt `n` times, and each run is
+    counted. None (JSON null) when any output lacks a count: a partial sum
+    would under-report.
+    """
+    if not outputs or any(o.prompt_tokens is None or o.completion_tokens is None for o in outputs):
+        return None
+    prompt = sum(o.prompt_tokens or 0 for o in outputs)
+    completion = sum(o.completion_tokens or 0 for o in outputs)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 def chat_response(rid: str, model: str, outputs: list[Output]) -> dict[str, Any]:
@@ -185,6 +209,7 @@ def chat_response(rid: str, model: str, outputs: list[Output]) -> dict[str, Any]
             }
             for i, out in enumerate(outputs)
         ],
+        "usage": usage(outputs),
     }
 
 
@@ -198,6 +223,7 @@ def completion_response(rid: str, model: str, outputs: list[Output]) -> dict[str
             {"index": i, "text": out.text or "", "finish_reason": "stop", "logprobs": None}
             for i, out in enumerate(outputs)
         ],
+        "usage": usage(outputs),
     }
 
 

@@ -69,7 +69,9 @@ class StubBackend:
     """Deterministic stand-in: `seconds` per prompt, output derived from the prompt.
 
     Text modalities answer `"<lm>: <digest of the prompt>"`; text-to-image
-    answers an 8x8 PNG whose colour is the digest.
+    answers an 8x8 PNG whose colour is the digest. Its "tokenizer" counts
+    whitespace-separated words, so token counts are reported as a real
+    server's are.
     """
 
     lm: str
@@ -87,7 +89,12 @@ class StubBackend:
         if self.modality == "text-to-image":
             png = png_bytes(8, 8, digest[:3] * 64)
             return Output(image=base64.b64encode(png).decode())
-        return Output(text=f"{self.lm}: {digest.hex()[:16]}")
+        text = f"{self.lm}: {digest.hex()[:16]}"
+        return Output(
+            text=text,
+            prompt_tokens=len(prompt.text.split()),
+            completion_tokens=len(text.split()),
+        )
 
 
 def load_backend(

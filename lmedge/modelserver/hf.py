@@ -90,8 +90,13 @@ class TextGenerationBackend(_HFBackend):
                 do_sample=False,
                 pad_token_id=tok.eos_token_id,
             )
-        new = out[0][inputs["input_ids"].shape[1] :]
-        return Output(text=tok.decode(new, skip_special_tokens=True))
+        used = int(inputs["input_ids"].shape[1])
+        new = out[0][used:]
+        return Output(
+            text=tok.decode(new, skip_special_tokens=True),
+            prompt_tokens=used,
+            completion_tokens=len(new),
+        )
 
 
 class ImageToTextBackend(_HFBackend):
@@ -124,7 +129,13 @@ class ImageToTextBackend(_HFBackend):
             out = self._model.generate(
                 **inputs, max_new_tokens=prompt.max_tokens or self.max_new_tokens, do_sample=False
             )
-        return Output(text=self._processor.decode(out[0], skip_special_tokens=True))
+        # The caption is the generated sequence (it starts from the text hint, if any).
+        used = int(inputs["input_ids"].shape[1]) if "input_ids" in inputs else 0
+        return Output(
+            text=self._processor.decode(out[0], skip_special_tokens=True),
+            prompt_tokens=used,
+            completion_tokens=max(len(out[0]) - used, 0),
+        )
 
 
 class TextToImageBackend(_HFBackend):
