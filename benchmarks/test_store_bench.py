@@ -126,3 +126,97 @@ def test_store_write_and_query_rates(store: tuple[str, Store]) -> None:
     report = ROOT / "reports" / "bench-store.json"
     report.parent.mkdir(exist_ok=True)
     report.write_text(json.dumps(RESULTS, indent=2) + "\n")
+
+
+# -- a run on a store that already holds many runs ---------------------------------
+
+EARLIER_RUNS = 50
+RUN_SLOTS = 200
+#: `make bench` target: a run on a store holding EARLIER_RUNS runs takes at most
+#: this many times as long as the same run on a fresh store.
+POPULATED_RATIO_MAX = 1.2
+
+
+def _timed_run(store: Store) -> tuple[float, str]:
+    from lmedge.bench.runner import RunSpec, resolve_scenario, run
+    from lmedge.controller.assembly import PolicyChoice
+
+    spec = RunSpec(resolve_scenario("testbed"), PolicyChoice("ma"), 1, RUN_SLOTS)
+    start = time.perf_counter()
+    outcome = run(spec, store=store)
+    return time.perf_counter() - start, outcome.run_id
+
+
+def _copy_run(source: Store, run_id: str, target: Store, copies: int) -> int:
+    """Store `copies` copies of run `run_id` under new run ids; documents written.
+
+    The copies keep the run's request ids, as a second run with the same seed
+    does (the case that once made every insert fall back to a full scan).
+    """
+    [info] = [r for r in source.runs(limit=1000) if r.id == run_id]
+    records = list(source.requests(run_id))
+    decisions = source.decisions(run=run_id, limit=1_000_000)
+    telemetry = source.telemetry(run=run_id, limit=1_000_000)
+    memory = source.memory_cases(run=run_id, limit=1_000)
+    written = 0
+    for k in range(copies):
+        new = f"{run_id}-copy{k:02d}"
+        target.record_run(info.model_copy(update={"id": new}))
+        target.record_requests(r.model_copy(update={"run": new}) for r in records)
+        target.record_decisions(d.model_copy(update={"run": new}) for d in decisions)
+        target.record_telemetry(t.model_copy(update={"run": new}) for t in telemetry)
+        for case in memory:
+            target.record_memory(case.model_copy(update={"run": new}))
+        written += 1 + len(records) + len(decisions) + len(telemetry) + len(memory)
+    target.flush()
+    return written
+
+
+def test_a_run_on_a_store_holding_50_runs_is_as_fast_as_on_a_fresh_store(
+    tmp_path: Path,
+) -> None:
+    """The embedded store's cost per run must not grow with the runs it holds
+    (issue 14 item 7: a 200-slot run took 1.7 s fresh, 183 s after 50 runs)."""
+    options = StoreOptions(spill_dir=tmp_path / "spill", batch_size=BATCH)
+    fresh: list[float] = []
+    ids: list[str] = []
+    for k in range(2):  # the faster of two, on a loaded machine
+        with open_store(f"embedded://{tmp_path / f'fresh{k}'}", options=options) as s:
+            elapsed, run_id = _timed_run(s)
+            fresh.append(elapsed)
+            ids.append(run_id)
+            assert s.buffer_stats().lost == 0
+    with (
+        open_store(f"embedded://{tmp_path / 'fresh0'}", options=options) as source,
+        open_store(f"embedded://{tmp_path / 'populated'}", options=options) as s,
+    ):
+        start = time.perf_counter()
+        documents = _copy_run(source, ids[0], s, EARLIER_RUNS)
+        setup_s = time.perf_counter() - start
+        populated = []
+        for _ in range(2):
+            elapsed, new_id = _timed_run(s)
+            populated.append(elapsed)
+            assert s.buffer_stats().lost == 0
+            assert s.lm_stats(new_id), "the new run's records are all there"
+        held = s.status().counts
+    ratio = min(populated) / min(fresh)
+    out = {
+        "earlier_runs": EARLIER_RUNS,
+        "documents_held": sum(held.values()),
+        "setup_s": round(setup_s, 2),
+        "fresh_run_s": round(min(fresh), 3),
+        "populated_run_s": round(min(populated), 3),
+        "ratio": round(ratio, 3),
+        "target_ratio": POPULATED_RATIO_MAX,
+    }
+    RESULTS["populated_store"] = out
+    print(
+        f"\n[store bench] {RUN_SLOTS}-slot testbed run (ma): fresh store {min(fresh):.2f} s, "
+        f"store holding {EARLIER_RUNS} runs ({documents:,} documents) {min(populated):.2f} s, "
+        f"ratio {ratio:.2f} (target <= {POPULATED_RATIO_MAX})"
+    )
+    report = ROOT / "reports" / "bench-store.json"
+    report.parent.mkdir(exist_ok=True)
+    report.write_text(json.dumps(RESULTS, indent=2) + "\n")
+    assert ratio <= POPULATED_RATIO_MAX
