@@ -39,6 +39,7 @@ there; every window with at least one request has a defined objective.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -475,6 +476,43 @@ def reconfiguration_stats(
         set_changes=set_changes,
         set_change_ratio=set_changes / decisions if decisions else None,
     )
+
+
+def stranded_requests(
+    records: Iterable[RequestRecord],
+    actuations: Sequence[ActuationResult],
+    actuation_slots: Sequence[int],
+    deadlines: Mapping[str, float],
+    slot_s: float,
+) -> list[RequestRecord]:
+    """Requests that waited at a node where their LM never ran while they could be served.
+
+    A stranded request failed without any prompt served and its serving LM
+    had no instance (started, not yet stopped) at its destination in any
+    slot from its arrival to its deadline: it only waited out tau. The
+    instances are rebuilt from the actuation results (each node starts
+    empty; `actuation_slots[k]` is the slot of `actuations[k]`). Rejected
+    requests were refused at once and are never stranded. `deadlines` maps
+    a serving LM to its deadline in seconds.
+    """
+    alive: dict[str, set[str]] = defaultdict(set)
+    hosted: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for a, slot in zip(actuations, actuation_slots, strict=True):
+        node = alive[a.node]
+        node.difference_update(a.stopped)
+        node.update(a.started, a.resized)
+        for lm in node:
+            hosted[(a.node, lm)].add(slot)
+    out = []
+    for r in records:
+        if r.outcome != "timeout" or r.prompts_done > 0:
+            continue
+        lm = r.model or r.lm
+        horizon = math.ceil(deadlines.get(lm, TAU_S) / slot_s)
+        slots = hosted.get((r.destination, lm), set())
+        if not any(t in slots for t in range(r.slot, r.slot + horizon + 1)):
+            out.append(r)
+    return out
 
 
 class AuditCounts(WireModel):
