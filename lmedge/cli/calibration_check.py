@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -98,9 +99,14 @@ def register(app: typer.Typer) -> None:
             None, help="Worker processes (default: one per CPU core, at most one per run)."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        out_path: str | None = typer.Option(
+            None, "--out", "-o", help="Also write the report as JSON to this file."
+        ),
     ) -> None:
         """Compare a scenario with the paper's published facts (a report; exit 0 unless error)."""
         profile(pre_policy)  # an unknown profile fails here, before any run
+        if out_path is not None and not Path(out_path).resolve().parent.is_dir():
+            raise ConfigError(f"cannot write --out {out_path}: no such directory")
         seed_list = _seeds(seeds)
         runs = (1 + 3) * len(seed_list)
         count = min(runs, os.cpu_count() or 1) if workers is None else workers
@@ -124,8 +130,14 @@ def register(app: typer.Typer) -> None:
         with bar:
             task = bar.add_task("runs", total=runs)
             rows = check(spec, lambda done, total: bar.update(task, completed=done, total=total))
+        report = json.dumps(rows_json(spec, rows), ensure_ascii=False, indent=2)
+        if out_path is not None:
+            try:
+                Path(out_path).write_text(report + "\n")
+            except OSError as exc:
+                raise ConfigError(f"cannot write --out {out_path}: {exc.strerror}") from exc
         if as_json:
-            out.print_json(json.dumps(rows_json(spec, rows), ensure_ascii=False))
+            out.print_json(report)
             return
         title = (
             f"{spec.scenario.name} vs the paper · seeds {seeds} · {slots} slots "

@@ -56,9 +56,17 @@ def test_pool_gives_the_same_report_as_one_process(capsys: pytest.CaptureFixture
     assert json.loads(one) == json.loads(two)
 
 
-def test_table_names_the_paper_and_lmedge(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = cli(["calibration-check", "-f", "testbed", *SHORT, "--workers", "1"], capsys)
+def test_table_names_the_paper_and_lmedge(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    report = tmp_path / "check.json"
+    code, out, err = cli(
+        ["calibration-check", "-f", "testbed", *SHORT, "--workers", "1", "--out", str(report)],
+        capsys,
+    )
     assert code == 0, err
+    # --out keeps the JSON report beside the printed table.
+    assert [r["key"] for r in json.loads(report.read_text())["facts"]] == [f.key for f in FACTS]
     assert "paper" in out and "lmedge" in out and "median" in out and "LM-mean" in out
 
 
@@ -69,6 +77,7 @@ def test_table_names_the_paper_and_lmedge(capsys: pytest.CaptureFixture[str]) ->
         (["--pre-policy", "nope"], "unknown policy 'nope'"),
         (["-f", "no-such-scenario"], "not found"),
         (["--slots", "0"], "must be at least 1"),
+        (["--out", "/nonexistent-dir/check.json"], "cannot write --out"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
