@@ -50,7 +50,7 @@ def _placement(node: str, slot: int) -> Decision[Placement]:
 @pytest.fixture(scope="module")
 def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """r1 (MA): one plan, two routing maps (one replaced), four placements;
-    12 requests: lm1 4/4 at 90 s, lm2 2/4 at 180 s, lm3 0/4."""
+    12 requests: lm1 4/4 at 90 s, lm2 2/4 at 180 s, lm3 0/4 (2 timed out, 2 rejected)."""
     path = tmp_path_factory.mktemp("store") / "db"
     with open_store(str(path)) as store:
         store.record_run(
@@ -87,6 +87,10 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             for node in ("w1", "w2"):
                 store.record_decision(_placement(node, slot))
         records = []
+
+        def refused(i: int) -> bool:  # admission control refused half of lm3's requests
+            return i >= 8 and i % 2 == 0
+
         for i in range(12):
             lm = f"lm{i // 4 + 1}"
             ok = lm == "lm1" or (lm == "lm2" and i % 2 == 0)
@@ -101,8 +105,8 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     prompts=2,
                     slot=i % 3,
                     submit_s=30.0 * (i % 3),
-                    queue_s=latency,
-                    outcome="success" if ok else "timeout",
+                    queue_s=0.0 if refused(i) else latency,
+                    outcome="success" if ok else "rejected" if refused(i) else "timeout",
                 )
             )
         store.record_requests(records)
@@ -198,6 +202,7 @@ def test_status_json_hand_computed(capsys: pytest.CaptureFixture[str], store_dir
     assert report["counts"]["requests"] == 12
     assert report["counts"]["deployments"] == 4
     assert (report["requests"], report["successes"]) == (12, 6)
+    assert (report["rejected"], report["rejected_ratio"]) == (2, pytest.approx(2 / 12))
     per_lm = {s["lm"]: (s["success_ratio"], s["mean_latency_s"]) for s in report["per_lm"]}
     assert per_lm == {"lm1": (1.0, 90.0), "lm2": (0.5, 180.0), "lm3": (0.0, None)}
     # rho = (1, .5, 0): F = 2.25 / (3 * 1.25) = 0.6, F_norm = (0.6 - 1/3) / (2/3) = 0.4
@@ -218,7 +223,8 @@ def test_status_table(capsys: pytest.CaptureFixture[str], store_dir: Path) -> No
         for line in out.splitlines()
         if (cells := [c.strip() for c in line.strip("│ ").split("│")])[0] in ("lm2", "lm3")
     }
-    assert rows == {"lm2": ["4", "2", "0.500", "180.0"], "lm3": ["4", "0", "0.000", "-"]}
+    # columns: requests, successes, rejected, success ratio, mean latency
+    assert rows == {"lm2": ["4", "2", "0", "0.500", "180.0"], "lm3": ["4", "0", "2", "0.000", "-"]}
 
 
 @pytest.fixture(scope="module")
