@@ -58,9 +58,10 @@ def _print(repro: Any) -> None:
             out.print(table)
         for c in s.checks:
             out.print(f"  {_verdict_style(c.holds)}  {escape(c.claim)}: {escape(c.reason)}")
-    every = [c for s in repro.sections for c in s.checks]
-    held = sum(1 for c in every if c.holds)
-    out.print(f"\nthe paper's orderings and lmedge's targets: {held} of {len(every)} hold")
+    for key, what in (("", "the paper's orderings hold"), ("targets", "lmedge's targets met")):
+        checks = [c for s in repro.sections if (s.key == "targets") == bool(key) for c in s.checks]
+        held = sum(1 for c in checks if c.holds)
+        out.print(f"{what}: {held} of {len(checks)}")
 
 
 def register(app: typer.Typer) -> None:
