@@ -62,6 +62,8 @@ class StoreSink:
         self._queue: queue.Queue[object] = queue.Queue()
         self.accepted = 0
         self.written = 0
+        #: Records the store could not even take (a bug, logged); never silently.
+        self.failed = 0
         self._thread = threading.Thread(target=self._loop, name="record-sink", daemon=True)
         self._thread.start()
 
@@ -97,14 +99,20 @@ class StoreSink:
             records = [item for item in items if isinstance(item, RequestRecord)]
             if records:
                 # Never raises for an outage: the store buffers and retries later.
-                self.store.record_requests(records)
-                self.written += len(records)
+                try:
+                    self.store.record_requests(records)
+                except Exception:  # this thread must outlive any one bad batch
+                    self.failed += len(records)
+                    log.exception("record sink: %d records not handed to the store", len(records))
+                else:
+                    self.written += len(records)
 
     def _retry_backlog(self) -> None:
-        stats = self.store.buffer_stats()
-        if not stats.pending and stats.spilled <= stats.replayed + stats.dropped:
+        if not self.store.has_backlog():
             return
         try:
             self.store.flush()
         except StoreUnavailable as exc:
             log.debug("record sink: store still unavailable: %s", exc)
+        except Exception:
+            log.exception("record sink: flushing the store failed")

@@ -228,3 +228,30 @@ def test_a_huge_usage_number_neither_kills_the_loop_nor_doubles_a_decision(
         db = client.get_default_database()
         total = sum(db[c].count_documents({"run": "huge"}) for c in DECISION_COLLECTIONS.values())
     assert total == len(result.decisions)
+
+
+def test_the_gateway_record_writer_outlives_a_record_it_cannot_store(
+    store_uri_param: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway's writer thread died on the first record the store raised on,
+    and every later record of that gateway was silently lost."""
+    from lmedge.api.records import RequestRecord
+    from lmedge.dataplane.records import StoreSink
+
+    good = samples.requests("r1", 3)
+    broken = RequestRecord.model_construct(
+        **{**good[0].model_dump(), "id": "bad", "slot": object()}
+    )
+    store = open_store(store_uri_param, options=StoreOptions(spill_dir=tmp_path / "spill"))
+    store.record_run(samples.run_info("r1"))
+    sink = StoreSink(store, batch=1, retry_s=0.05)
+    with caplog.at_level(logging.ERROR, logger="lmedge.dataplane.records"):
+        sink.put(good[0])
+        sink.put(broken)
+        sink.put(good[1])
+        sink.put(good[2])
+        sink.close()
+    assert (sink.accepted, sink.written, sink.failed) == (4, 3, 1)
+    assert "not handed to the store" in caplog.text
+    with open_store(store_uri_param, read_only=True) as check:
+        assert sorted(r.id for r in check.requests("r1")) == sorted(r.id for r in good)

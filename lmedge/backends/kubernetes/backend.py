@@ -255,7 +255,8 @@ class KubernetesBackend:
             GatewayClient(settings.gateways, settings.control_token) if settings.gateways else None
         )
         self._ctx, self._owners = load_context(kube, settings)
-        self._seen: set[str] = set()
+        # (origin, id): ids are only unique per origin gateway (a client may choose one)
+        self._seen: set[tuple[str, str]] = set()
         self._last_arrivals: Counter[tuple[str, str]] = Counter()
         self._last_prompts: Counter[tuple[str, str]] = Counter()
 
@@ -326,11 +327,15 @@ class KubernetesBackend:
         if self.store is None or not self.settings.run:
             return []
         try:
-            fresh = [r for r in self.store.requests(self.settings.run) if r.id not in self._seen]
+            fresh = [
+                r
+                for r in self.store.requests(self.settings.run)
+                if (r.origin, r.id) not in self._seen
+            ]
         except LmedgeError as exc:
             log.warning("no request records this slot: %s", exc)
             return []
-        self._seen.update(r.id for r in fresh)
+        self._seen.update((r.origin, r.id) for r in fresh)
         # Requests finished in the last slot estimate the next slot's arrivals:
         # in steady state as many finish per slot as arrive.
         self._last_arrivals, self._last_prompts = Counter(), Counter()
