@@ -23,7 +23,13 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
-from lmedge.api.manifests import API, format_validation_error, load_resources
+from lmedge.api.manifests import (
+    API,
+    as_the_api_server_reads,
+    format_validation_error,
+    load_resources,
+    load_yaml,
+)
 from lmedge.api.observations import ClusterContext, NodeInfo, ServiceInfo
 from lmedge.errors import InfeasibleScenarioError, ManifestError
 from lmedge.sim.trace import RequestSpec, read_trace
@@ -265,18 +271,26 @@ def load_scenario(path: Path, **overrides: Any) -> Scenario:
     file = folder / SCENARIO_FILE if path.is_dir() else path
     raw: dict[str, Any]
     if file.exists():
+        # Read as strictly as the manifests: duplicate keys, `.inf`, quoted numbers
+        # and snake_case names are errors, not silently taken.
         try:
-            loaded = yaml.safe_load(file.read_text())
+            documents = load_yaml(file.read_text())
         except yaml.YAMLError as exc:
-            raise ManifestError(str(file), "", f"not valid YAML: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ManifestError(str(file), "", "must be a YAML mapping with kind: Scenario")
-        raw = loaded
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ManifestError(
+                str(file), where, f"not valid YAML: {' '.join(problem.split())}"
+            ) from exc
+        documents = [d for d in documents if d is not None]
+        if len(documents) != 1 or not isinstance(documents[0], dict):
+            raise ManifestError(str(file), "", "must be one YAML mapping with kind: Scenario")
+        raw = as_the_api_server_reads(documents[0], str(file), "Scenario")
     else:
         raw = {"apiVersion": API, "kind": "Scenario", "metadata": {"name": _dns(folder.name)}}
     raw = _deep_merge(raw, _camel_keys(overrides))
     try:
-        spec = ScenarioSpec.model_validate(raw)
+        spec = ScenarioSpec.model_validate(raw, strict=True, by_alias=True, by_name=False)
     except ValidationError as exc:
         field, msg = format_validation_error(exc, "Scenario")
         raise ManifestError(str(file), field, msg) from exc

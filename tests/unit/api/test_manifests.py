@@ -39,16 +39,29 @@ def test_testbed_loads() -> None:
     assert {s.spec.runs_on for s in services} == {"gpu-only", "cpu-or-gpu"}
 
 
-def test_other_kinds_and_empty_documents_are_skipped(tmp_path: Path) -> None:
+def test_empty_documents_and_scenarios_are_skipped(tmp_path: Path) -> None:
     f = tmp_path / "mixed.yaml"
     f.write_text(
         "---\n"
         + yaml.safe_dump(doc("LMService", "lm1"))
         + "---\n"
-        + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+        + "---\napiVersion: lmedge.io/v1alpha1\nkind: Scenario\nmetadata: {name: x}\n"
     )
     nodes, services = load_resources(f)
     assert (nodes, [s.name for s in services]) == ([], ["lm1"])
+
+
+def test_other_kinds_are_refused_not_dropped(tmp_path: Path) -> None:
+    # A typo in `kind` used to drop the resource without a word.
+    f = tmp_path / "mixed.yaml"
+    f.write_text(
+        yaml.safe_dump(doc("LMService", "lm1"))
+        + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+    )
+    with pytest.raises(ManifestError) as exc:
+        load_resources(f)
+    assert exc.value.field == "document 2: kind"
+    assert exc.value.message == "unknown kind 'ConfigMap'; expected one of LMService, EdgeNode"
 
 
 def test_round_trip_through_to_manifest(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ def test_malformed_manifest_names_file_and_field(testbed: Path) -> None:
     with pytest.raises(ManifestError) as err:
         load_scenario(testbed)
     assert err.value.source.endswith("nodes.yaml")
-    assert err.value.field == "EdgeNode/worker-2.spec.cpuCores"
+    assert err.value.field == "document 3: EdgeNode/worker-2.spec.cpuCores"
 
 
 def test_not_yaml(testbed: Path) -> None:
