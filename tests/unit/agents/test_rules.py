@@ -256,3 +256,26 @@ def test_admission_off_refuses_nothing(ctx: ClusterContext) -> None:
     assert AgenticRouter.build(ctx, {"admit_fraction": "0.3"}).admit_fraction == 0.3
     with pytest.raises(ConfigError, match="admit_fraction"):
         AgenticRouter.build(ctx, {"admit_fraction": "2"})
+
+
+def test_admission_admits_the_small_set_before_the_large_one(ctx: ClusterContext) -> None:
+    # One GPU node for lm4 with 5 prompts queued: at ~20 s per prompt (one of two
+    # vGPUs) a 0.3 x 900 = 270-s horizon holds 13 prompts. Either set fits alone,
+    # not both; taking the small one first serves one request instead of
+    # refusing it behind the large one (success ratios count requests).
+    one = ClusterContext.model_validate(
+        ctx.model_dump()
+        | {
+            "nodes": [ctx.node("worker-2").model_dump()],
+            "services": [ctx.service("lm4").model_dump()],
+        }
+    )
+    lm4 = InstanceState(lm="lm4", mode="gpu", cpu_cores=2, vgpus=1, status="ready")
+    states = {"worker-2": NodeState(name="worker-2", backlog={"lm4": 5}, instances=[lm4])}
+    arrivals = [
+        Arrival(origin="worker-2", lm="lm4", requests=1, prompts=8),
+        Arrival(origin="edge", lm="lm4", requests=1, prompts=1),
+    ]
+    routing = rule_routing(one, plan_macro(one, {}, {}), states, arrivals, admit_fraction=0.3)
+    assert [(r.origin, r.destination) for r in routing.routes] == [("edge", "worker-2")]
+    assert routing.rejected() == {("worker-2", "lm4")}
