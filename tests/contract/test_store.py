@@ -121,8 +121,10 @@ def test_replayed_and_overlapping_batches_store_each_record_once(store: Store) -
     store.record_requests(reqs[:3] + reqs[:3])  # duplicates inside one batch
     ids = [r.id for r in store.requests("r1")]
     assert len(ids) == len(set(ids)) == 1500
-    store.record_run(samples.run_info("r1", minutes=9))  # first registration wins
+    store.record_run(samples.run_info("r1", minutes=9))  # first registration wins...
     assert store.runs()[0].started == samples.T0
+    assert store.buffer_stats().conflicts == 1  # ...and the other one is reported
+    assert store.buffer_stats().refused == 0
     assert store.status().counts["requests"] == 1500
 
 
