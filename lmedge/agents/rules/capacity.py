@@ -27,8 +27,12 @@ COLD_START_S = 9.34
 #: the node's cores are worth more to CPU-mode text LMs.
 GPU_POD_CORES = 2.0
 #: A text LM "prefers CPU" when its CPU time per prompt is within this factor of
-#: its GPU time (LM1: 8.15 / 5.17 = 1.6 -> CPU; LM2: 30 / 4.17 = 7.2 -> GPU):
-#: such an LM runs on cores nobody else can use and leaves the vGPUs to the rest.
+#: its GPU time: it then runs on cores nobody else can use and leaves the vGPUs
+#: to the rest. On the recalibrated testbed no LM does (LM1: 8.15 / 0.6 = 13.6,
+#: LM2: 30 / 1.2 = 25), so both text LMs plan for GPUs and fall back to cores
+#: when no vGPU is left. (Measured, seeds 2 and 11: LM1 on cores frees GPU time
+#: for LM4 -- Jain 0.961/0.969 -> 0.974/0.976, J 0.040/0.036 -> 0.036/0.035 --
+#: at 31-34 s instead of 4-6 s LM1 latency; a load-aware choice is future work.)
 CPU_PREFERENCE = 2.0
 
 

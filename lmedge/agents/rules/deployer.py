@@ -19,11 +19,12 @@ On one node, every slot:
    LMs take the vGPUs first, a text LM may move to the cores), when that
    places more of the LMs with queued work (in priority order).
 4. Each LM that is not running starts in its planned mode
-   (capacity.planned_mode: GPU-only LMs and LM2-like text LMs on GPU, LM1-like
-   text LMs on CPU): GPU pods first, on one vGPU and `GPU_POD_CORES` cores;
-   then CPU pods, sharing the cores that remain equally. A GPU-planned text
-   LM without a free vGPU runs on CPU instead; an LM that does not fit
-   (cores, memory, vGPUs, vRAM) stays off.
+   (capacity.planned_mode: GPU where the node has one, except a text LM
+   whose CPU time is within `CPU_PREFERENCE` of its GPU time): GPU pods
+   first, on one vGPU and `GPU_POD_CORES` cores; then CPU pods, sharing
+   the cores that remain equally. A GPU-planned text LM without a free vGPU
+   runs on CPU instead; an LM that does not fit (cores, memory, vGPUs,
+   vRAM) stays off.
 5. On a single-GPU node, vGPUs still free go to the GPU LMs being started,
    most backlog first, up to their maxVgpus (a larger share of the GPU under
    contention); running instances are not resized.

@@ -26,9 +26,9 @@ shown to the LLM):
 3. Routing weights p_i,n = capacity_i,n / capacity_i; roles = the LMs given
    units on the node.
 
-GPU-only LMs therefore spread over GPU nodes in proportion to their load,
-and text LMs take the CPU node and the GPU nodes' spare cores, leaving the
-vGPUs to the LMs that need them (LM2 is too slow on CPU to prefer it).
+GPU-only LMs therefore spread over GPU nodes in proportion to their load;
+text LMs take vGPUs where they are faster there, and the CPU node and the
+GPU nodes' spare cores once no vGPU is worth more to them.
 """
 
 from __future__ import annotations
