@@ -187,29 +187,36 @@ def parse_resources(
     return nodes, services
 
 
-def as_the_api_server_reads(value: Any, source: str, where: str, path: str = "") -> Any:
+def as_the_api_server_reads(value: Any, source: str, where: str) -> Any:
     """`value` as JSON the API server would store: nulls dropped, integral numbers
-    as integers; a non-finite number or a non-string key is a `ManifestError`."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ManifestError(
-                    source, f"{where}: {path or '(root)'}", f"key {k!r} is not a string"
-                )
-            if v is not None:
-                out[k] = as_the_api_server_reads(v, source, where, f"{path}.{k}" if path else k)
-        return out
-    if isinstance(value, list):
-        return [
-            as_the_api_server_reads(v, source, where, f"{path}.{i}") for i, v in enumerate(value)
-        ]
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ManifestError(source, f"{where}: {path}", f"{value} is not a JSON number")
-        if value.is_integer() and abs(value) < 2**63:
-            return int(value)
-    return value
+    as integers; a non-finite number or a non-string key is a `ManifestError`
+    whose field is `where` followed by the path (`document 2: spec.cpuCores`;
+    `where` ending in a dot joins without a colon: `Scenario.loop.tauS`)."""
+
+    def field(path: str) -> str:
+        return f"{where}{path}" if where.endswith(".") else f"{where}: {path}"
+
+    def walk(v: Any, path: str) -> Any:
+        if isinstance(v, dict):
+            out: dict[str, Any] = {}
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise ManifestError(
+                        source, field(path or "(root)"), f"key {k!r} is not a string"
+                    )
+                if item is not None:
+                    out[k] = walk(item, f"{path}.{k}" if path else k)
+            return out
+        if isinstance(v, list):
+            return [walk(item, f"{path}.{i}") for i, item in enumerate(v)]
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise ManifestError(source, field(path), f"{v} is not a JSON number")
+            if v.is_integer() and abs(v) < 2**63:
+                return int(v)
+        return v
+
+    return walk(value, "")
 
 
 def _check_metadata(meta: Any, kind: str, source: str, where: str) -> str:

@@ -285,7 +285,7 @@ def load_scenario(path: Path, **overrides: Any) -> Scenario:
         documents = [d for d in documents if d is not None]
         if len(documents) != 1 or not isinstance(documents[0], dict):
             raise ManifestError(str(file), "", "must be one YAML mapping with kind: Scenario")
-        raw = as_the_api_server_reads(documents[0], str(file), "Scenario")
+        raw = as_the_api_server_reads(documents[0], str(file), "Scenario.")
     else:
         raw = {"apiVersion": API, "kind": "Scenario", "metadata": {"name": _dns(folder.name)}}
     raw = _deep_merge(raw, _camel_keys(overrides))

@@ -135,7 +135,22 @@ CASES: list[Case] = [
         "LMService/lm1",
         "defined twice",
     ),
-]
+    ("kind-typo", _LMS.replace("kind: LMService", "kind: LMservice"), "document 1: kind",
+     "unknown kind 'LMservice'"),
+    ("snake-case", _LMS.replace("minVramGib", "min_vram_gib"), "LMService/lm1.spec.min_vram_gib",
+     "unknown field"),
+    ("quoted-number", _LMS.replace("deploymentMemoryGib: 3", "deploymentMemoryGib: '3'"),
+     "LMService/lm1.spec.deploymentMemoryGib", "valid number"),
+    ("infinite", _LMS.replace("deploymentMemoryGib: 3", "deploymentMemoryGib: .inf"),
+     "document 1: spec.deploymentMemoryGib", "inf is not a JSON number"),
+    ("duplicate-key", _LMS.replace("  model: gpt2\n", "  model: gpt2\n  model: gpt3\n"), "line ",
+     "duplicate key 'model'"),
+    ("unknown-top-level-field", _LMS + "specs: {}\n", "document 1: LMService/lm1.specs",
+     "unknown field"),
+    ("second-document", yaml.safe_dump(doc("EdgeNode", "w1")) + "---\n"
+     + _LMS.replace("maxVgpus: 2", "maxVgpus: 2.5"), "document 2: LMService/lm1.spec.maxVgpus",
+     "valid integer"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -157,3 +157,28 @@ def test_sites_without_a_link_are_rejected(testbed: Path) -> None:
 def test_missing_folder(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="no such scenario folder or file"):
         load_scenario(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "message"),
+    [
+        ("slotS: 30 ", "slotS: '30' ", "Scenario.loop.slotS", "valid number"),
+        ("slotS: 30 ", "slot_s: 30 ", "Scenario.loop.slot_s", "unknown field"),
+        ("tauS: 900 ", "tauS: .inf ", "Scenario.loop.tauS", "not a JSON number"),
+        ("tauS: 900 ", "tauS: 900\n  tauS: 60 ", "line ", "duplicate key 'tauS'"),
+    ],
+    ids=["quoted-number", "snake-case", "infinite", "duplicate-key"],
+)
+def test_scenario_file_is_read_as_strictly_as_a_manifest(
+    testbed: Path, old: str, new: str, field: str, message: str
+) -> None:
+    f = testbed / "scenario.yaml"
+    text = f.read_text()
+    assert old in text
+    f.write_text(text.replace(old, new, 1))
+    with pytest.raises(ManifestError) as err:
+        load_scenario(testbed)
+    assert err.value.source == str(f)
+    assert field in err.value.field
+    assert message in err.value.message
+    assert "\n" not in str(err.value)
