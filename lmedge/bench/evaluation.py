@@ -356,6 +356,31 @@ def _fig9(g: Grid, experiments: Sequence[Experiment], series: dict[str, Any]) ->
             tuple((label(p), *(fmt(phase_j[p][n], 3) for n, _, _ in exp.phases)) for p in pols),
         )
     )
+    trace = g.pooled(sc, pols[0])  # the trace is the same for every method of a seed
+    runs = max(trace.runs, 1)
+    sec.tables.append(
+        TableData(
+            "Arrivals per phase (prompts per slot, all origins)",
+            ("LM", *(name for name, _, _ in exp.phases)),
+            tuple(
+                (
+                    lm,
+                    *(
+                        fmt(
+                            float(
+                                trace.prompts[
+                                    (trace.lm == k) & (trace.slot >= a) & (trace.slot < b)
+                                ].sum()
+                            )
+                            / ((b - a) * runs)
+                        )
+                        for _, a, b in exp.phases
+                    ),
+                )
+                for k, lm in enumerate(trace.lms)
+            ),
+        )
+    )
     for name, _, _ in exp.phases:
         sec.checks.append(
             extreme_check(

@@ -271,13 +271,13 @@ def fig9_bursty(
     *,
     formats: Sequence[str] = ("png",),
 ) -> Path:
-    """(a) requests per slot by LM; (b) rolling J with bands; phase boundaries marked."""
+    """(a) prompts per slot by LM; (b) rolling J with bands; phase boundaries marked."""
     fig, (a, b) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True, layout="constrained")
     for k, (lm, counts) in enumerate(arrivals.items()):
         xs = [i * step + step / 2 for i in range(len(counts))]
         a.plot(xs, counts, color=LM_COLOURS[k % len(LM_COLOURS)], label=lm)
-    a.set_ylabel("requests per slot")
-    a.set_title("(a) Request arrivals by LM")
+    a.set_ylabel("prompts per slot")
+    a.set_title(f"(a) Arrivals by LM (all origins, mean over {step}-slot windows)")
     for k, (n, curve) in enumerate(curves.items()):
         _band(b, curve, n, k)
     b.set_ylabel("objective J (lower is better)")

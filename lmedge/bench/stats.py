@@ -136,11 +136,17 @@ class Pooled:
             )
         return out
 
-    def arrivals(self, slots: int, step: int) -> dict[str, list[float]]:
-        """Requests per slot by LM, averaged over each `step`-slot window and over runs."""
+    def arrivals(self, slots: int, step: int, *, prompts: bool = True) -> dict[str, list[float]]:
+        """Prompts (or requests) per slot by LM, averaged over each `step`-slot window and runs.
+
+        Prompts by default: one request per (origin, LM, slot) at most, so a
+        burst (more prompts per request) shows in prompts, not in requests.
+        """
+        windows = -(-slots // step)
         out: dict[str, list[float]] = {}
         for k, name in enumerate(self.lms):
-            mine = self.slot[self.lm == k]
-            counts = np.bincount(mine // step, minlength=-(-slots // step))[: -(-slots // step)]
-            out[name] = [round(float(c) / (step * max(self.runs, 1)), 6) for c in counts]
+            mine = self.lm == k
+            weights = self.prompts[mine] if prompts else None
+            counts = np.bincount(self.slot[mine] // step, weights=weights, minlength=windows)
+            out[name] = [round(float(c) / (step * max(self.runs, 1)), 6) for c in counts[:windows]]
         return out

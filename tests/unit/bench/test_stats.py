@@ -110,13 +110,18 @@ def test_a_window_without_requests_has_no_objective() -> None:
     assert curve[-1]["objective"] is not None
 
 
-def test_arrivals_are_requests_per_slot_by_lm_averaged_over_runs() -> None:
-    run1 = [rec("lm1", True, 5, slot=s) for s in (0, 1, 2, 12)] + [rec("lm3", True, 5, slot=15)]
-    run2 = [rec("lm1", True, 5, slot=s) for s in (3, 4)]
+def test_arrivals_are_prompts_or_requests_per_slot_by_lm_averaged_over_runs() -> None:
+    run1 = [rec("lm1", True, 5, slot=s, prompts=2) for s in (0, 1, 2, 12)]
+    run1.append(rec("lm3", True, 5, slot=15, prompts=8))
+    run2 = [rec("lm1", True, 5, slot=s, prompts=4) for s in (3, 4)]
     pooled = Pooled.of([table(run1, {}), table(run2, {})], 0.5)
-    got = pooled.arrivals(20, 10)
-    # lm1: 5 requests in slots 0-9 over 2 runs x 10 slots = 0.25; 1 in 10-19 = 0.05
-    assert got == {"lm1": [0.25, 0.05], "lm2": [0.0, 0.0], "lm3": [0.0, 0.05]}
+    # lm1, slots 0-9: 5 requests, 2+2+2+4+4 = 14 prompts over 2 runs x 10 slots
+    assert pooled.arrivals(20, 10, prompts=False) == {
+        "lm1": [0.25, 0.05],
+        "lm2": [0.0, 0.0],
+        "lm3": [0.0, 0.05],
+    }
+    assert pooled.arrivals(20, 10) == {"lm1": [0.7, 0.1], "lm2": [0.0, 0.0], "lm3": [0.0, 0.4]}
 
 
 def test_runs_with_different_lm_lists_are_refused() -> None:
