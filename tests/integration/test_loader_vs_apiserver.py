@@ -188,7 +188,7 @@ CORPUS: list[Manifest] = [
         "duplicate-spec-key",
         "LMService",
         False,
-        _text(LMS, "model: gpt2\n", "model: gpt2\nmodel: gpt2\n"),
+        _text(LMS, "  model: gpt2\n", "  model: gpt2\n  model: gpt2\n"),
     ),
     Manifest(
         "duplicate-top-level-key",
