@@ -41,9 +41,7 @@ def test_default_alphas_do_not_follow_the_service_times() -> None:
             update={
                 "spec": s.spec.model_copy(
                     update={
-                        "profile": s.spec.profile.model_copy(
-                            update={"gpu_seconds_per_prompt": 0.1}
-                        )
+                        "profile": s.spec.profile.model_copy(update={"gpu_seconds_per_prompt": 0.1})
                     }
                 )
             }
