@@ -39,6 +39,7 @@ REPORT = ROOT / "reports" / "bench-reproduce.json"
 BUDGET_S = 600.0
 
 
+@pytest.mark.timeout(1800)  # 33 runs: minutes on a loaded 2-core machine
 def test_testbed_targets_and_the_cost_of_the_whole_grid() -> None:
     full = plan(Options())
     testbed = [e for e in full if e.scenario == "testbed"]
