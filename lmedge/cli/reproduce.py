@@ -30,9 +30,13 @@ REPRODUCE_OUT = Path("reports/reproduce")
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
     try:
-        return tuple(int(s) for s in text.split(",") if s.strip())
+        values = tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError:
         raise ConfigError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    negative = [v for v in values if v < 0]
+    if negative:
+        raise ConfigError(f"{flag} must be non-negative, got {negative[0]}")
+    return values
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:
@@ -78,7 +82,9 @@ def register(app: typer.Typer) -> None:
             None, help="Worker processes (default: one per CPU core; 1 runs in this process)."
         ),
         quick: bool = typer.Option(
-            False, "--quick", help="Seed 1, 30 slots, no extra profiles: a fast smoke run."
+            False,
+            "--quick",
+            help="Seed 1, at most 30 slots, the paper's nine methods only: a fast smoke run.",
         ),
         policies: str | None = typer.Option(
             None, help="Comma-separated profiles to run (default: the paper's nine, cema, lyreo)."
