@@ -1,8 +1,9 @@
 """The `lmedge` command line.
 
 Each command group lives in its own module exposing `register(app)`; they are
-listed once in `COMMAND_MODULES`. `main()` turns every `UserError` into one
-line on stderr and exit code 2 — users never see a traceback for a mistake.
+listed once in `COMMAND_MODULES`. `main()` turns every `UserError`, and every
+flag click refuses, into one line on stderr and exit code 2 — users never see
+a traceback for a mistake.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from lmedge.errors import LmedgeError, UserError
 
@@ -55,10 +57,10 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(code, int) and code:  # click returns `typer.Exit(n)` codes here
             sys.exit(code)
     except UserError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except LmedgeError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -69,8 +71,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
         # typer >= 0.16 vendors click, so match its exceptions by shape, not class.
-        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
+        message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if callable(message) and isinstance(code, int):
+            # One line, like every other user mistake (click's own form spans three).
+            ctx = getattr(exc, "ctx", None)
+            where = getattr(ctx, "command_path", "") or "lmedge"
+            err_console.print(
+                f"[red]error:[/red] {escape(' '.join(str(message()).split()))} "
+                f"(see {escape(where)} --help)",
+                highlight=False,
+                soft_wrap=True,
+            )
             sys.exit(code)
         raise

@@ -120,7 +120,9 @@ def register(app: typer.Typer) -> None:
         policy: str = typer.Option(
             "al", "--policy", "-p", help="Profile whose deployer is lyapunov (al, rl, ll, ...)."
         ),
-        seed: int = typer.Option(1, help="Seed of the rates run; validation uses seed+1.."),
+        seed: int = typer.Option(
+            1, min=0, help="Seed of the rates run (>= 0); validation uses seed+1.."
+        ),
         rate_slots: int = typer.Option(30, help="Slots of the service-rate run."),
         window_slots: int = typer.Option(12, help="Slots of each validation window."),
         radii: str = typer.Option("2", help="Comma-separated search radii, e.g. 4,2,1.5."),

@@ -35,6 +35,9 @@ def _seeds(text: str) -> tuple[int, ...]:
         raise ConfigError(f"--seeds takes comma-separated integers, got {text!r}") from exc
     if not seeds:
         raise ConfigError("--seeds needs at least one seed")
+    negative = [s for s in seeds if s < 0]
+    if negative:
+        raise ConfigError(f"--seeds must be non-negative, got {negative[0]}")
     return seeds
 
 

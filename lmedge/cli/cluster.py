@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         run: Annotated[str, typer.Option(help="Run id (default k8s-<start time>).")] = "",
         slots: Annotated[int | None, typer.Option(help="Stop after this many slots.")] = None,
-        seed: Annotated[int, typer.Option(help="Seed of the randomized plugins.")] = 0,
+        seed: Annotated[int, typer.Option(min=0, help="Seed of the randomized plugins.")] = 0,
         operator: Annotated[
             bool, typer.Option(help="Also run the kopf operator (EdgeNode/LMService).")
         ] = True,
@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(help="Run id (default: the newest run in the store).")
         ] = "",
         slots: Annotated[int | None, typer.Option(help="Stop after this many slots.")] = None,
-        seed: Annotated[int, typer.Option(help="Seed of a randomized deployer.")] = 0,
+        seed: Annotated[int, typer.Option(min=0, help="Seed of a randomized deployer.")] = 0,
         exporter_host: Annotated[
             str | None,
             typer.Option(

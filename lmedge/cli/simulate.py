@@ -173,7 +173,9 @@ def register(app: typer.Typer) -> None:
         ),
         policy: str = typer.Option("rr", "--policy", "-p", help="Policy profile, e.g. rr, rf, ll."),
         slots: int | None = typer.Option(None, help="Measured slots (default: the scenario's)."),
-        seed: int = typer.Option(1, help="Seed of the trace, the emulator and the policies."),
+        seed: int = typer.Option(
+            1, min=0, help="Seed of the trace, the emulator and the policies (>= 0)."
+        ),
         store: str | None = typer.Option(
             None, help="Store URI or folder (default: $LMEDGE_STORE, else ./.lmedge/store)."
         ),
@@ -389,4 +391,7 @@ def _seeds(text: str) -> list[int]:
         raise ConfigError(f"--seeds must be comma-separated integers, got {text!r}") from None
     if not seeds:
         raise ConfigError("--seeds names no seed")
+    negative = [s for s in seeds if s < 0]
+    if negative:
+        raise ConfigError(f"--seeds must be non-negative, got {negative[0]}")
     return seeds

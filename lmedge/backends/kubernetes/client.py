@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -122,11 +123,24 @@ class KubeClient:
             else:
                 config.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as exc:
-            raise ConfigError(f"no Kubernetes configuration: {exc}") from exc
+            raise ConfigError(f"no Kubernetes configuration: {_one_line(exc)}") from exc
+        except (yaml.YAMLError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            # The client's loader trusts the file's shape: a malformed kubeconfig
+            # surfaces as whatever its parsing trips over. A user mistake, one line.
+            where = path or "~/.kube/config"
+            raise ConfigError(f"kubeconfig {where} is not valid: {_one_line(exc)}") from exc
         if token_file is not None:
-            cfg.api_key = {"authorization": "Bearer " + token_file.read_text().strip()}
+            try:
+                token = token_file.read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"token file {token_file}: {exc.strerror or exc}") from exc
+            cfg.api_key = {"authorization": "Bearer " + token}
             cfg.cert_file = cfg.key_file = None
-        return cls(client.ApiClient(cfg))
+        try:
+            api = client.ApiClient(cfg)
+        except ValueError as exc:  # e.g. a server URL that does not parse
+            raise ConfigError(f"kubeconfig {path or '~/.kube/config'}: {_one_line(exc)}") from exc
+        return cls(api)
 
     def with_token(self, token: str) -> KubeClient:
         """A client for the same server that authenticates with `token` instead."""
@@ -287,3 +301,8 @@ class KubeClient:
 
 class _AlreadyExists(Exception):
     pass
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (YAML errors span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
