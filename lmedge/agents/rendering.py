@@ -96,7 +96,9 @@ def describe_metrics(m: EpochMetrics, when: str) -> str:
     rho = ", ".join(_f(s.success_ratio, 2) for s in lms)
     return (
         f"{when}, {names} have success-only mean latencies {lat} s with success ratios {rho},"
-        f" respectively ({m.successes}/{m.requests} requests served). The global mean latency"
+        f" respectively ({m.successes}/{m.requests} requests served"
+        + (f", {m.rejected} refused at once by admission control" if m.rejected else "")
+        + "). The global mean latency"
         f" is {_f(m.mean_latency_s)} s, the normalized Jain fairness over success ratios is"
         f" {_f(m.f_norm, 2)} and the objective is {_f(m.objective, 3)} (lower is better);"
         f" the router's off-role ratio was {m.off_role_ratio * 100:.1f}%."

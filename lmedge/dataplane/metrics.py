@@ -71,15 +71,20 @@ class GatewayMetrics:
         self._counts: dict[str, list[int]] = {}
 
     def observe(self, record: RequestRecord) -> None:
-        """Count one finished prompt set and its stage times."""
-        for stage, value in (
-            ("uplink", record.uplink_s),
-            ("queue", record.queue_s),
-            ("inference", record.inference_s),
-            ("downlink", record.downlink_s),
-            ("total", record.latency_s),
-        ):
-            self.stage.labels(lm=record.lm, stage=stage).observe(value)
+        """Count one finished prompt set and its stage times.
+
+        A set refused by admission control (`rejected`) is counted, but adds no
+        stage samples: its zeros are not latencies and would drag them down.
+        """
+        if record.outcome != "rejected":
+            for stage, value in (
+                ("uplink", record.uplink_s),
+                ("queue", record.queue_s),
+                ("inference", record.inference_s),
+                ("downlink", record.downlink_s),
+                ("total", record.latency_s),
+            ):
+                self.stage.labels(lm=record.lm, stage=stage).observe(value)
         self.requests.labels(lm=record.lm, outcome=record.outcome).inc()
         if record.conflict:
             self.conflicts.labels(lm=record.lm).inc()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from lmedge.agents.rendering import render_slot
+from lmedge.agents.rendering import describe_metrics, render_slot
 from lmedge.agents.rules.planner import plan_macro
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION, candidates, rule_routing
 from lmedge.agents.scheduler import AgenticRouter
-from lmedge.api import Arrival, ClusterContext, NodeState, check_routing_map
+from lmedge.api import Arrival, ClusterContext, EpochMetrics, LMStats, NodeState, check_routing_map
 
 
 def _states(ctx: ClusterContext, backlog: dict[str, int]) -> dict[str, NodeState]:
@@ -52,3 +52,16 @@ def test_the_prompt_says_whether_rejecting_is_allowed(
         assert "Admission control is on" in system and "270 s" in system
         assert "worker-2/lm4(3)->reject" in pairs
     assert "$" not in system, "every template placeholder was filled"
+
+
+def test_the_planner_is_told_how_many_were_refused() -> None:
+    stats = LMStats(lm="lm4", arrivals=10, successes=5, success_ratio=0.5, mean_latency_s=90.0)
+    m = EpochMetrics(
+        per_lm=[stats], requests=10, successes=5, rejected=4, mean_latency_s=90.0,
+        jain=1.0, f_norm=1.0, t_norm=0.1, objective=0.05,
+    )  # fmt: skip
+    assert "(5/10 requests served, 4 refused at once by admission control)" in describe_metrics(
+        m, "In the last epoch"
+    )
+    quiet = describe_metrics(m.model_copy(update={"rejected": 0}), "In the last epoch")
+    assert "(5/10 requests served)" in quiet and "refused" not in quiet

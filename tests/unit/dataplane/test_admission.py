@@ -77,6 +77,10 @@ def test_rejected_set_is_refused_recorded_and_never_served() -> None:
         assert refused.latency_s == 0.0 and refused.mode == "none" and not refused.conflict
         text = gw.metrics.render().decode()
         assert 'lmedge_gateway_requests_total{lm="lm4",outcome="rejected"} 1.0' in text
+        assert 'lmedge_gateway_success_ratio{lm="lm4"} 0.0' in text
+        # a refusal is no latency sample: the stage histograms hold the served set only
+        assert 'lmedge_gateway_stage_seconds_count{lm="lm4",stage="total"}' not in text
+        assert 'lmedge_gateway_stage_seconds_count{lm="lm1",stage="total"} 1.0' in text
 
     asyncio.run(scenario())
 
