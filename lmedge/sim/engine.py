@@ -374,7 +374,7 @@ class Emulator:
             dest = self.default_destination(r.origin, model)
         now = env.now
         tau = self.ctx.deadline_s(model)
-        job = Job(f"{self.seed}-{r.slot}-{r.origin}-{r.lm}", r, dest, model, now, now + tau)
+        job = Job(self._request_id(r), r, dest, model, now, now + tau)
         self.stats["submitted"] += 1
         prof = self.services[model].spec.profile
         job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
@@ -384,13 +384,17 @@ class Emulator:
         else:
             self._arrive(job)
 
+    def _request_id(self, r: RequestSpec) -> str:
+        """The record id of a request (served or refused alike)."""
+        return f"{self.seed}-{r.slot}-{r.origin}-{r.lm}"
+
     def _refuse(self, r: RequestSpec) -> None:
         """Record a request admission control refused: at once, at its origin, unserved."""
         self.stats["submitted"] += 1
         self.stats["rejected"] += 1
         self._records.append(
             RequestRecord.model_construct(
-                id=f"{self.seed}-{r.slot}-{r.origin}-{r.lm}",
+                id=self._request_id(r),
                 run="",
                 lm=r.lm,
                 model=None,
