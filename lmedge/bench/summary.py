@@ -25,6 +25,7 @@ from lmedge.metrics import (
     reconfiguration_stats,
     segment_metrics,
     share,
+    stranded_requests,
 )
 from lmedge.sim.servicemodel import lower_bounds
 
@@ -132,6 +133,12 @@ def summarize(
             for i, w in enumerate(seg.windows)
         ],
         "conflicts": conflicts.model_dump(),
+        # timed out at a node where their LM never ran before the deadline (metrics.py)
+        "stranded": len(
+            stranded_requests(
+                records, result.actuations, result.placement_slots, deadlines, ctx.slot_s
+            )
+        ),
         "reconfiguration": {
             "decisions": reconf.decisions,
             "activations_per_100": reconf.total.activations_per_100,

@@ -155,6 +155,7 @@ def _table(outcome: RunOutcome) -> Table:
         ("T_norm", f(s["t_norm"])),
         ("objective J (lower is better)", f(s["objective"])),
         ("conflict ratio (cross-node)", f(conf["ratio"])),
+        ("stranded requests", str(s.get("stranded", "-"))),
         ("activations / 100 decisions", f(rec["activations_per_100"], 1)),
         ("deactivations / 100 decisions", f(rec["deactivations_per_100"], 1)),
         ("decision time per slot (ms, mean)", f((t["decide_s_per_slot_mean"] or 0) * 1000, 2)),
