@@ -435,3 +435,30 @@ def test_deployers_see_the_backlog_the_routing_just_created(ctx: ClusterContext)
     run(ctx, plugins(ctx, router=SelfCoveringRouter(), deployer=deployer), slots=1)
     assert deployer.seen["worker-6"] == dict.fromkeys(ctx.lm_names, 12)
     assert all(not b for n, b in deployer.seen.items() if n != "worker-6")
+
+
+def test_routed_backlog_counts_prompts_per_serving_lm() -> None:
+    from lmedge.api import Route
+    from lmedge.controller.loop import routed_backlog
+
+    snap = Snapshot(
+        slot=3,
+        time_s=90.0,
+        nodes=[NodeState(name="w1", backlog={"lm1": 4}), NodeState(name="w2")],
+    )
+    routing = RoutingMap(
+        routes=[
+            Route(origin="a", lm="lm1", destination="w1"),
+            Route(origin="b", lm="chat", destination="w1", model="lm2"),  # a request class
+            Route(origin="c", lm="lm1", destination="gone"),  # no such node in the snapshot
+        ]
+    )
+    arrivals = [
+        Arrival(origin="a", lm="lm1", requests=1, prompts=3),
+        Arrival(origin="b", lm="chat", requests=2, prompts=5),
+        Arrival(origin="c", lm="lm1", requests=1, prompts=7),
+        Arrival(origin="d", lm="lm1", requests=1, prompts=9),  # rejected / unrouted
+    ]
+    out = routed_backlog(snap, routing, arrivals)
+    assert [n.backlog for n in out.nodes] == [{"lm1": 7, "lm2": 5}, {}]
+    assert snap.nodes[0].backlog == {"lm1": 4}, "the snapshot itself is not changed"
