@@ -48,7 +48,7 @@ def _system(server: LLMServer) -> str:
 def test_a_rejection_is_infeasible_when_admission_is_off(llm_server: LLMServer) -> None:
     llm_server.default = "reject"
     obs = _slot(0)
-    d = _router(llm_server).route(obs)
+    d = _router(llm_server, admit_fraction="off").route(obs)
     assert (d.source, d.parsed, d.validated) == ("llm", True, False)
     assert any("admission control is off" in v for v in d.violations)
     assert "Admission control is off" in _system(llm_server)
