@@ -2,7 +2,9 @@
 
 `PUT /control/routing` carries the slot's routing map (paper §V-D2: "broadcast
 to worker nodes via a FastAPI-based control plane"); `PUT /control/models`
-the model pods now serving on the node. Both use the gateway's control token.
+the model pods now serving on the node. Both take the gateway's control
+credential (`lmedge.dataplane.auth`: in a cluster the sender's own
+service-account token).
 They live in the contracts because the senders (controller, node agent) sit
 beside or below the data plane in the layering and may not import it.
 """

@@ -9,7 +9,6 @@ the slot clock's anchor, in the store.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from datetime import UTC, datetime
@@ -29,6 +28,14 @@ StoreOpt = Annotated[
     str | None, typer.Option(help="Store URI (default $LMEDGE_STORE or ./.lmedge/store).")
 ]
 SlotS = Annotated[float, typer.Option(help="Slot length, seconds (paper: 30).")]
+ControlTokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="LMEDGE_CONTROL_TOKEN_FILE",
+        help="File holding the bearer token for the gateways' /control/* (in a pod: the "
+        "projected service-account token; re-read when it rotates).",
+    ),
+]
 Profile = Annotated[
     str,
     typer.Option(
@@ -47,6 +54,15 @@ def _gateways(values: list[str] | None, template: str | None, nodes: list[str]) 
         for node in nodes:
             urls.setdefault(node, template.format(node=node))
     return urls
+
+
+def _token_file(path: Path | None) -> Path | None:
+    """`path`, checked now: a missing or empty token file is a one-line error at start."""
+    if path is not None:
+        from lmedge.cli.dataplane import read_secret
+
+        read_secret(path, "--control-token-file")
+    return path
 
 
 def _stop_on_signals() -> threading.Event:
@@ -75,10 +91,7 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="Gateway URL of every worker, e.g. http://{node}.lmedge-gw:8080."),
         ] = None,
-        control_token: Annotated[
-            str | None,
-            typer.Option(envvar="LMEDGE_CONTROL_TOKEN", help="Bearer token of /control/*."),
-        ] = None,
+        control_token_file: ControlTokenFile = None,
         store: StoreOpt = None,
         kubeconfig: Kubeconfig = None,
         lease_namespace: Annotated[
@@ -121,7 +134,7 @@ def register(app: typer.Typer) -> None:
             tau_s=tau,
             lam=lam,
             gateways=_gateways(gateway, gateway_url_template, [n.name for n in ctx.workers]),
-            control_token=control_token,
+            control_token=_token_file(control_token_file),
             run=run,
         )
         settings = ControllerSettings(
@@ -156,10 +169,7 @@ def register(app: typer.Typer) -> None:
         gateway: Annotated[
             str | None, typer.Option(help="This node's gateway URL (model pods are pushed there).")
         ] = None,
-        control_token: Annotated[
-            str | None,
-            typer.Option(envvar="LMEDGE_CONTROL_TOKEN", help="Bearer token of /control/*."),
-        ] = None,
+        control_token_file: ControlTokenFile = None,
         store: StoreOpt = None,
         kubeconfig: Kubeconfig = None,
         token_file: Annotated[
@@ -171,6 +181,20 @@ def register(app: typer.Typer) -> None:
         ] = "",
         slots: Annotated[int | None, typer.Option(help="Stop after this many slots.")] = None,
         seed: Annotated[int, typer.Option(min=0, help="Seed of a randomized deployer.")] = 0,
+        model_service_account: Annotated[
+            str | None,
+            typer.Option(
+                help="Service account of the model pods (the chart's <release>-model, which "
+                "has no permissions); default: the namespace's `default`."
+            ),
+        ] = None,
+        progress_root: Annotated[
+            Path | None,
+            typer.Option(
+                help="Where this process sees the host's /var/lib/lmedge/progress: each LM's "
+                "directory is created there, writable by the model server, before its pod."
+            ),
+        ] = None,
         exporter_host: Annotated[
             str | None,
             typer.Option(
@@ -212,13 +236,19 @@ def register(app: typer.Typer) -> None:
                 run, start = latest.id, latest.started.replace(tzinfo=UTC).timestamp()
         kube = KubeClient.connect(kubeconfig, token_file=token_file)
         gateways = (
-            GatewayClient({node: gateway}, control_token or os.environ.get("LMEDGE_CONTROL_TOKEN"))
-            if gateway
-            else None
+            GatewayClient({node: gateway}, _token_file(control_token_file)) if gateway else None
         )
+        if progress_root is not None and not progress_root.is_dir():
+            raise ConfigError(f"--progress-root {progress_root} is not a directory")
         backend = KubernetesBackend(
             kube,
-            KubernetesSettings(namespace=namespace, slot_s=slot_s, run=run),
+            KubernetesSettings(
+                namespace=namespace,
+                slot_s=slot_s,
+                run=run,
+                model_service_account=model_service_account,
+                progress_root=progress_root,
+            ),
             store=opened,
             clock=WallClock(start),
             gateways=gateways,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Annotated, cast, get_args
+from typing import TYPE_CHECKING, Annotated, cast, get_args
 
 import typer
 
 from lmedge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lmedge.dataplane.auth import ControlAuth
 
 #: Default largest request body of the gateway, bytes (as in lmedge.dataplane.app).
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
@@ -25,6 +27,54 @@ def parse_pairs(values: list[str], what: str) -> dict[str, str]:
             raise ConfigError(f"{what} for {name!r} given twice")
         pairs[name.strip()] = rest.strip()
     return pairs
+
+
+def read_secret(path: Path, what: str) -> str:
+    """A token from a file (stripped); one clear error when unreadable or empty."""
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: {exc.strerror or exc}") from exc
+    if not text:
+        raise ConfigError(f"{what} {path} is empty")
+    return text
+
+
+def _control_auth(
+    node: str,
+    token_file: Path | None,
+    audience: str | None,
+    controller: str | None,
+    agent: str | None,
+    kubeconfig: Path | None,
+) -> ControlAuth | None:
+    """The gateway's control credential from its flags (module `lmedge.dataplane.auth`)."""
+    from lmedge.dataplane.auth import (
+        ServiceAccountAuth,
+        StaticTokenAuth,
+        kube_reviewer,
+        service_account_username,
+    )
+
+    if token_file is not None and audience:
+        raise ConfigError("give --control-token-file or --control-audience, not both")
+    if token_file is not None:
+        return StaticTokenAuth(read_secret(token_file, "--control-token-file"))
+    if not audience:
+        if controller or agent:
+            raise ConfigError("--controller-account and --agent-account need --control-audience")
+        return None
+    if not controller or not agent:
+        raise ConfigError("--control-audience needs --controller-account and --agent-account")
+    from lmedge.backends.kubernetes.client import KubeClient
+
+    return ServiceAccountAuth(
+        node=node,
+        reviewer=kube_reviewer(KubeClient.connect(kubeconfig)),
+        audience=audience,
+        controller=service_account_username(controller),
+        agent=service_account_username(agent),
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -77,6 +127,48 @@ def register(app: typer.Typer) -> None:
         max_connections: Annotated[
             int, typer.Option(help="Pooled connections per upstream pool.")
         ] = 512,
+        token_file: Annotated[
+            Path | None,
+            typer.Option(
+                envvar="LMEDGE_GATEWAY_TOKEN_FILE",
+                help="File holding the users' bearer token of /v1/*; unset: the user API is open.",
+            ),
+        ] = None,
+        control_token_file: Annotated[
+            Path | None,
+            typer.Option(
+                envvar="LMEDGE_CONTROL_TOKEN_FILE",
+                help="File holding a shared control token of /control/* and /internal/forward "
+                "(outside Kubernetes; in a cluster use --control-audience).",
+            ),
+        ] = None,
+        control_audience: Annotated[
+            str | None,
+            typer.Option(
+                help="Accept on /control/* the callers' service-account tokens for this "
+                "audience, verified by TokenReview: the controller's account, or the node "
+                "agents' account bound to a pod on this node (any node for /internal/forward).",
+            ),
+        ] = None,
+        controller_account: Annotated[
+            str | None,
+            typer.Option(help="The controller's service account, NAMESPACE/NAME."),
+        ] = None,
+        agent_account: Annotated[
+            str | None,
+            typer.Option(help="The node agents' service account, NAMESPACE/NAME."),
+        ] = None,
+        peer_token_file: Annotated[
+            Path | None,
+            typer.Option(
+                help="File holding the bearer token sent to peer gateways (re-read when it "
+                "changes; default: --control-token-file)."
+            ),
+        ] = None,
+        kubeconfig: Annotated[
+            Path | None,
+            typer.Option(help="Kubeconfig for TokenReview (default: in-cluster, $KUBECONFIG)."),
+        ] = None,
     ) -> None:
         """Run this node's gateway: user API, forwarding, per-LM queues, /metrics."""
         import uvicorn
@@ -105,15 +197,24 @@ def register(app: typer.Typer) -> None:
             tau_s=tau,
             run=run,
         )
-        token = os.environ.get("LMEDGE_GATEWAY_TOKEN") or None
-        control_token = os.environ.get("LMEDGE_CONTROL_TOKEN") or None
-        clients = HttpClients(token=control_token or token, max_connections=max_connections)
+        token = read_secret(token_file, "--token-file") if token_file else None
+        control = _control_auth(
+            node,
+            control_token_file,
+            control_audience,
+            controller_account,
+            agent_account,
+            kubeconfig,
+        )
+        # Checked before anything opens: a user token never doubles as the control one.
+        api_settings = ApiSettings(token=token, control_auth=control, max_body_bytes=max_body_bytes)
+        peer_token = peer_token_file or control_token_file
+        if peer_token is not None:
+            read_secret(peer_token, "--peer-token-file")
+        clients = HttpClients(token=peer_token, max_connections=max_connections)
         sink = StoreSink(open_store(store))
         core = Gateway(settings, peers=clients, models=clients, sink=sink)
-        api = create_app(
-            core,
-            ApiSettings(token=token, control_token=control_token, max_body_bytes=max_body_bytes),
-        )
+        api = create_app(core, api_settings)
         api.state.closers.append(clients.aclose)
         config = uvicorn.Config(api, log_level="warning", backlog=4096)
         GatewayServer(config, core, drain_s).run(sockets=[sock])

@@ -16,8 +16,8 @@ and needs no store access on the request path. A gateway that misses a push
 keeps the previous map, and with no map at all it serves locally (the paper's
 fallback).
 
-User endpoints take the API token (`--token`), control and internal endpoints
-the control token (`--control-token`, which defaults to the API token); with
+User endpoints take the API token, control and internal endpoints the
+control credential (`lmedge.dataplane.auth`: never the user token); with
 neither set every endpoint is open (development only). Bodies are limited in
 size and must be JSON; errors come back in the OpenAI shape
 `{"error": {"message", "type", "code"}}` so the OpenAI SDK shows them. A set
@@ -27,18 +27,24 @@ the slot's map refuses (admission control) is answered 429 at once, code
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lmedge.dataplane import openai as oa
+from lmedge.dataplane.auth import (
+    ControlAuth,
+    StaticTokenAuth,
+    check_credentials,
+    control_guard,
+    user_guard,
+)
 from lmedge.dataplane.bodies import BodyGuard
 from lmedge.dataplane.gateway import DuplicateRequestId, Gateway, Rejected, UnknownLM
 from lmedge.dataplane.wire import (
@@ -64,28 +70,26 @@ class ApiSettings:
 
     token: str | None = None
     control_token: str | None = None
+    #: Who may call /control/* and /internal/forward; `control_token` is the
+    #: shorthand for a `StaticTokenAuth`.
+    control_auth: ControlAuth | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY
 
+    def __post_init__(self) -> None:
+        check_credentials(self.token, self.control)
+
     @property
-    def effective_control_token(self) -> str | None:
-        return self.control_token or self.token
+    def control(self) -> ControlAuth | None:
+        """The control credential's check (None: the control API is open)."""
+        if self.control_auth is not None:
+            return self.control_auth
+        return StaticTokenAuth(self.control_token) if self.control_token is not None else None
 
 
 def _error(status: int, message: str, kind: str, code: str | None = None) -> JSONResponse:
     return JSONResponse(
         {"error": {"message": message, "type": kind, "code": code}}, status_code=status
     )
-
-
-def _bearer(expected: str | None) -> Callable[..., Awaitable[None]]:
-    async def check(authorization: Annotated[str | None, Header()] = None) -> None:
-        if expected is None:
-            return
-        given = (authorization or "").removeprefix("Bearer ").strip()
-        if not secrets.compare_digest(given.encode(), expected.encode()):
-            raise StarletteHTTPException(401, "missing or wrong bearer token")
-
-    return check
 
 
 def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
@@ -108,8 +112,9 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
     app.state.gateway = gateway
     app.state.closers = closers
     app.add_middleware(BodyGuard, max_bytes=api.max_body_bytes)
-    user = [Depends(_bearer(api.token))]
-    control = [Depends(_bearer(api.effective_control_token))]
+    user = [Depends(user_guard(api.token))]
+    control = [Depends(control_guard(api.control, "control"))]
+    peers = [Depends(control_guard(api.control, "forward"))]
     _errors(app)
 
     @app.get("/healthz", tags=["ops"])
@@ -168,7 +173,7 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
     async def status() -> GatewayStatus:
         return gateway.status()
 
-    @app.post("/internal/forward", tags=["internal"], dependencies=control)
+    @app.post("/internal/forward", tags=["internal"], dependencies=peers)
     async def forward(body: ForwardRequest) -> ForwardResult:
         return await gateway.accept(body)
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 from pydantic import ValidationError
 
 from lmedge.api.inference import InferRequest, InferResult
+from lmedge.backends.kubernetes.gateways import BearerToken
 from lmedge.dataplane.queues import ModelFailed, ModelUnavailable
 from lmedge.dataplane.wire import ForwardRequest, ForwardResult
 from lmedge.errors import TransientError
@@ -91,7 +93,9 @@ class _ShardedClient:
 class HttpClients:
     """Pooled clients to peer gateways and local model pods.
 
-    `token` is sent as a bearer token to peer gateways (their control token).
+    `token` is sent as a bearer token to peer gateways (their control
+    credential): a token, or a file holding one, re-read when the kubelet
+    rotates it (`BearerToken`).
     `max_connections` bounds each of the two pools (default 512); requests
     beyond it wait their turn. `connect_timeout_s` (default 3 s) fails fast on
     a dead node; read timeouts come per call from the request's deadline. The
@@ -101,19 +105,19 @@ class HttpClients:
     def __init__(
         self,
         *,
-        token: str | None = None,
+        token: str | Path | None = None,
         max_connections: int = 512,
         connect_timeout_s: float = 3.0,
         peer_transport: httpx.AsyncBaseTransport | None = None,
         model_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         timeout = httpx.Timeout(None, connect=connect_timeout_s, pool=None)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        auth = BearerToken(token) if token else None
         self._connect_timeout_s = connect_timeout_s
         self._peers = _ShardedClient(
             max_connections,
             lambda limits: httpx.AsyncClient(
-                limits=limits, timeout=timeout, headers=headers, transport=peer_transport
+                limits=limits, timeout=timeout, auth=auth, transport=peer_transport
             ),
         )
         self._models = _ShardedClient(

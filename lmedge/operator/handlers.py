@@ -27,6 +27,10 @@ GROUP, VERSION = kube.GROUP, kube.VERSION
 #: Where the operator writes the NVIDIA device plugin's time-slicing ConfigMap.
 TIMESLICING_NAMESPACE = os.environ.get("LMEDGE_TIMESLICING_NAMESPACE", "lmedge-system")
 TIMESLICING_CONFIGMAP = os.environ.get("LMEDGE_TIMESLICING_CONFIGMAP", "lmedge-time-slicing")
+#: `NAMESPACE/NAME` of the ConfigMap listing each LMService's image and uid in
+#: the workload namespace, the parameter of the node agents' admission policy
+#: (the chart's `<release>-model-images`); unset: not maintained.
+MODEL_IMAGES = os.environ.get("LMEDGE_MODEL_IMAGES_CONFIGMAP", "")
 #: Seconds between LMService status refreshes (success ratio, latency, instances).
 STATUS_INTERVAL_S = float(os.environ.get("LMEDGE_STATUS_INTERVAL_S", "30"))
 
@@ -140,12 +144,45 @@ def validate_lmservice(
     patch.status["observedGeneration"] = int(meta.get("generation", 0))
 
 
+def sync_model_images() -> bool:
+    """Rewrite the model-images ConfigMap from the workload namespace's LMServices."""
+    if not MODEL_IMAGES:
+        return False
+    namespace, _, name = MODEL_IMAGES.partition("/")
+    return kube.set_configmap_data(
+        namespace, name, logic.model_images(kube.list_lmservices(namespace))
+    )
+
+
+@kopf.on.event(GROUP, VERSION, "lmservices")
+def model_images_follow_lmservices(namespace: str | None, logger: kopf.Logger, **_: Any) -> None:
+    """Any LMService event in the workload namespace (new, new image, deleted): resync.
+
+    Event handlers are not retried; the status timer below resyncs too, so a
+    failed write is repaired within `STATUS_INTERVAL_S`.
+    """
+    _sync_model_images_logged(namespace, logger)
+
+
+def _sync_model_images_logged(namespace: str | None, logger: kopf.Logger) -> None:
+    """Resync when `namespace` is the workload namespace; a failure is logged, not raised."""
+    if not MODEL_IMAGES or namespace != MODEL_IMAGES.partition("/")[0]:
+        return
+    try:
+        if sync_model_images():
+            logger.info("model images updated in ConfigMap %s", MODEL_IMAGES)
+    except LmedgeError as exc:
+        logger.warning("model images not updated: %s", exc)
+
+
 def _service_stats(name: str) -> logic.ServiceStats | None:
     """Aggregates of the latest run in the store, if a store is configured."""
-    uri = os.environ.get("LMEDGE_STORE")
+    from lmedge.store import open_store
+    from lmedge.store.location import store_setting
+
+    uri = store_setting()
     if not uri:
         return None
-    from lmedge.store import open_store
 
     store = open_store(uri)
     try:
@@ -162,9 +199,15 @@ def _service_stats(name: str) -> logic.ServiceStats | None:
 
 @kopf.timer(GROUP, VERSION, "lmservices", interval=STATUS_INTERVAL_S, initial_delay=1)
 def refresh_lmservice_status(
-    name: str, namespace: str | None, meta: kopf.Meta, patch: kopf.Patch, **_: Any
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     with classified():
         pods = kube.list_model_pods(namespace, name)
         stats = _service_stats(name)
+    _sync_model_images_logged(namespace, logger)
     patch.status.update(logic.lmservice_status(pods, stats, int(meta.get("generation", 0))))

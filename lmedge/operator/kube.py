@@ -67,6 +67,41 @@ def list_edge_nodes() -> list[dict[str, Any]]:
     return items
 
 
+def list_lmservices(namespace: str) -> list[dict[str, Any]]:
+    with api_errors(f"list LMServices in {namespace}"):
+        out: Any = client.CustomObjectsApi().list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "lmservices"
+        )
+    items: list[dict[str, Any]] = out.get("items", [])
+    return items
+
+
+def set_configmap_data(namespace: str, name: str, data: Mapping[str, str]) -> bool:
+    """Make the ConfigMap's data exactly `data` (created when missing); True if it changed.
+
+    Keys no longer in `data` are removed (a merge patch with null values),
+    others are left alone, so RBAC needs only get and patch on this name
+    when the chart created the ConfigMap.
+    """
+    api = client.CoreV1Api()
+    with api_errors(f"write ConfigMap {namespace}/{name}"):
+        try:
+            live = api.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {"metadata": {"name": name, "namespace": namespace}, "data": dict(data)}
+            api.create_namespaced_config_map(namespace, body)  # type: ignore[arg-type]
+            return True
+        current = dict(live.data or {})
+        if current == dict(data):
+            return False
+        patch: dict[str, str | None] = {k: None for k in current if k not in data}
+        patch.update(data)
+        api.patch_namespaced_config_map(name, namespace, {"data": patch})
+    return True
+
+
 def apply_configmap(manifest: dict[str, Any]) -> None:
     """Create the ConfigMap, or replace its data when it exists."""
     meta = manifest["metadata"]

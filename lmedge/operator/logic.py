@@ -121,3 +121,23 @@ def lmservice_status(
         if stats.mean_latency_s is not None:
             status["meanLatencySeconds"] = round(stats.mean_latency_s, 2)
     return status
+
+
+def model_images(services: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The node agents' admission parameter: `<lm>.image` and `<lm>.uid` per LMService.
+
+    The ValidatingAdmissionPolicy that confines the node agents admits a
+    model pod only with its LMService's image and an owner reference to that
+    LMService's uid; it reads both from this ConfigMap data (a policy can
+    read one parameter object, not look the LMService up). LMServices being
+    deleted, or without an image, are left out.
+    """
+    data: dict[str, str] = {}
+    for obj in services:
+        meta = obj.get("metadata") or {}
+        image = (obj.get("spec") or {}).get("image")
+        if meta.get("deletionTimestamp") or not image or not meta.get("name"):
+            continue
+        data[f"{meta['name']}.image"] = str(image)
+        data[f"{meta['name']}.uid"] = str(meta.get("uid", ""))
+    return dict(sorted(data.items()))

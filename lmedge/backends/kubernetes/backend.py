@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lmedge.api import (
@@ -94,7 +95,14 @@ class KubernetesSettings:
     `default`). `slot_s` (default 30 s, the paper's), `epoch_slots` (50),
     `tau_s` (900 s) and `lam` (0.5) are the loop constants. `gateways` maps a
     node to its gateway's base URL; empty means no data plane (backlog 0, no
-    routing push). `run` names the run in records and gateway pushes.
+    routing push). `control_token` is the credential of the gateways'
+    control API: a token, or a file holding one (a projected service-account
+    token, re-read as the kubelet rotates it). `run` names the run in records
+    and gateway pushes. `model_service_account` is the account model pods run
+    as (None: the namespace's `default`); `progress_root` is where this
+    process sees the host's progress directory (`pods.PROGRESS_HOST_PATH`),
+    to create each LM's subdirectory owned by itself before its pod starts
+    (None: the kubelet creates it).
     """
 
     namespace: str = "default"
@@ -103,8 +111,10 @@ class KubernetesSettings:
     tau_s: float = 900.0
     lam: float = 0.5
     gateways: Mapping[str, str] = field(default_factory=dict)
-    control_token: str | None = None
+    control_token: str | Path | None = None
     run: str = ""
+    model_service_account: str | None = None
+    progress_root: Path | None = None
 
 
 def _spec(model: type[Any], obj: Mapping[str, Any], kind: str) -> Any:
@@ -197,6 +207,19 @@ def node_state(
     )
 
 
+def _progress_dir(root: Path, lm: str) -> None:
+    """Create `lm`'s progress directory under `root`, owned by this process.
+
+    The model server runs as the same uid as the node agent (10001), and a
+    hostPath the kubelet creates is root-owned 0755: the model server could
+    not write its progress there.
+    """
+    try:
+        (root / lm).mkdir(mode=0o750, exist_ok=True)
+    except OSError as exc:
+        raise LmedgeError(f"cannot create the progress directory {root / lm}: {exc}") from exc
+
+
 def actuate(
     kube: KubeClient,
     placement: Placement,
@@ -204,8 +227,14 @@ def actuate(
     owners: Mapping[str, str],
     namespace: str,
     observed: Sequence[ObservedPod],
+    *,
+    service_account: str | None = None,
+    progress_root: Path | None = None,
 ) -> ActuationResult:
-    """Reconcile one node's model pods to `placement` (shared by backend and node agent)."""
+    """Reconcile one node's model pods to `placement` (shared by backend and node agent).
+
+    `service_account` and `progress_root` as in `KubernetesSettings`.
+    """
     services = {s.name: s for s in ctx.services}
     actions = plan_node(placement, observed, services)
     by_name = {p.name: p for p in observed}
@@ -220,9 +249,16 @@ def actuate(
     created: set[str] = set()
     for target in actions.create:
         manifest = model_pod(
-            services[target.lm], target, placement.node, namespace, owners.get(target.lm)
+            services[target.lm],
+            target,
+            placement.node,
+            namespace,
+            owners.get(target.lm),
+            service_account=service_account,
         )
         try:
+            if progress_root is not None:
+                _progress_dir(progress_root, target.lm)
             kube.create_pod(manifest)
             created.add(target.lm)
         except LmedgeError as exc:
@@ -320,7 +356,14 @@ class KubernetesBackend:
         except LmedgeError as exc:
             return ActuationResult(node=placement.node, errors=[str(exc)])
         return actuate(
-            self.kube, placement, self._ctx, self._owners, self.settings.namespace, observed
+            self.kube,
+            placement,
+            self._ctx,
+            self._owners,
+            self.settings.namespace,
+            observed,
+            service_account=self.settings.model_service_account,
+            progress_root=self.settings.progress_root,
         )
 
     def drain_records(self) -> list[RequestRecord]:

@@ -99,6 +99,7 @@ class KubeClient:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.coordination = client.CoordinationV1Api(api)
+        self.authentication = client.AuthenticationV1Api(api)
 
     # -- construction -------------------------------------------------------
 
@@ -180,6 +181,23 @@ class KubeClient:
 
     def _json(self, obj: Any) -> Any:
         return self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+
+    # -- authentication -----------------------------------------------------
+
+    def review_token(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """The API server's TokenReview `status` for `token` and `audiences`.
+
+        Keys as in the API: `authenticated`, `user` (`username`, `extra`),
+        `audiences` (those of `audiences` the token carries), `error`.
+        """
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": audiences},
+        }
+        out: Any = self.call("review a bearer token", self.authentication.create_token_review, body)
+        status: dict[str, Any] = self._json(out).get("status") or {}
+        return status
 
     # -- lmedge resources ---------------------------------------------------
 

@@ -1,7 +1,10 @@
 """The control plane's client of the node gateways (the only backend module that
 imports httpx).
 
-Three control endpoints of `lmedge.dataplane.app`, all with the control token:
+Three control endpoints of `lmedge.dataplane.app`, all with the control
+credential (`BearerToken`: a token, or a file holding one; in a cluster the
+caller's projected service-account token, which the gateway verifies with a
+TokenReview and authorizes by identity):
 
 - `PUT /control/routing` — the slot's routing map, pushed by the controller
   (the paper's per-slot broadcast);
@@ -22,16 +25,60 @@ stall the slot for every other node. The caller learns which pushes failed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import os
+import threading
+from collections.abc import Generator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from lmedge.api import RoutingMap
+from lmedge.errors import ConfigError
 
-__all__ = ["GatewayClient", "models_body", "routing_body"]
+__all__ = ["BearerToken", "GatewayClient", "models_body", "routing_body"]
 
 log = logging.getLogger(__name__)
+
+
+class BearerToken(httpx.Auth):
+    """`Authorization: Bearer <token>` from a string or a token file.
+
+    A file is re-read when it changes: the kubelet rotates a projected
+    service-account token in place, and a client holding the first one would
+    be refused once it expires. A file that cannot be read, or is empty, is a
+    `ConfigError` at construction (one line, before anything starts).
+    """
+
+    def __init__(self, source: str | Path) -> None:
+        self._path = source if isinstance(source, Path) else None
+        self._token = "" if self._path else str(source).strip()
+        self._stamp: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+        if not self.token():
+            where = f" in {self._path}" if self._path else ""
+            raise ConfigError(f"the bearer token{where} is empty")
+
+    def token(self) -> str:
+        """The current token (re-read from the file when its mtime or size changed)."""
+        if self._path is None:
+            return self._token
+        with self._lock:
+            try:
+                st = os.stat(self._path)
+                stamp = (st.st_mtime_ns, st.st_size)
+                if stamp != self._stamp:
+                    self._token = self._path.read_text().strip()
+                    self._stamp = stamp
+            except OSError as exc:
+                if not self._token:
+                    raise ConfigError(f"cannot read the token file {self._path}: {exc}") from exc
+                log.warning("token file %s unreadable, keeping the last token: %s", self._path, exc)
+            return self._token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self.token()}"
+        yield request
 
 
 def routing_body(
@@ -46,6 +93,7 @@ def routing_body(
         "run": run,
         "slot": slot,
         "run_started_at": run_started_at,
+        "slot_s": slot_s,
         "routing": routing.model_dump(mode="json"),
     }
 
@@ -58,7 +106,8 @@ def models_body(endpoints: Mapping[str, str]) -> dict[str, Any]:
 class GatewayClient:
     """Pushes to and reads from the gateways named in `urls` ({node: base URL}).
 
-    `timeout_s` (default 2 s) bounds each call: a push that takes longer than
+    `token` is the control credential (`BearerToken`). `timeout_s` (default
+    2 s) bounds each call: a push that takes longer than
     a fraction of a slot is worse than a skipped one, since the gateway keeps
     the previous slot's map.
     """
@@ -66,13 +115,13 @@ class GatewayClient:
     def __init__(
         self,
         urls: Mapping[str, str],
-        token: str | None = None,
+        token: str | Path | None = None,
         timeout_s: float = 2.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.urls = {node: url.rstrip("/") for node, url in urls.items()}
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
+        auth = BearerToken(token) if token else None
+        self._http = httpx.Client(timeout=timeout_s, auth=auth, transport=transport)
 
     def push_routing(
         self,
@@ -98,7 +147,6 @@ class GatewayClient:
         for node in nodes:
             url = self.urls.get(node)
             if url is None:
-        "slot_s": slot_s,
                 continue
             try:
                 resp = self._http.get(url + "/control/status")

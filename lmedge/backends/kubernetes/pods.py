@@ -7,6 +7,13 @@ deployment memory; `nvidia.com/gpu` = vGPUs. The pod name carries a short hash
 of (mode, cores, vGPUs), so a resize is a new pod (created after the old one
 is deleted) and re-applying the same placement yields the same names: nothing
 changes, which makes actuation idempotent.
+
+The manifest is exactly what the node agent's admission policy admits
+(charts/lmedge/templates/admission-policy.yaml): the model-pod labels, an
+owner reference to the LMService, the LMService's image run through its own
+entrypoint (args only, no `command`), a service account without a token, no
+host namespaces or ports, no privilege, non-root, and no volume but the LM's
+progress directory on the host. Change both together.
 """
 
 from __future__ import annotations
@@ -23,8 +30,14 @@ LABEL_LM = "lmedge.io/lm"
 LABEL_NODE = "lmedge.io/node"
 LABEL_MODE = "lmedge.io/mode"
 ANNOTATION_HASH = "lmedge.io/placement-hash"
+#: `app.kubernetes.io/managed-by` of every model pod; the admission policy keys on it.
+MANAGED_BY = "lmedge-node-agent"
 MODEL_PORT = 8000
+#: Host directory holding one progress subdirectory per LM; the model image's
+#: entrypoint uses the same path inside the container (images/model-server).
 PROGRESS_HOST_PATH = "/var/lib/lmedge/progress"
+#: The model-server image's user (images/model-server/Dockerfile).
+MODEL_UID = 10001
 
 
 @dataclass(frozen=True)
@@ -89,8 +102,14 @@ def model_pod(
     namespace: str,
     owner_uid: str | None = None,
     extra_labels: dict[str, str] | None = None,
+    service_account: str | None = None,
 ) -> dict[str, Any]:
-    """The Pod manifest serving `service` on `node` with `placement`'s resources."""
+    """The Pod manifest serving `service` on `node` with `placement`'s resources.
+
+    `service_account` is the model pods' own account (the chart's
+    `<release>-model`, which holds no permissions); None keeps the
+    namespace's `default` one. Either way no token is mounted.
+    """
     spec = service.spec
     resources: dict[str, str] = {
         "cpu": _cpu_quantity(placement.cpu_cores),
@@ -103,7 +122,7 @@ def model_pod(
         "app.kubernetes.io/instance": service.name,
         "app.kubernetes.io/component": "model-server",
         "app.kubernetes.io/part-of": "lmedge",
-        "app.kubernetes.io/managed-by": "lmedge-node-agent",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
         LABEL_LM: service.name,
         LABEL_NODE: node,
         LABEL_MODE: placement.mode,
@@ -130,20 +149,15 @@ def model_pod(
     container = {
         "name": "model-server",
         "image": spec.image,
+        # Flags for the image's entrypoint, which already runs `lmedge model-server`
+        # with the weights baked into the image and the progress directory.
         "args": [
-            "model-server",
             "--lm",
             service.name,
-            "--model",
-            spec.model,
             "--modality",
             spec.modality,
             "--device",
             "cuda" if placement.mode == "gpu" else "cpu",
-            "--port",
-            str(MODEL_PORT),
-            "--progress-dir",
-            "/progress",
         ],
         "ports": [{"name": "http", "containerPort": MODEL_PORT}],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
@@ -153,37 +167,47 @@ def model_pod(
             "initialDelaySeconds": 30,
             **probe,
         },
-        "volumeMounts": [{"name": "progress", "mountPath": "/progress"}],
+        "volumeMounts": [{"name": "progress", "mountPath": PROGRESS_HOST_PATH}],
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "runAsNonRoot": True,
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Always",
-            # A model server never calls the API server.
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "terminationGracePeriodSeconds": 10,
-            "containers": [container],
-            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-            "volumes": [
-                {
-                    "name": "progress",
-                    "hostPath": {
-                        "path": f"{PROGRESS_HOST_PATH}/{service.name}",
-                        "type": "DirectoryOrCreate",
-                    },
-                }
-            ],
+    pod_spec: dict[str, Any] = {
+        "nodeName": node,
+        "restartPolicy": "Always",
+        # A model server never calls the API server.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": MODEL_UID,
+            "runAsGroup": MODEL_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
+        "containers": [container],
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "volumes": [
+            {
+                "name": "progress",
+                # The node agent creates it owned by MODEL_UID when it has the
+                # host directory mounted (the chart's node agent does); else the
+                # kubelet creates it, root-owned, and the model server's
+                # readiness says it cannot write there.
+                "hostPath": {"path": progress_dir(service.name), "type": "DirectoryOrCreate"},
+            }
+        ],
     }
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def progress_dir(lm: str, root: str = PROGRESS_HOST_PATH) -> str:
+    """The host directory of `lm`'s resumable progress."""
+    return f"{root}/{lm}"
 
 
 def plan_node(

@@ -79,3 +79,15 @@ def test_lmservice_status_counts_ready_pods_per_node() -> None:
 def test_lmservice_status_without_traffic_has_no_ratio() -> None:
     status = lmservice_status([], ServiceStats(0, None, None), 1)
     assert "successRatio" not in status and status["activeInstances"] == 0
+
+
+def test_model_images_list_each_live_lmservice_image_and_uid() -> None:
+    from lmedge.operator.logic import model_images
+
+    services = [
+        {"metadata": {"name": "lm1", "uid": "u1"}, "spec": {"image": "reg/lm1:1"}},
+        {"metadata": {"name": "lm2", "uid": "u2", "deletionTimestamp": "x"},
+         "spec": {"image": "reg/lm2:1"}},
+        {"metadata": {"name": "lm3", "uid": "u3"}, "spec": {}},
+    ]  # fmt: skip
+    assert model_images(services) == {"lm1.image": "reg/lm1:1", "lm1.uid": "u1"}

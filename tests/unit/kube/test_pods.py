@@ -17,7 +17,8 @@ from lmedge.backends.kubernetes.pods import (
 )
 from lmedge.operator.timeslicing import CONFIG_LABEL, node_labels, render_configmap
 
-EXAMPLES = Path(__file__).parents[3] / "examples" / "testbed"
+REPO = Path(__file__).parents[3]
+EXAMPLES = REPO / "examples" / "testbed"
 NODES, SERVICES = load_resources(EXAMPLES)
 SVC = {s.name: s for s in SERVICES}
 LMS = list(SVC)
@@ -146,3 +147,60 @@ def test_node_labels_select_the_config_only_on_gpu_nodes() -> None:
     by_name = {n.name: n for n in NODES}
     assert node_labels(by_name["worker-6"])[CONFIG_LABEL] == "lmedge-replicas-2"
     assert node_labels(by_name["worker-1"])[CONFIG_LABEL] is None
+
+
+def _entrypoint_args() -> list[str]:
+    """The `lmedge ...` command images/model-server/entrypoint.sh execs, before "$@"."""
+    import shlex
+
+    script = (REPO / "images" / "model-server" / "entrypoint.sh").read_text()
+    command = script.split("exec ", 1)[1].replace("\\\n", " ")
+    words = shlex.split(command.split('"$@"', 1)[0])
+    assert words[0] == "lmedge"
+    env = {"LMEDGE_LM": "lm1", "LMEDGE_MODALITY": "text-to-text", "LMEDGE_BACKEND": "stub"}
+    return [env.get(w[2:-1], w) if w.startswith("${") else w for w in words[1:]]
+
+
+def test_model_pod_args_are_flags_for_the_images_entrypoint() -> None:
+    # The image's entrypoint already runs `lmedge model-server ...`; the pod's
+    # args are appended to it ("$@") and must parse there.
+    import typer
+
+    from lmedge.cli import dataplane
+
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    dataplane.register(app)
+    command = typer.main.get_command(app).commands["model-server"]  # type: ignore[attr-defined]
+    pod = model_pod(SVC["lm4"], GPU2, "worker-6", "ns", owner_uid="u-1")
+    (container,) = pod["spec"]["containers"]
+    name, *base = _entrypoint_args()
+    ctx = command.make_context(name, [*base, *container["args"]])
+    assert ctx.params["lm"] == "lm4"  # the LMService's name wins over the image's default
+    assert ctx.params["device"] == "cuda"
+    assert ctx.params["modality"] == "text-to-image"
+    assert "command" not in container
+
+
+def test_model_pod_is_what_the_node_agent_policy_admits() -> None:
+    # The admission policy's rules, on the manifest (the real policy runs in
+    # tests/integration/test_admission.py).
+    pod = model_pod(SVC["lm4"], GPU2, "worker-6", "ns", owner_uid="u-1", service_account="sa")
+    spec = pod["spec"]
+    assert spec["serviceAccountName"] == "sa"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 10001
+    assert spec["volumes"] == [
+        {
+            "name": "progress",
+            "hostPath": {"path": "/var/lib/lmedge/progress/lm4", "type": "DirectoryOrCreate"},
+        }
+    ]
+    (container,) = spec["containers"]
+    # Mounted where the image's entrypoint keeps progress.
+    assert container["volumeMounts"] == [
+        {"name": "progress", "mountPath": "/var/lib/lmedge/progress"}
+    ]
+    assert "--progress-dir /var/lib/lmedge/progress" in " ".join(_entrypoint_args())
+    assert "serviceAccountName" not in model_pod(SVC["lm4"], GPU2, "w", "ns")["spec"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lmedge.errors import StoreError
-from lmedge.store.location import DEFAULT_STORE, STORE_ENV, parse_store_location
+from lmedge.store.location import DEFAULT_STORE, STORE_ENV, STORE_FILE_ENV, parse_store_location
 
 
 @pytest.mark.parametrize(
@@ -46,3 +46,24 @@ def test_unset_falls_back_to_the_environment_then_the_default(
 def test_bad_settings_are_store_errors(setting: str, message: str) -> None:
     with pytest.raises(StoreError, match=message):
         parse_store_location(setting)
+
+
+def test_the_uri_can_come_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A URI with a password is mounted as a Secret file, never an environment value.
+    uri = tmp_path / "uri"
+    uri.write_text("mongodb://u:secret@db.example:27017/lmedge?authSource=admin\n")
+    monkeypatch.delenv(STORE_ENV, raising=False)
+    monkeypatch.setenv(STORE_FILE_ENV, str(uri))
+    assert parse_store_location(None).uri == (
+        "mongodb://u:secret@db.example:27017/lmedge?authSource=admin"
+    )
+    monkeypatch.setenv(STORE_ENV, "embedded:///elsewhere")  # the variable wins
+    assert parse_store_location(None).kind == "embedded"
+    monkeypatch.delenv(STORE_ENV)
+    for text, message in (("", "is empty"), (None, "No such file")):
+        if text is None:
+            uri.unlink()
+        else:
+            uri.write_text(text)
+        with pytest.raises(StoreError, match=message):
+            parse_store_location(None)
