@@ -70,9 +70,10 @@ class StoreOptions:
     telemetry_ttl_s: int = 7 * 24 * 3600
     #: How long `drain()` (and so `close()`) keeps retrying a server that does
     #: not answer before it leaves what waits in the spill file. Seconds;
-    #: default 30: longer than a pod restart of the in-chart MongoDB, short
-    #: enough for a Pod's termination grace period.
-    drain_s: float = 30.0
+    #: default 15: a brief outage (a MongoDB pod restart) is waited out, and a
+    #: component stopped with the default 30 s termination grace period still
+    #: has time to spill before it is killed.
+    drain_s: float = 15.0
 
 
 @dataclass(frozen=True)
