@@ -104,13 +104,22 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> tuple[str
 
 def read_documents(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """All YAML documents in a file or in the *.yaml files of a folder (sorted)."""
-    files = sorted(path.glob("*.y*ml")) if path.is_dir() else [path]
-    if not path.exists():
-        raise ManifestError(str(path), "", "no such file or folder")
+    try:
+        if not path.exists():
+            raise ManifestError(str(path), "", "no such file or folder")
+        files = sorted(path.glob("*.y*ml")) if path.is_dir() else [path]
+    except OSError as exc:  # a name too long, a folder that cannot be listed
+        raise ManifestError(str(path)[:200], "", exc.strerror or str(exc)) from exc
     docs: list[tuple[str, dict[str, Any]]] = []
     for f in files:
         try:
-            loaded = load_yaml(f.read_text())
+            text = f.read_text()
+        except OSError as exc:
+            raise ManifestError(str(f), "", f"cannot read: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ManifestError(str(f), "", f"not UTF-8 text: {exc.reason}") from exc
+        try:
+            loaded = load_yaml(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark else ""
@@ -119,8 +128,6 @@ def read_documents(path: Path) -> list[tuple[str, dict[str, Any]]]:
             raise ManifestError(
                 str(f), where, f"not valid YAML: {' '.join(problem.split())}"
             ) from exc
-        except UnicodeDecodeError as exc:
-            raise ManifestError(str(f), "", f"not UTF-8 text: {exc.reason}") from exc
         n = 0
         for d in loaded:
             if d is None:

@@ -69,12 +69,15 @@ def examples_dirs() -> list[Path]:
 def resolve_scenario(name_or_path: str | Path) -> Path:
     """A scenario folder: the path itself if it exists, else a bundled example by name."""
     path = Path(name_or_path)
-    if path.exists():
-        return path
-    if len(path.parts) == 1:
-        for d in examples_dirs():
-            if (d / path.name).is_dir():
-                return d / path.name
+    try:
+        if path.exists():
+            return path
+        if len(path.parts) == 1:
+            for d in examples_dirs():
+                if (d / path.name).is_dir():
+                    return d / path.name
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        raise ConfigError(f"scenario {str(name_or_path)[:80]!r}: {exc.strerror}") from exc
     looked = ", ".join(str(d) for d in examples_dirs())
     raise ConfigError(
         f"scenario {str(name_or_path)!r} not found: not a path, and no example of that "

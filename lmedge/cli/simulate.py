@@ -49,6 +49,15 @@ def _check_slots(slots: int | None) -> None:
         raise ConfigError(f"--slots must be at least 1, got {slots}")
 
 
+def _report_folder(path: Path) -> Path:
+    """Create the report folder before any run, so a bad --out costs no run time."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {path}: cannot create the report folder: {exc.strerror}") from exc
+    return path
+
+
 def _plugin_params(**given: list[str] | None) -> dict[str, dict[str, str]]:
     """{tier: {key: value}} from repeated `--<tier>-param KEY=VALUE` options.
 
@@ -265,6 +274,7 @@ def register(app: typer.Typer) -> None:
         choices = [_choice(n, None, None, None) for n in names]
         seed_list = _seeds(seeds)
         paths = [resolve_scenario(s) for s in scenarios or ["testbed"]]
+        _report_folder(out_dir)
         outcomes: list[RunOutcome] = []
         with _maybe_store(store, store is not None) as st, _progress(err.is_terminal) as update:
             for path in paths:
@@ -290,10 +300,11 @@ def register(app: typer.Typer) -> None:
         ),
         out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = DEMO_OUT,
         slots: int = typer.Option(200, help="Measured slots."),
-        seed: int = typer.Option(1, help="Seed."),
+        seed: int = typer.Option(1, min=0, help="Seed (>= 0)."),
     ) -> None:
         """Run the bundled testbed with the best available policy and write a report."""
         _check_slots(slots)
+        _report_folder(out_dir)
         best = next((p for p in DEMO_PREFERENCE if p in _profiles()), None)
         if best is None:
             raise ConfigError("no policy profile is registered")

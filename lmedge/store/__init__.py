@@ -9,6 +9,7 @@ or montydb.
 
 from __future__ import annotations
 
+from lmedge.errors import StoreError
 from lmedge.store.buffer import BufferStats
 from lmedge.store.documents import AnyDecision, RunInfo
 from lmedge.store.location import DEFAULT_STORE, STORE_ENV, StoreLocation, parse_store_location
@@ -42,7 +43,12 @@ def open_store(
     from lmedge.store.backends import open_backend
 
     location = parse_store_location(uri)
-    store = Store(open_backend(location, create=not read_only), options)
+    try:
+        backend = open_backend(location, create=not read_only)
+    except OSError as exc:  # an embedded folder that cannot be created or opened
+        where = str(location.path or location.uri)[:200]
+        raise StoreError(f"cannot open the store at {where}: {exc.strerror or exc}") from exc
+    store = Store(backend, options)
     if not read_only:
         try:
             store.ensure_schema()

@@ -1,0 +1,96 @@
+"""Every command answers a mistake with one line on stderr and exit code 2.
+
+Each case is a flag value a person gets wrong (a negative seed, a broken
+kubeconfig, a path that cannot be a folder, a name too long for the file
+system, a value click refuses) given to the real `lmedge` process; none may
+end in a traceback. These were found by trying each command's flags with
+out-of-range numbers, odd paths and odd strings.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+LONG = "x" * 300
+
+KUBECONFIGS = {
+    "not-yaml": "garbage: [\n",
+    "clusters-is-a-number": "apiVersion: v1\nclusters: 5\n",
+    "a-list": "- a\n- b\n",
+    "server-url-does-not-parse": (
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        'clusters: [{name: c, cluster: {server: "http://[::1"}}]\n'
+        "users: [{name: u, user: {token: t}}]\n"
+    ),
+}
+
+
+def _kubeconfig(kind: str) -> Callable[[Path], list[str]]:
+    def args(tmp: Path) -> list[str]:
+        f = tmp / "kubeconfig"
+        f.write_text(KUBECONFIGS[kind])
+        return ["controller", "--kubeconfig", str(f), "--store", str(tmp / "store")]
+
+    return args
+
+
+def _node_agent_kubeconfig(tmp: Path) -> list[str]:
+    f = tmp / "kubeconfig"
+    f.write_text(KUBECONFIGS["clusters-is-a-number"])
+    return ["node-agent", "--node", "worker-1", "--kubeconfig", str(f), "--store", str(tmp / "s")]
+
+
+def _out_is_a_file(tmp: Path) -> list[str]:
+    (tmp / "report").write_text("a file, not a folder")
+    return ["bench", "--slots", "1", "--policies", "rr", "--out", str(tmp / "report")]
+
+
+def _services_not_utf8(tmp: Path) -> list[str]:
+    (tmp / "services.yaml").write_bytes(b"\xff\xfe\x00binary")
+    return ["gateway", "--node", "w1", "--services", str(tmp / "services.yaml")]
+
+
+CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
+    ("simulate-negative-seed", lambda t: ["simulate", "--seed", "-1", "--slots", "1"], "--seed"),
+    ("bench-negative-seed", lambda t: ["bench", "--seeds", "1,-2", "--slots", "1"], "-2"),
+    ("demo-negative-seed", lambda t: ["demo", "--seed", "-1"], "--seed"),
+    ("controller-negative-seed", lambda t: ["controller", "--seed", "-1"], "--seed"),
+    ("calibrate-negative-seed", lambda t: ["calibrate", "--seed", "-1"], "--seed"),
+    ("calibration-check-negative-seed", lambda t: ["calibration-check", "--seeds", "-1"], "-1"),
+    *(
+        (f"kubeconfig-{kind}", _kubeconfig(kind), "kubeconfig")
+        for kind in KUBECONFIGS
+    ),
+    ("node-agent-kubeconfig", _node_agent_kubeconfig, "kubeconfig"),
+    ("bench-out-is-a-file", _out_is_a_file, "--out"),
+    ("bench-scenario-name-too-long", lambda t: ["bench", "-f", LONG, "--slots", "1"], "too long"),
+    ("status-store-name-too-long", lambda t: ["status", "--store", LONG], "too long"),
+    ("gateway-services-not-utf8", _services_not_utf8, "not UTF-8"),
+    ("click-refuses-a-value", lambda t: ["simulate", "--slots", "many"], "--slots"),
+    ("click-unknown-option", lambda t: ["simulate", "--sed", "1"], "--sed"),
+    ("click-missing-option", lambda t: ["node-agent"], "--node"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "names"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_mistake_is_one_line_and_exit_2(
+    tmp_path: Path, args: Callable[[Path], list[str]], names: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
+    env["LMEDGE_STORE"] = str(tmp_path / "default-store")
+    done = subprocess.run(
+        [sys.executable, "-c", "from lmedge.cli import main; main()", *args(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert names in lines[0]
