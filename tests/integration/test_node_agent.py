@@ -357,3 +357,46 @@ def test_agent_stores_its_node_telemetry_each_slot(
         store.close()
         node_exporter.close()
         dcgm.close()
+
+@pytest.mark.ferretdb
+def test_agent_survives_an_unreadable_policy_and_a_reply_it_cannot_store(
+    kube: KubeClient, namespace: str, ferretdb_uri: str, tmp_path: Path
+) -> None:
+    """A stored macro policy this agent cannot read (another version wrote it)
+    escaped `run()` and stopped the agent; a deployer's decision with a token
+    count beyond BSON's 64 bits failed its write. Both now leave the agent
+    running, and every slot's decision is stored once."""
+    import pymongo
+
+    from lmedge.store import StoreOptions
+
+    class HugeTokens(FixedDeployer):
+        """Reports usage as an LLM agent does, with a bogus token count."""
+
+        def place(self, obs: NodeObservation) -> Decision[Placement]:
+            return Decision[Placement](
+                agent="deployer", policy=self.name, source="llm", value=self.placement,
+                tokens_in=2**64 + 1, raw="{}",
+            )  # fmt: skip
+
+    with pymongo.MongoClient(ferretdb_uri) as raw:
+        raw.get_default_database()["macro_policies"].insert_one(
+            {"_id": "bogus", "_seq": 2**62, "agent": "planner", "run": "robust-run",
+             "value": {"routing": "not a list"}}
+        )  # fmt: skip
+    store = open_store(ferretdb_uri, options=StoreOptions(spill_dir=tmp_path / "spill"))
+    backend = KubernetesBackend(
+        kube, KubernetesSettings(namespace=namespace, slot_s=1.0, run="robust-run")
+    )
+    agent = NodeAgent("worker-6", backend, HugeTokens(on("worker-6")), store=store)
+    reports: list[Any] = []
+    try:
+        agent.run(slots=2, on_slot=reports.append)
+        store.flush()
+        stored = store.decisions(agent="deployer", run="robust-run", limit=10)
+        stats = store.buffer_stats()
+    finally:
+        store.close()
+    assert len(reports) == 2, "both slots ran"
+    assert sorted(d.slot for d in stored) == sorted(r.slot for r in reports)
+    assert stats.lost == 0 and all(d.tokens_in < 2**63 for d in stored)
