@@ -358,6 +358,7 @@ def test_agent_stores_its_node_telemetry_each_slot(
         node_exporter.close()
         dcgm.close()
 
+
 @pytest.mark.ferretdb
 def test_agent_survives_an_unreadable_policy_and_a_reply_it_cannot_store(
     kube: KubeClient, namespace: str, ferretdb_uri: str, tmp_path: Path
