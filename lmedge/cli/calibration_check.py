@@ -99,7 +99,10 @@ def register(app: typer.Typer) -> None:
             PRE_POLICY, help="Profile of the pre-benchmark (the paper does not name one)."
         ),
         workers: int | None = typer.Option(
-            None, help="Worker processes (default: one per CPU core, at most one per run)."
+            None,
+            min=1,
+            max=256,
+            help="Worker processes, 1-256 (default: one per CPU core, at most one per run).",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out_path: str | None = typer.Option(
@@ -110,6 +113,8 @@ def register(app: typer.Typer) -> None:
         profile(pre_policy)  # an unknown profile fails here, before any run
         if out_path is not None and not Path(out_path).resolve().parent.is_dir():
             raise ConfigError(f"cannot write --out {out_path}: no such directory")
+        if out_path is not None and Path(out_path).is_dir():
+            raise ConfigError(f"cannot write --out {out_path}: it is a directory")
         seed_list = _seeds(seeds)
         runs = (1 + 3) * len(seed_list)
         count = min(runs, os.cpu_count() or 1) if workers is None else workers

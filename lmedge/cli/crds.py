@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from lmedge.api.crds import write_crds
+from lmedge.errors import ConfigError
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +23,10 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Generate the LMService / EdgeNode CRDs from the pydantic models."""
-        changed = write_crds(out, check=check)
+        try:
+            changed = write_crds(out, check=check)
+        except OSError as exc:  # --out names a file, or a folder that cannot be created
+            raise ConfigError(f"--out {out}: {exc.strerror or exc}") from exc
         for path in changed:
             typer.echo(f"{'out of date' if check else 'wrote'} {path}")
         if check and changed:

@@ -52,6 +52,11 @@ def _out_is_a_file(tmp: Path) -> list[str]:
     return ["bench", "--slots", "1", "--policies", "rr", "--out", str(tmp / "report")]
 
 
+def _a_file(tmp: Path) -> Path:
+    (tmp / "file").write_text("not a folder")
+    return tmp / "file"
+
+
 def _services_not_utf8(tmp: Path) -> list[str]:
     (tmp / "services.yaml").write_bytes(b"\xff\xfe\x00binary")
     return ["gateway", "--node", "w1", "--services", str(tmp / "services.yaml")]
@@ -73,6 +78,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("bench-scenario-name-too-long", lambda t: ["bench", "-f", LONG, "--slots", "1"], "too long"),
     ("status-store-name-too-long", lambda t: ["status", "--store", LONG], "too long"),
     ("gateway-services-not-utf8", _services_not_utf8, "not UTF-8"),
+    ("crds-out-is-a-file", lambda t: ["crds", "-o", str(_a_file(t))], "--out"),
+    ("calibration-check-workers-huge", lambda t: ["calibration-check", "--workers", "9" * 20],
+     "--workers"),
+    ("calibration-check-out-is-a-folder", lambda t: ["calibration-check", "--out", str(t)],
+     "directory"),
     ("click-refuses-a-value", lambda t: ["simulate", "--slots", "many"], "--slots"),
     ("click-unknown-option", lambda t: ["simulate", "--sed", "1"], "--sed"),
     ("click-missing-option", lambda t: ["node-agent"], "--node"),
