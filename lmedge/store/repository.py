@@ -18,13 +18,14 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast
 
 import bson
 import bson.errors
+from pydantic import BaseModel, ValidationError
 
 from lmedge.api.decisions import AgentKind
 from lmedge.api.observations import LMStats, MemoryCase
@@ -294,7 +295,8 @@ class Store:
             for doc in self._backend.find(
                 DECISION_COLLECTIONS[kind], query, sort=[("_seq", -1)], limit=limit
             ):
-                found.append((int(doc["_seq"]), cast(AnyDecision, from_document(model, doc))))
+                for d in _valid(model, [doc], DECISION_COLLECTIONS[kind]):
+                    found.append((int(doc.get("_seq") or 0), cast(AnyDecision, d)))
         found.sort(key=lambda item: item[0], reverse=True)
         if not found:
             self._check_run(run)
@@ -304,8 +306,9 @@ class Store:
         """Request records of `run` in submit order (streamed)."""
         self._check_run(run)
         query = _filter(run=run, lm=lm)
-        for doc in self._backend.find("requests", query, sort=[("submit_s", 1), ("_id", 1)]):
-            yield cast(RequestRecord, from_document(RequestRecord, doc))
+        docs = self._backend.find("requests", query, sort=[("submit_s", 1), ("_id", 1)])
+        for record in _valid(RequestRecord, docs, "requests"):
+            yield cast(RequestRecord, record)
 
     def lm_stats(self, run: str) -> list[LMStats]:
         """Per-LM arrivals, successes, success ratio, success-only mean latency and
@@ -339,7 +342,7 @@ class Store:
         """The latest telemetry snapshots (by `time_s`), newest first."""
         query = _filter(node=node, run=run)
         docs = self._backend.find("telemetry", query, sort=[("time_s", -1)], limit=limit)
-        return [cast(NodeTelemetry, from_document(NodeTelemetry, d)) for d in docs]
+        return [cast(NodeTelemetry, t) for t in _valid(NodeTelemetry, docs, "telemetry")]
 
     def memory_cases(self, *, run: str | None = None, limit: int = 10) -> list[MemoryCase]:
         """Episodic memory, best objective first (cases without one come last).
@@ -366,14 +369,14 @@ class Store:
         if nulls and (limit <= 0 or len(ranked) < limit):
             rest = limit - len(ranked) if limit > 0 else 0
             ranked += self._backend.find("memory", unscored, sort=[("epoch", -1)], limit=rest)
-        return [cast(MemoryCase, from_document(MemoryCase, d)) for d in ranked]
+        return [cast(MemoryCase, c) for c in _valid(MemoryCase, ranked, "memory")]
 
     def runs(self, *, limit: int = 50) -> list[RunInfo]:
         """Registered runs, most recently started first; raises on an empty store."""
         docs = list(self._backend.find("runs", {}, sort=[("started", -1)], limit=limit))
         if not docs:
             self._raise_empty()
-        return [cast(RunInfo, from_document(RunInfo, d)) for d in docs]
+        return [cast(RunInfo, r) for r in _valid(RunInfo, docs, "runs")]
 
     def status(self) -> StoreStatus:
         """Documents per collection and the latest run; raises on an empty store."""
@@ -385,7 +388,9 @@ class Store:
             backend=self.backend,
             where=self.where,
             counts=counts,
-            latest_run=cast(RunInfo, from_document(RunInfo, latest)) if latest else None,
+            latest_run=next((cast(RunInfo, r) for r in _valid(RunInfo, [latest], "runs")), None)
+            if latest
+            else None,
             validators=self._backend.validators,
             ttl=self._backend.ttl,
             buffer=self._buffer.stats(),
@@ -404,6 +409,29 @@ class Store:
 
     def _raise_empty(self) -> None:
         raise StoreError(f"{self.where} is empty: no run has been recorded there yet")
+
+
+def _valid(
+    model: type[BaseModel], docs: Iterable[Mapping[str, Any]], collection: str
+) -> Iterator[Any]:
+    """The documents that validate as `model`; each one that does not is logged and skipped.
+
+    A document another version of lmedge (or a person in mongosh) wrote must
+    not make every read of its collection fail, nor stop a component that
+    reads it (the node agent reads the planner's latest policy).
+    """
+    for doc in docs:
+        try:
+            yield from_document(model, doc)
+        except (ValidationError, TypeError, ValueError) as exc:
+            first = str(exc).splitlines()[:3]
+            log.error(
+                "store: document %r in %s skipped: not a valid %s (%s)",
+                doc.get("_id"),
+                collection,
+                model.__name__,
+                "; ".join(first)[:300],
+            )
 
 
 def _filter(**fields: object) -> dict[str, Any]:

@@ -255,3 +255,27 @@ def test_the_gateway_record_writer_outlives_a_record_it_cannot_store(
     assert "not handed to the store" in caplog.text
     with open_store(store_uri_param, read_only=True) as check:
         assert sorted(r.id for r in check.requests("r1")) == sorted(r.id for r in good)
+
+
+def test_a_document_another_version_wrote_is_skipped_by_reads_not_fatal(
+    store_uri_param: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One stored document that does not validate (another lmedge version, an
+    edit in mongosh) made every read of its collection raise."""
+    with open_store(store_uri_param, options=StoreOptions(spill_dir=tmp_path / "spill")) as store:
+        store.record_run(samples.run_info("r1"))
+        good = samples.requests("r1", 4)
+        store.record_requests(good)
+        store.record_decisions(samples.decisions("r1", epochs=1, slots=1))
+        backend = store._backend  # below the repository: write what it would refuse
+        backend.insert("requests", [{"_id": "bad-r", "run": "r1", "lm": 7, "submit_s": 1.0}])
+        backend.insert(
+            "macro_policies", [{"_id": "bad-d", "_seq": 2**62, "run": "r1", "value": "?"}]
+        )
+        with caplog.at_level(logging.ERROR, logger="lmedge.store"):
+            records = list(store.requests("r1"))
+            decisions = store.decisions(run="r1", limit=100)
+    assert [r.id for r in records] == [r.id for r in good]
+    assert len(decisions) == len(samples.decisions("r1", epochs=1, slots=1))
+    assert "'bad-r' in requests skipped" in caplog.text
+    assert "'bad-d' in macro_policies skipped" in caplog.text
