@@ -9,7 +9,8 @@ at all (it cannot be encoded, it is larger than a BSON document may be, the
 server refuses it, or its `_id` is taken by a different record) is isolated,
 counted in `buffer_stats()` and logged as an error; the rest of its batch is
 stored. Reads go to the server and raise `StoreUnavailable` when it does not
-answer.
+answer; a stored document that does not validate as its model is logged and
+skipped, so one bad document never fails every read of its collection.
 """
 
 from __future__ import annotations
