@@ -323,8 +323,11 @@ class ProcessPoolRunExecutor:
 
     def map(self, specs: Sequence[RunSpec], on_done: OnDone | None = None) -> list[RunData]:
         results: dict[int, RunData] = {}
+        if not specs:
+            return []
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
+        workers = min(self.workers, len(specs))  # never more processes than runs
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             pending: dict[Future[RunData], int] = {
                 pool.submit(execute, spec): i for i, spec in enumerate(specs)
             }

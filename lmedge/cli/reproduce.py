@@ -102,6 +102,12 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
         options = Options(_ints(seeds, "--seeds"), slots, quick, _names(policies))
         plan(options)  # every mistake in the flags or scenarios surfaces before any run
+        try:  # and so does an --out the file system refuses, before minutes of runs
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"--out {out_dir}: cannot create the report folder: {exc.strerror}"
+            ) from exc
         count = workers or os.cpu_count() or 1
         executor = executor_for(count)
         bar = Progress(

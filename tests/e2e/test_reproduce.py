@@ -46,6 +46,18 @@ def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, captured.out, captured.err
 
 
+def test_an_out_folder_that_cannot_be_created_fails_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("not a folder")
+    code, out, err = cli(["reproduce", "--quick", "-o", str(taken / "report")], capsys)
+    assert code == 2
+    assert err.startswith(f"error: --out {taken / 'report'}: cannot create the report folder")
+    assert len(err.strip().splitlines()) == 1
+    assert out == ""  # no run started: nothing was printed
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
