@@ -87,3 +87,37 @@ def test_rejected_pair_gets_429_with_retry_after_and_a_stored_record(tmp_path: P
     assert [r.outcome for r in records.values() if r.lm == "lm1"] == ["success"]
     assert (stats["lm4"].arrivals, stats["lm4"].rejected, stats["lm4"].successes) == (2, 2, 0)
     assert stats["lm1"].rejected == 0
+
+
+def test_the_gateway_process_refuses_and_stores_the_record(tmp_path: Path) -> None:
+    """The real `lmedge gateway` process (CLI, uvicorn, embedded store), no slot length pushed."""
+    from tests.integration.test_gateway_input import RUN, GatewayProcess
+
+    pod = model_server("lm1", tmp_path)
+    process = GatewayProcess(tmp_path, "--model-url", f"lm1={pod.url}")
+    try:
+        body = {
+            "run": RUN,
+            "slot": 2,
+            "routing": {"routes": [], "rejections": [{"origin": "worker-1", "lm": "lm1"}]},
+        }
+        assert httpx.put(process.url + "/control/routing", json=body, timeout=10).json() == {
+            "routes": 1,
+            "slot": 2,
+        }
+        client = openai.OpenAI(base_url=process.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.RateLimitError) as info:
+            client.chat.completions.create(
+                model="lm1", messages=[{"role": "user", "content": "hi"}]
+            )
+        retry = int(info.value.response.headers["retry-after"])
+        assert 1 <= retry <= 30, "the gateway's default slot: 30 s"
+        rid = info.value.response.headers["x-lmedge-request-id"]
+    finally:
+        process.stop()  # SIGTERM: the gateway drains and closes its store
+        pod.stop()
+    with open_store(str(process.store), read_only=True) as store:
+        (record,) = [r for r in store.requests(RUN) if r.id == rid]
+    assert (record.outcome, record.slot, record.origin, record.destination) == (
+        "rejected", 2, "worker-1", "worker-1",
+    )  # fmt: skip
