@@ -27,7 +27,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -182,6 +183,15 @@ def create_app(server: ModelServer, *, load_in_background: bool = True) -> FastA
         yield
 
     app = FastAPI(title=f"lmedge model server ({server.lm})", version="0.1.0", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes each bad input, and an input that cannot be
+        # encoded (a lone UTF-16 surrogate) turned the 422 into a 500.
+        errors = [
+            {"loc": e.get("loc"), "msg": e.get("msg"), "type": e.get("type")} for e in exc.errors()
+        ]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -137,6 +137,17 @@ def test_paired_surrogates_are_text(gw: GatewayProcess) -> None:
     assert response.json()["choices"][0]["message"]["content"].startswith("lm1: ")
 
 
+def test_model_server_refuses_a_lone_surrogate_with_422(lm1: ServerThread) -> None:
+    # The model pod's own API, called directly: pydantic refuses the text, and the
+    # 422 must not echo it back (FastAPI's default handler did: a 500).
+    body = b'{"id": "s-1", "lm": "lm1", "prompts": [{"text": "a \\udc00 b"}]}'
+    response = httpx.post(lm1.url + "/infer", content=body, headers=JSON, timeout=30)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "prompts", 0, "text"]
+    assert "input" not in error
+
+
 # -- JSON and size ---------------------------------------------------------------
 
 NOT_JSON = [
