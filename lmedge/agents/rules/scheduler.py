@@ -67,7 +67,7 @@ from lmedge.api import (
 #: Admission horizon as a fraction of the deadline, or None: admit every set.
 #: The router param `admit_fraction` sets it (`off` = None). On by default at
 #: 0.3 (270 s of the paper's 900 s): on the recalibrated testbed it serves more
-#: requests than admitting everything (success 0.89 vs 0.81, LM4 0.57 vs 0.25,
+#: requests than admitting everything (success 0.905 vs 0.819, LM4 0.62 vs 0.28,
 #: seeds 1-3) and a refused user learns it at once instead of after tau
 #: (lmedge/agents/README.md has the table).
 ADMIT_FRACTION: float | None = 0.3
