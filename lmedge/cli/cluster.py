@@ -9,6 +9,7 @@ the slot clock's anchor, in the store.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 from datetime import UTC, datetime
@@ -120,8 +121,11 @@ def register(app: typer.Typer) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         if not 0 <= lam <= 1:
             raise ConfigError(f"--lam must be in [0, 1], got {lam}")
-        if slot_s <= 0 or tau <= 0 or epoch_slots < 1:
-            raise ConfigError("--slot-s and --tau must be positive, --epoch-slots at least 1")
+        # `not x > 0` also refuses nan; inf is no slot length either.
+        if not 0 < slot_s < math.inf or not 0 < tau < math.inf or epoch_slots < 1:
+            raise ConfigError(
+                "--slot-s and --tau must be positive and finite, --epoch-slots at least 1"
+            )
         choice = PolicyChoice(profile=profile, planner=planner, router=router)
         choice.resolve()  # a bad name is a one-line error before anything starts
         kube = KubeClient.connect(kubeconfig)
@@ -220,8 +224,8 @@ def register(app: typer.Typer) -> None:
         from lmedge.store import open_store
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        if slot_s <= 0:
-            raise ConfigError(f"--slot-s must be positive, got {slot_s}")
+        if not 0 < slot_s < math.inf:
+            raise ConfigError(f"--slot-s must be positive and finite, got {slot_s}")
         name = PolicyChoice(profile=profile, deployer=deployer).resolve().deployer
         if token_file is not None and not token_file.is_file():
             raise ConfigError(f"--token-file {token_file} does not exist")

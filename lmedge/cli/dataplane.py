@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, cast, get_args
 
@@ -181,8 +182,8 @@ def register(app: typer.Typer) -> None:
         from lmedge.dataplane.serving import GatewayServer, bind
         from lmedge.store import open_store
 
-        if drain_s < 0:
-            raise ConfigError(f"--drain-s must be >= 0, got {drain_s:g}")
+        if not 0 <= drain_s < math.inf:
+            raise ConfigError(f"--drain-s must be >= 0 and finite, got {drain_s:g}")
         _, found = load_resources(services)
         if not found:
             raise ConfigError(f"{services}: no LMService found")
@@ -263,6 +264,8 @@ def register(app: typer.Typer) -> None:
         from lmedge.modelserver.app import ModelServer, create_app
         from lmedge.modelserver.backends import load_backend
 
+        if not 0 <= stub_seconds < math.inf:
+            raise ConfigError(f"--stub-seconds must be >= 0 and finite, got {stub_seconds:g}")
         kinds = get_args(Modality)
         if modality not in kinds:
             raise ConfigError(f"unknown modality {modality!r}; choose one of {', '.join(kinds)}")

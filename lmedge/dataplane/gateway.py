@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections import OrderedDict
@@ -129,8 +130,8 @@ class GatewaySettings:
     run: str = ""
 
     def __post_init__(self) -> None:
-        if self.tau_s <= 0:
-            raise ConfigError(f"tau must be positive, got {self.tau_s}")
+        if not 0 < self.tau_s < math.inf:  # `not x > 0` also refuses nan
+            raise ConfigError(f"tau must be positive and finite, got {self.tau_s}")
         unknown = sorted(set(self.model_urls) - set(self.services))
         if unknown:
             raise ConfigError(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 
 import uvicorn
@@ -64,7 +65,7 @@ class GatewayServer(uvicorn.Server):
     """uvicorn whose shutdown gives waiting sets an outcome after `drain_s` seconds."""
 
     def __init__(self, config: uvicorn.Config, gateway: Gateway, drain_s: float) -> None:
-        if drain_s < 0:
+        if not 0 <= drain_s < math.inf:
             raise ConfigError(f"--drain-s must be >= 0, got {drain_s:g}")
         config.timeout_graceful_shutdown = int(drain_s + _ANSWER_S + 1)
         super().__init__(config)

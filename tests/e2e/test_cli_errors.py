@@ -57,6 +57,11 @@ def _a_file(tmp: Path) -> Path:
     return tmp / "file"
 
 
+def _gateway(tmp: Path) -> list[str]:
+    services = Path(__file__).resolve().parents[2] / "examples" / "testbed" / "services.yaml"
+    return ["gateway", "--node", "w1", "--services", str(services), "--store", str(tmp / "s")]
+
+
 def _services_not_utf8(tmp: Path) -> list[str]:
     (tmp / "services.yaml").write_bytes(b"\xff\xfe\x00binary")
     return ["gateway", "--node", "w1", "--services", str(tmp / "services.yaml")]
@@ -83,6 +88,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "--workers"),
     ("calibration-check-out-is-a-folder", lambda t: ["calibration-check", "--out", str(t)],
      "directory"),
+    ("controller-slot-nan", lambda t: ["controller", "--slot-s", "nan"], "--slot-s"),
+    ("node-agent-slot-inf", lambda t: ["node-agent", "--node", "w1", "--slot-s", "inf"],
+     "--slot-s"),
+    ("gateway-tau-nan", lambda t: [*_gateway(t), "--tau", "nan"], "tau"),
+    ("gateway-drain-inf", lambda t: [*_gateway(t), "--drain-s", "inf"], "--drain-s"),
+    ("model-server-stub-inf", lambda t: ["model-server", "--lm", "lm1", "--stub-seconds", "inf"],
+     "--stub-seconds"),
     ("click-refuses-a-value", lambda t: ["simulate", "--slots", "many"], "--slots"),
     ("click-unknown-option", lambda t: ["simulate", "--sed", "1"], "--sed"),
     ("click-missing-option", lambda t: ["node-agent"], "--node"),
