@@ -20,8 +20,11 @@ name, deletes duplicates and pods of LMs it turns off, and creates only what
 is missing. It keeps nothing on disk.
 
 The agent never acts on another node: it lists pods with a field selector on
-its node, and in a cluster the ValidatingAdmissionPolicy in `deploy/rbac/`
-refuses its pod creates and deletes anywhere else.
+its node, and in a cluster the ValidatingAdmissionPolicies in `deploy/rbac/`
+(the chart's) refuse its pod creates and deletes anywhere else, and any pod
+that is not its LMService's model pod. It tells its gateway about its model
+pods with its own Pod-bound service-account token, which that gateway alone
+accepts from it (`lmedge.dataplane.auth`).
 """
 
 from __future__ import annotations
