@@ -162,6 +162,7 @@ def test_default_render(helm_bin: Path) -> None:
         "?authSource=admin"
     )
     mongod = pod_specs(docs)["t-lmedge-mongodb"]["containers"][0]
+    assert "--auth" in mongod["args"]
     assert {e["name"]: e["value"] for e in mongod["env"]} == {
         "MONGO_INITDB_ROOT_USERNAME_FILE": "/etc/mongodb-auth/username",
         "MONGO_INITDB_ROOT_PASSWORD_FILE": "/etc/mongodb-auth/password",
