@@ -62,6 +62,12 @@ class LMServiceStatus(SpecModel):
     success_ratio: float | None = Field(
         default=None, ge=0, le=1, description="Successful / all requests, recent window."
     )
+    rejected_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Requests refused at once by admission control / all; failures.",
+    )
     mean_latency_seconds: float | None = Field(
         default=None, ge=0, description="Mean end-to-end latency of successful requests."
     )

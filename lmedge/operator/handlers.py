@@ -191,7 +191,9 @@ def _service_stats(name: str) -> logic.ServiceStats | None:
             return None
         for s in store.lm_stats(runs[0].id):
             if s.lm == name:
-                return logic.ServiceStats(s.arrivals, s.success_ratio, s.mean_latency_s)
+                return logic.ServiceStats(
+                    s.arrivals, s.success_ratio, s.mean_latency_s, rejected=s.rejected
+                )
         return None
     finally:
         store.close()

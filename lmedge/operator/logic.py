@@ -101,6 +101,7 @@ class ServiceStats:
     requests: int
     success_ratio: float | None
     mean_latency_s: float | None
+    rejected: int = 0  # refused by admission control; part of `requests`, failures
 
 
 def lmservice_status(
@@ -120,6 +121,7 @@ def lmservice_status(
             status["successRatio"] = round(stats.success_ratio, 4)
         if stats.mean_latency_s is not None:
             status["meanLatencySeconds"] = round(stats.mean_latency_s, 2)
+        status["rejectedRatio"] = round(stats.rejected / stats.requests, 4)
     return status
 
 

@@ -349,6 +349,6 @@ def test_operator_status_fits_the_status_schemas() -> None:
             name="b", lm="lm1", node="w2", placement_hash="h", phase="Pending", ready=False
         ),
     ]
-    stats = ServiceStats(requests=10, success_ratio=0.8, mean_latency_s=42.0)
+    stats = ServiceStats(requests=10, success_ratio=0.6, mean_latency_s=42.0, rejected=2)
     for s in (stats, None):
         assert _status_problems("LMService", lmservice_status(pods, s, 5)) == []

@@ -69,16 +69,18 @@ def test_lmservice_status_counts_ready_pods_per_node() -> None:
         ObservedPod("c", "lm1", "w2", "h", "Pending", False),
         ObservedPod("d", "lm1", "w3", "h", "Running", True, deleting=True),
     ]
-    status = lmservice_status(pods, ServiceStats(10, 0.9, 12.345), 1)
+    status = lmservice_status(pods, ServiceStats(10, 0.7, 12.345, rejected=2), 1)
     assert status["activeInstances"] == 2
     assert status["instancesPerNode"] == {"w1": 1, "w2": 1}
-    assert status["successRatio"] == 0.9
+    assert status["successRatio"] == 0.7
     assert status["meanLatencySeconds"] == 12.35
+    assert status["rejectedRatio"] == 0.2
 
 
 def test_lmservice_status_without_traffic_has_no_ratio() -> None:
     status = lmservice_status([], ServiceStats(0, None, None), 1)
     assert "successRatio" not in status and status["activeInstances"] == 0
+    assert "rejectedRatio" not in status
 
 
 def test_model_images_list_each_live_lmservice_image_and_uid() -> None:
