@@ -218,6 +218,27 @@ def test_agent_creates_and_deletes_its_model_pod(agent: KubeClient, valid: dict[
     assert agent.delete_pod(WORKLOADS, valid["metadata"]["name"])
 
 
+@pytest.mark.parametrize(
+    "lm",
+    ["lm1", "lm3", "lm4"],
+)
+def test_agent_may_create_every_lmservices_model_pod(
+    agent: KubeClient, admin: KubeClient, services: dict[str, ServiceInfo], lm: str
+) -> None:
+    uid = admin.custom.get_namespaced_custom_object(
+        "lmedge.io", "v1alpha1", WORKLOADS, "lmservices", lm
+    )["metadata"]["uid"]
+    placement = LMPlacement(lm=lm, mode="cpu", cpu_cores=1, vgpus=0)
+    manifest = model_pod(services[lm], placement, AGENT_NODE, WORKLOADS, owner_uid=uid,
+                         service_account=MODEL_SA)  # fmt: skip
+    # A scratch emptyDir is fine too.
+    manifest["spec"]["volumes"].append({"name": "scratch", "emptyDir": {}})
+    manifest["spec"]["containers"][0]["volumeMounts"].append(
+        {"name": "scratch", "mountPath": "/scratch"}
+    )
+    agent.call("create pod", agent.core.create_namespaced_pod, WORKLOADS, manifest, dry_run="All")
+
+
 # -- every way a pod could lift the agent above its node's model pods ----------
 
 
@@ -259,6 +280,17 @@ def _owner(**fields: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def _as_lm(lm: str) -> Callable[[dict[str, Any]], None]:
+    """The pod as if for LM `lm`: label, owner and progress directory (one policy refuses)."""
+
+    def change(pod: dict[str, Any]) -> None:
+        pod["metadata"]["labels"]["lmedge.io/lm"] = lm
+        pod["metadata"]["ownerReferences"][0]["name"] = lm
+        pod["spec"]["volumes"][0]["hostPath"]["path"] = f"/var/lib/lmedge/progress/{lm}"
+
+    return change
+
+
 def _sidecar(pod: dict[str, Any]) -> None:
     # As well-behaved as the model server, only another image.
     side = copy.deepcopy(pod["spec"]["containers"][0])
@@ -283,8 +315,7 @@ FORBIDDEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      "may run only the image of LMService lm2 (ghcr.io/lmedge/model-server-gpt2-large:0.1.0), "
      "not evil.example/shell:1"),
     ("sidecar-of-another-image", _sidecar, "not busybox:1.36"),
-    ("unlisted-lm", lambda p: (p["metadata"]["labels"].update({"lmedge.io/lm": "lm9"}),
-                               _owner(name="lm9")(p)),
+    ("unlisted-lm", _as_lm("lm9"),
      "no LMService lm9 in lm-serving"),
     ("another-account", _set("spec.serviceAccountName", POWERFUL_SA),
      f"a model pod must run as service account {MODEL_SA}"),
