@@ -319,6 +319,24 @@ def test_gateways_verify_the_callers_service_account_token(helm_bin: Path) -> No
     assert not [b for b in bindings if any(s["name"] == "t-lmedge-model" for s in b["subjects"])]
 
 
+def test_model_pods_take_traffic_only_from_the_gateways(helm_bin: Path) -> None:
+    # A model pod's /infer takes no credential: only this release's node-agent
+    # pods (the gateways) may reach it.
+    docs = template(helm_bin, "--set", "workloadNamespace=lm-serving")
+    policy = by_kind(docs, "NetworkPolicy")["t-lmedge-model-servers"]
+    assert policy["metadata"]["namespace"] == "lm-serving"
+    assert policy["spec"]["podSelector"] == {"matchLabels": {
+        "app.kubernetes.io/name": "lmedge-model",
+        "app.kubernetes.io/managed-by": "lmedge-node-agent"}}  # fmt: skip
+    assert policy["spec"]["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": "lmedge-system"}},
+                  "podSelector": {"matchLabels": {
+                      "app.kubernetes.io/name": "lmedge", "app.kubernetes.io/instance": "t",
+                      "app.kubernetes.io/component": "node-agent"}}}],
+        "ports": [{"port": 8000, "protocol": "TCP"}]}]  # fmt: skip
+
+
 def test_deploy_rbac_is_the_charts(helm_bin: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "tools" / "render-rbac.py"), "--helm", str(helm_bin),
