@@ -11,6 +11,10 @@
   later, as a 500, wherever the text is forwarded, stored or logged. Paired
   surrogates (`"\\ud83d\\ude00"`, how `json.dumps` escapes an emoji) are fine.
 
+* 400 when the JSON holds `NaN`, `Infinity` or `-Infinity`: not JSON
+  (RFC 8259), yet Python's parser takes them, and an infinite budget or slot
+  length would pass every `> 0` bound.
+
 It does not validate the JSON's shape; the endpoints' models do, and invalid
 JSON is answered 400 by the app's error handler, as OpenAI does.
 """
@@ -19,11 +23,12 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyGuard", "error_response", "lone_surrogate"]
+__all__ = ["BodyGuard", "error_response", "lone_surrogate", "non_finite"]
 
 #: A `\uD800`-`\uDFFF` escape: cheap to look for in the raw bytes; only a body
 #: containing one is decoded to check that every surrogate is paired.
@@ -35,6 +40,31 @@ def error_response(status: int, message: str, kind: str, code: str | None = None
     return JSONResponse(
         {"error": {"message": message, "type": kind, "code": code}}, status_code=status
     )
+
+
+#: Bytes that may start a non-finite constant; only a body holding one is parsed here.
+_CONSTANT = re.compile(rb"NaN|Infinity")
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _refuse(name: str) -> Any:
+    raise _Constant(name)
+
+
+def non_finite(body: bytes) -> str | None:
+    """The first `NaN`/`Infinity`/`-Infinity` the JSON `body` holds as a number, or None."""
+    if _CONSTANT.search(body) is None:
+        return None
+    try:
+        json.loads(body, parse_constant=_refuse)
+    except _Constant as exc:
+        return str(exc)
+    except ValueError:
+        return None  # not JSON at all: the app answers that
+    return None
 
 
 def lone_surrogate(body: bytes) -> bool:
@@ -58,7 +88,7 @@ def lone_surrogate(body: bytes) -> bool:
 
 
 class BodyGuard:
-    """Rejects oversized (413), non-JSON (415) and unencodable (400) bodies before parsing."""
+    """Rejects oversized (413), non-JSON (415), unencodable and non-finite (400) bodies."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -106,6 +136,14 @@ class BodyGuard:
                 400,
                 "request body holds a lone UTF-16 surrogate (\\ud800-\\udfff escape "
                 "without its pair); send valid Unicode text",
+                "invalid_request_error",
+            )(scope, receive, send)
+            return
+        constant = non_finite(body)
+        if constant is not None:
+            await error_response(
+                400,
+                f"request body holds {constant}, which is not a JSON number",
                 "invalid_request_error",
             )(scope, receive, send)
             return

@@ -129,6 +129,33 @@ def test_lone_surrogate_is_a_bad_request(gw: GatewayProcess, path: str, body: by
     assert "lone UTF-16 surrogate" in _message(response)
 
 
+NON_FINITE = [
+    ("chat-max-tokens", "/v1/chat/completions",
+     b'{"model": "lm1", "messages": [{"role": "user", "content": "x"}], "max_tokens": NaN}'),
+    # An infinite budget would keep the set queued forever: it passes `budget_s > 0`.
+    ("forward-budget", "/internal/forward",
+     b'{"id": "f-1", "lm": "lm2", "origin": "worker-2", "prompts": [{"text": "x"}], '
+     b'"sent_at": 1.0, "budget_s": Infinity}'),
+    ("prompt-sets-negative", "/v1/prompt-sets",
+     b'{"lm": "lm1", "prompts": [{"text": "x", "max_tokens": -Infinity}]}'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "body"), [c[1:] for c in NON_FINITE], ids=[c[0] for c in NON_FINITE]
+)
+def test_nan_and_infinity_are_not_json_numbers(gw: GatewayProcess, path: str, body: bytes) -> None:
+    response = _post(gw, path, body)
+    assert response.status_code == 400, response.text
+    assert "which is not a JSON number" in _message(response)
+
+
+def test_the_words_nan_and_infinity_in_text_are_fine(gw: GatewayProcess) -> None:
+    body = b'{"lm": "lm1", "prompts": [{"text": "NaN and Infinity, as words"}]}'
+    response = _post(gw, "/v1/prompt-sets", body)
+    assert response.status_code == 200, response.text
+
+
 def test_paired_surrogates_are_text(gw: GatewayProcess) -> None:
     # How json.dumps (and so the OpenAI SDK) escapes an emoji: a valid pair.
     body = b'{"model": "lm1", "messages": [{"role": "user", "content": "hi \\ud83d\\ude00"}]}'
