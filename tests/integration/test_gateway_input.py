@@ -290,7 +290,7 @@ def test_port_in_use_is_one_error_line(tmp_path: Path) -> None:
 def test_negative_drain_is_refused(tmp_path: Path) -> None:
     done = _start_fails(tmp_path, free_port(), "--drain-s", "-1")
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: --drain-s must be >= 0, got -1"]
+    assert done.stderr.strip().splitlines() == ["error: --drain-s must be >= 0 and finite, got -1"]
 
 
 # -- shutdown --------------------------------------------------------------------
