@@ -179,7 +179,7 @@ def register(app: typer.Typer) -> None:
         from lmedge.dataplane.clients import HttpClients
         from lmedge.dataplane.gateway import Gateway, GatewaySettings
         from lmedge.dataplane.records import StoreSink
-        from lmedge.dataplane.serving import GatewayServer, bind
+        from lmedge.dataplane.serving import GatewayServer, bind, check_urls
         from lmedge.store import open_store
 
         if not 0 <= drain_s < math.inf:
@@ -187,8 +187,6 @@ def register(app: typer.Typer) -> None:
         _, found = load_resources(services)
         if not found:
             raise ConfigError(f"{services}: no LMService found")
-        # Bound before anything else opens: a port it cannot use is one error line.
-        sock = bind(host, port)
         settings = GatewaySettings(
             node=node,
             services={s.name: s.spec.modality for s in found},
@@ -198,6 +196,9 @@ def register(app: typer.Typer) -> None:
             tau_s=tau,
             run=run,
         )
+        check_urls(settings)
+        # Bound before the store and clients open: a port it cannot use is one error line.
+        sock = bind(host, port)
         token = read_secret(token_file, "--token-file") if token_file else None
         control = _control_auth(
             node,

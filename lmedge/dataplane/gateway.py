@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -132,6 +133,10 @@ class GatewaySettings:
     def __post_init__(self) -> None:
         if not 0 < self.tau_s < math.inf:  # `not x > 0` also refuses nan
             raise ConfigError(f"tau must be positive and finite, got {self.tau_s}")
+        if not _NODE_NAME.fullmatch(self.node):
+            raise ConfigError(
+                f"node {self.node!r} is not a node name (lowercase RFC 1123: a-z, 0-9, -, .)"
+            )
         unknown = sorted(set(self.model_urls) - set(self.services))
         if unknown:
             raise ConfigError(
@@ -145,6 +150,10 @@ class GatewaySettings:
         if self.peer_url_template:
             return self.peer_url_template.format(node=node)
         return None
+
+
+#: A Kubernetes Node name (RFC 1123 subdomain).
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class Gateway:

@@ -24,13 +24,14 @@ import asyncio
 import logging
 import math
 import socket
+from urllib.parse import urlsplit
 
 import uvicorn
 
-from lmedge.dataplane.gateway import Gateway
+from lmedge.dataplane.gateway import Gateway, GatewaySettings
 from lmedge.errors import ConfigError
 
-__all__ = ["DEFAULT_DRAIN_S", "GatewayServer", "bind"]
+__all__ = ["DEFAULT_DRAIN_S", "GatewayServer", "bind", "check_urls"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ def bind(host: str, port: int, backlog: int = 4096) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise ConfigError(f"--host {host!r} does not resolve: {exc.strerror}") from exc
+    except UnicodeError as exc:  # a label the IDNA codec refuses (e.g. over 63 characters)
+        raise ConfigError(f"--host {host[:80]!r} is not a host name: {exc}") from exc
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -59,6 +62,41 @@ def bind(host: str, port: int, backlog: int = 4096) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.set_inheritable(True)
     return sock
+
+
+def _http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def check_urls(settings: GatewaySettings) -> None:
+    """Refuse peer and model URLs a forward could not use (`ConfigError`, one line).
+
+    The gateway core treats URLs as opaque (its tests use fakes); the process
+    checks what the user gave it, so a typo fails at start, not every request.
+    """
+    for what, urls in (("--peer", settings.peers), ("--model-url", settings.model_urls)):
+        for name, url in urls.items():
+            if not _http_url(url):
+                raise ConfigError(f"{what} {name}={url}: not an http(s) URL")
+    template = settings.peer_url_template
+    if template is None:
+        return
+    try:
+        example = template.format(node="worker-1")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(
+            f"--peer-url-template {template!r}: only {{node}} may be substituted "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    if "{node}" not in template or not _http_url(example):
+        raise ConfigError(
+            f"--peer-url-template {template!r} must be an http(s) URL containing {{node}}, "
+            "e.g. http://{node}:8080"
+        )
 
 
 class GatewayServer(uvicorn.Server):
