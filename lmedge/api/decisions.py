@@ -15,7 +15,6 @@ from typing import Any, Final, Generic, Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
-
 from lmedge.api.base import WireModel
 
 Mode = Literal["gpu", "cpu", "off"]

@@ -1,8 +1,10 @@
 """Model routing end to end: a request class served by lm1 or lm2 (examples/model-routing).
 
-`cema` chooses (node, model) per batch, so under load it serves the
-`text-generation` class with both models; `rr` (a router that knows only LMs)
-serves it with the class's first model. Records keep `lm` = the class and
+`cema` chooses (node, model) per batch by predicted quality, cost, energy
+and completion time; on the recalibrated testbed gpt2-large (lm2, quality
+prior 0.9) is fast enough that it wins every batch, a model an LM-only router
+never picks. `rr` (a router that knows only LMs) serves the class with its
+first model, lm1. Records keep `lm` = the class and
 `model` = the serving LM, so per-class metrics name the class.
 """
 
@@ -46,10 +48,12 @@ def served_by(store: Path) -> Counter[tuple[str, str | None]]:
 
 
 @pytest.mark.parametrize(
-    ("policy", "models"), [("cema", {"lm1", "lm2"}), ("rr", {"lm1"})], ids=["cema", "rr"]
+    ("policy", "models", "required"),
+    [("cema", {"lm1", "lm2"}, "lm2"), ("rr", {"lm1"}, "lm1")],
+    ids=["cema", "rr"],
 )
 def test_text_generation_class_is_served_by_the_routers_choice_of_model(
-    tmp_path: Path, policy: str, models: set[str]
+    tmp_path: Path, policy: str, models: set[str], required: str
 ) -> None:
     store = tmp_path / "store"
     summary = simulate(policy, store)
@@ -58,7 +62,9 @@ def test_text_generation_class_is_served_by_the_routers_choice_of_model(
     assert list(per_lm) == ["lm3", "lm4", "text-generation"]
     assert per_lm["text-generation"]["arrivals"] > 0
     counts = served_by(store)
-    assert {m for (lm, m) in counts if lm == "text-generation"} == models
+    chosen = {m for (lm, m) in counts if lm == "text-generation"}
+    assert required in chosen
+    assert chosen <= models
     assert {m for (lm, m) in counts if lm in ("lm3", "lm4")} == {None}
     assert set(counts) <= {("text-generation", m) for m in models} | {
         ("lm3", None),
