@@ -200,9 +200,7 @@ def render_slot(
     pairs = ", ".join(
         f"{o}/{lm}({prompts.get((o, lm), 0)})->{dest}" for o, lm, dest in sorted(suggested)
     )
-    lines.append(
-        f"Pairs to route, origin/lm(prompts)->suggested destination (or reject): {pairs}"
-    )
+    lines.append(f"Pairs to route, origin/lm(prompts)->suggested destination (or reject): {pairs}")
     return system, "\n".join(lines)
 
 

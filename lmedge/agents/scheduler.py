@@ -77,8 +77,7 @@ class AgenticRouter:
             prompts=prompts,
             rule=lambda: reference,
             check=lambda v: [
-                str(x)
-                for x in check_routing_map(v, ctx, obs.arrivals, allow_rejections=admission)
+                str(x) for x in check_routing_map(v, ctx, obs.arrivals, allow_rejections=admission)
             ],
             # local routing serves every pair: a failed call never refuses anyone
             fallback=lambda: local_routing(ctx, obs.arrivals),
