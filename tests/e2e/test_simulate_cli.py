@@ -119,11 +119,11 @@ def _break(path: Path, old: str, new: str) -> None:
     [
         (
             ("services.yaml", "deploymentMemoryGib: 9", "deploymentMemoryGib: lots"),
-            "services.yaml: LMService/lm2.spec.deploymentMemoryGib: ",
+            "services.yaml: document 2: LMService/lm2.spec.deploymentMemoryGib: ",
         ),
         (
             ("nodes.yaml", "  cpuCores: 24", "  cpuCores: 24\n  cpuCorez: 24"),
-            "nodes.yaml: EdgeNode/worker-1.spec.cpuCorez: unknown field",
+            "nodes.yaml: document 2: EdgeNode/worker-1.spec.cpuCorez: unknown field",
         ),
         (
             ("services.yaml", "deploymentMemoryGib: 3.5", "deploymentMemoryGib: 300"),
