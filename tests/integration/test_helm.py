@@ -752,11 +752,21 @@ def test_helm_install_and_the_control_plane_runs_on_it(
         slicing = core.read_namespaced_config_map("lmh-lmedge-time-slicing", ns)
         assert set(slicing.data) == {config_key(2)}
 
-        # The chart's admission policy confines the agent's identity to worker-2.
-        agent_client = client.CoreV1Api(_client_with_token(lmedge_cluster, token_file.read_text()))
+        # The chart's admission policy confines the agent's identity to worker-2:
+        # a copy of one of its own model pods, moved to worker-3, is refused for
+        # the node alone (every other rule the copy satisfies, so no other
+        # policy's message can come first).
+        agent_api = _client_with_token(lmedge_cluster, token_file.read_text())
+        agent_client = client.CoreV1Api(agent_api)
+        own = agent_api.sanitize_for_serialization(model_pods()[0])
+        meta = own["metadata"]
         probe = {
-            "metadata": {"name": "probe"},
-            "spec": {"nodeName": "worker-3", "containers": [{"name": "c", "image": "x"}]},
+            "metadata": {
+                "name": "probe",
+                "labels": meta.get("labels", {}),
+                "ownerReferences": meta.get("ownerReferences", []),
+            },
+            "spec": {**own["spec"], "nodeName": "worker-3"},
         }
 
         def refused() -> bool:
