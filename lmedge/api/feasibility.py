@@ -1,4 +1,4 @@
-"""Feasibility of decisions against the cluster (DESIGN.md, paper §III).
+"""Feasibility of decisions against the cluster (docs/design.md "Interfaces", paper §III).
 
 Each `check_*` returns *every* violation, each a sentence a person (or an LLM
 asked to retry) understands; an empty list means feasible. Shape errors are

@@ -1,7 +1,7 @@
 """The plugin catalog: every planner, router and deployer by kebab-case name,
 and the named policy profiles (the paper's RR, RF, MA, MAL, PerLLM, ...).
 
-This is the one place where plugins are registered (STYLE.md §2). A plugin is
+This is the one place where plugins are registered (docs/design.md "Conventions"). A plugin is
 built by a factory `(BuildContext) -> plugin`; its parameters arrive as a
 mapping which the plugin validates with its own pydantic model, so a bad
 parameter is rejected when the configuration is loaded, loudly.

@@ -4,7 +4,7 @@ Each fallback is deterministic given its inputs (the macro fallback takes the
 controller's own seeded RNG) and cannot fail for a loaded scenario, because
 the loop has nothing left to fall back to after it:
 
-- planner: the random baseline macro policy (DESIGN.md, control loop);
+- planner: the random baseline macro policy (docs/design.md "Control loop");
 - router: local routing for the slot;
 - deployer: keep what runs on the node now, mapped to the nearest feasible
   placement — the least disruptive feasible action (no cold starts, no churn).

@@ -1,4 +1,4 @@
-"""The slot/epoch control loop (DESIGN.md "Control loop", paper Fig. 4).
+"""The slot/epoch control loop (docs/design.md "Control loop", paper Fig. 4).
 
 One `ControlLoop` drives one `ClusterBackend` with one set of plugins. Per
 slot t (length `ClusterContext.slot_s`):

@@ -4,7 +4,7 @@ A scenario is a folder holding `nodes.yaml` (EdgeNode), `services.yaml`
 (LMService) -- the same YAML a user applies to a cluster -- and
 `scenario.yaml` (`kind: Scenario`): the control-loop constants, the
 emulator's physical parameters and the workload. Every parameter documents
-its source: the paper, DESIGN.md, or "assumption".
+its source: the paper, docs/design.md, or "assumption".
 
 Loading validates everything up front and turns each problem into one
 `ManifestError` naming the file and field, or an `InfeasibleScenarioError`
@@ -70,9 +70,9 @@ class ColdStartSpec(SpecModel):
 class SlowdownSpec(SpecModel):
     """The utilization slowdown f(eta) = 1 / (1 + beta * max(0, eta - eta0)).
 
-    The paper's mu_ni = alpha_i f(eta) (Eq. 13) omits f's form (DESIGN.md asks
-    for a documented choice): no slowdown below the knee eta0, then a linear
-    rise of the service time with slope beta.
+    The paper's mu_ni = alpha_i f(eta) (Eq. 13) omits f's form; this is the
+    documented choice (docs/design.md "Emulator model choices"): no slowdown
+    below the knee eta0, then a linear rise of the service time with slope beta.
     """
 
     eta0: float = Field(ge=0, le=1, description="Knee: utilization below which f = 1.")

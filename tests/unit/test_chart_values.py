@@ -47,9 +47,9 @@ def _leaf_paths(node: Any, prefix: str = "") -> list[str]:
 
 def test_every_value_has_a_comment_with_an_example() -> None:
     # Each key of values.yaml is preceded by a comment block containing
-    # "Example" (STYLE.md §9). A map parent may go without one when each of its
-    # keys has its own; the keys of a documented leaf map (resources:
-    # {requests, limits}) are covered by their parent's example.
+    # "Example" (docs/design.md "Conventions"). A map parent may go without
+    # one when each of its keys has its own; the keys of a documented leaf map
+    # (resources: {requests, limits}) are covered by their parent's example.
     lines = (CHART / "values.yaml").read_text().splitlines()
     missing = []
     documented_at: dict[int, bool] = {}  # indent -> that parent's comment had an example

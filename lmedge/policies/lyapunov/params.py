@@ -4,7 +4,7 @@ A plugin receives its parameters as a plain mapping (from a profile, a CLI
 flag or a test). `parse_params` turns that into the plugin's pydantic model
 and turns every validation problem into one `ConfigError` line naming the
 plugin and the field, so a typo in a profile fails when it is loaded instead
-of silently falling back to a default (STYLE.md §2).
+of silently falling back to a default (docs/design.md "Conventions").
 """
 
 from __future__ import annotations
