@@ -16,15 +16,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lmedge.bench.calibration import PRE_POLICY, PRE_SLOTS, CheckSpec, Row, check, rows_json
 from lmedge.bench.runner import resolve_scenario
+from lmedge.cli.console import progress_bar
 from lmedge.controller.catalog import profile
 from lmedge.errors import ConfigError
 
-err = Console(stderr=True)
 out = Console()
 
 
@@ -126,15 +125,7 @@ def register(app: typer.Typer) -> None:
             pre_policy=pre_policy,
             workers=count,
         )
-        bar = Progress(
-            TextColumn("runs"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=not err.is_terminal,
-        )
+        bar = progress_bar()
         with bar:
             task = bar.add_task("runs", total=runs)
             rows = check(spec, lambda done, total: bar.update(task, completed=done, total=total))

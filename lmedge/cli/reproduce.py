@@ -17,12 +17,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from lmedge.cli.console import progress_bar
 from lmedge.errors import ConfigError
 
-err = Console(stderr=True)
 #: Piped output gets wide lines: the side-by-side tables have up to a dozen columns.
 out = Console() if sys.stdout.isatty() else Console(width=200)
 REPRODUCE_OUT = Path("reports/reproduce")
@@ -110,15 +109,7 @@ def register(app: typer.Typer) -> None:
             ) from exc
         count = workers or os.cpu_count() or 1
         executor = executor_for(count)
-        bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=not err.is_terminal,
-        )
+        bar = progress_bar()
         started = time.perf_counter()
         with bar:
             task = bar.add_task(f"reproduce ({count} workers)", total=None)

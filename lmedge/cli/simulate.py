@@ -23,18 +23,17 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lmedge.agents.settings import agentic_params
 from lmedge.bench.runner import RunOutcome, RunSpec, resolve_scenario, run
 from lmedge.bench.summary import dumps
+from lmedge.cli.console import err, progress_bar
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.controller.catalog import PROFILES, profile
 from lmedge.errors import ConfigError
 from lmedge.store import Store, open_store, parse_store_location
 
-err = Console(stderr=True)
 out = Console()
 
 #: Demo preference: the multi-agent profile, then the best deterministic ones
@@ -88,14 +87,7 @@ def _progress(enabled: bool) -> Iterator[Any]:
     if not enabled:
         yield lambda done, total, label: None
         return
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    )
+    bar = progress_bar(terminal_only=False)
     tasks: dict[str, Any] = {}
 
     def update(done: int, total: int, label: str) -> None:
