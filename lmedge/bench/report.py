@@ -83,7 +83,8 @@ def _markdown(summaries: Sequence[Summary], figures: dict[str, list[str]]) -> st
     lines = ["# lmedge bench report", ""]
     lines += [
         'Metrics as in docs/design.md "Metrics" (paper §III): '
-        "objective J = λ·T_norm + (1−λ)(1−F_norm), lower is better; latency is over successful requests; `rejected` is the share "
+        "objective J = λ·T_norm + (1−λ)(1−F_norm), lower is better; "
+        "latency is over successful requests; `rejected` is the share "
         "refused by admission control (failures, counted in success). Values are means over seeds; "
         f"windows are {summaries[0]['window_slots'] if summaries else '?'} slots.",
         "",
