@@ -40,7 +40,9 @@ ControlTokenFile = Annotated[
 Profile = Annotated[
     str,
     typer.Option(
-        "--policy", "-p", help="Policy profile: rr, rf, ma, ll, al, perllm, mal, milp, ..."
+        "--policy",
+        "-p",
+        help="Policy profile (default ma): ma, mal, rr, rf, ll, al, perllm, milp, ...",
     ),
 ]
 
@@ -77,7 +79,7 @@ def register(app: typer.Typer) -> None:
     @app.command("controller")
     def controller(
         namespace: Namespace = "default",
-        profile: Profile = "rr",
+        profile: Profile = "ma",
         planner: Annotated[str | None, typer.Option(help="Override the profile's planner.")] = None,
         router: Annotated[str | None, typer.Option(help="Override the profile's router.")] = None,
         slot_s: SlotS = 30.0,
@@ -165,7 +167,7 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(envvar="NODE_NAME", help="This node (its EdgeNode's name).")
         ],
         namespace: Namespace = "default",
-        profile: Profile = "rr",
+        profile: Profile = "ma",
         deployer: Annotated[
             str | None, typer.Option(help="Override the profile's deployer.")
         ] = None,

@@ -171,7 +171,9 @@ def register(app: typer.Typer) -> None:
         scenario: str = typer.Option(
             "testbed", "--scenario", "-f", help="Scenario folder, or a bundled example name."
         ),
-        policy: str = typer.Option("rr", "--policy", "-p", help="Policy profile, e.g. rr, rf, ll."),
+        policy: str = typer.Option(
+            "ma", "--policy", "-p", help="Policy profile (default ma, the best measured), e.g. rr."
+        ),
         slots: int | None = typer.Option(None, help="Measured slots (default: the scenario's)."),
         seed: int = typer.Option(
             1, min=0, help="Seed of the trace, the emulator and the policies (>= 0)."

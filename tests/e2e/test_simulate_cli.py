@@ -105,7 +105,7 @@ def test_json_timings_flag_adds_a_separate_key(capsys: pytest.CaptureFixture[str
     )
     assert code == 0
     timing = json.loads(out)["timing"]
-    assert timing["slots_run"] == 3 and timing["run_id"].startswith("testbed-rr-s1-")
+    assert timing["slots_run"] == 3 and timing["run_id"].startswith("testbed-ma-s1-")
 
 
 def _break(path: Path, old: str, new: str) -> None:
