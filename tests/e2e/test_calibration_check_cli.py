@@ -8,21 +8,11 @@ from pathlib import Path
 import pytest
 
 from lmedge.bench.calibration import FACTS
-from lmedge.cli import main
+from tests.e2e.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTBED = ROOT / "examples" / "testbed"
 SHORT = ["--seeds", "1", "--slots", "4", "--pre-slots", "2"]
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_json_report_has_every_fact_with_paper_value_and_distance(

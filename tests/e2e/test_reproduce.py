@@ -14,7 +14,7 @@ import pytest
 
 from lmedge.bench.grid import Options, plan, specs
 from lmedge.bench.runner import ProcessPoolRunExecutor, SequentialExecutor
-from lmedge.cli import main
+from tests.e2e.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,16 +34,6 @@ def test_a_process_pool_returns_exactly_the_sequential_results() -> None:
         assert len(a.requests) > 0
     # different seeds really are different traces (the comparison above is not vacuous)
     assert pooled[0].requests != pooled[1].requests
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_an_out_folder_that_cannot_be_created_fails_before_any_run(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.e2e.test_simulate_cli import cli
+from tests.e2e.cli import cli
 
 
 def test_admission_on_rejects_and_reports_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lmedge.cli import main
+from tests.e2e.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTBED = ROOT / "examples" / "testbed"
@@ -32,17 +32,6 @@ def lmedge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture
