@@ -26,7 +26,7 @@ import yaml
 from lmedge.api.manifests import load_resources
 from lmedge.errors import ManifestError
 from tests.fixtures.cluster import KubeCluster
-from tests.unit.api.crd_cases import EDGENODE, LMSERVICE
+from tests.unit.api.crd_cases import EDGENODE, LMSERVICE, _set
 
 Kind = Literal["LMService", "EdgeNode"]
 
@@ -62,20 +62,6 @@ def _en(edit: Callable[[dict[str, Any]], None] | None = None, **top: Any) -> str
     if edit:
         edit(spec)
     return _yaml("EdgeNode", spec, **top)
-
-
-def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    def edit(spec: dict[str, Any]) -> None:
-        *parents, last = key.split(".")
-        node: Any = spec
-        for p in parents:
-            node = node[int(p)] if isinstance(node, list) else node[p]
-        if isinstance(node, list):
-            node[int(last)] = value
-        else:
-            node[last] = value
-
-    return edit
 
 
 def _rename(old: str, new: str) -> Callable[[dict[str, Any]], None]:
