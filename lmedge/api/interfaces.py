@@ -20,6 +20,7 @@ from pydantic import Field
 
 from lmedge.api.base import WireModel
 from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
+from lmedge.api.live import ContextUpdate
 from lmedge.api.observations import (
     Arrival,
     ClusterContext,
@@ -95,7 +96,17 @@ class ClusterBackend(Protocol):
     clock: Clock
 
     def context(self) -> ClusterContext:
-        """Static nodes, services and loop constants."""
+        """Nodes, services and loop constants in force now (the last `refresh`)."""
+        ...
+
+    def refresh(self, slot: int) -> ContextUpdate:
+        """Follow the cluster to the boundary of `slot` (a `LiveContext`).
+
+        Called by the loop first thing in every slot. Changes (an LMService
+        applied, edited or deleted; a node lost or back; a link changed) take
+        effect from this slot on; requests they strand are recorded with an
+        explicit outcome (`node_lost`, `lm_removed`) by the next `drain_records`.
+        """
         ...
 
     def snapshot(self, slot: int) -> Snapshot:

@@ -10,8 +10,11 @@ from lmedge.api.base import WireModel
 
 #: `success`: served within its deadline; `timeout`: not served by the deadline
 #: (or failed on the way); `rejected`: refused at once by admission control,
-#: without being queued anywhere. Only `success` counts as delta_q = 1.
-RequestOutcome = Literal["success", "timeout", "rejected"]
+#: without being queued anywhere; `node_lost`: queued or in flight at a node
+#: that went away (deleted, NotReady, cordoned or drained) and not re-dispatched;
+#: `lm_removed`: its LMService was deleted before it was served. Only `success`
+#: counts as delta_q = 1; every other outcome is a failure in every metric.
+RequestOutcome = Literal["success", "timeout", "rejected", "node_lost", "lm_removed"]
 
 
 class RequestRecord(WireModel):

@@ -38,6 +38,7 @@ from lmedge.api import (
     RoutingMap,
     Snapshot,
 )
+from lmedge.api.live import ContextUpdate
 from lmedge.bench.runner import emulated_backend, resolve_scenario, settle_slots
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.catalog import profile
@@ -66,6 +67,9 @@ class _SnapshotTap:
 
     def context(self) -> ClusterContext:
         return self.inner.context()
+
+    def refresh(self, slot: int) -> ContextUpdate:
+        return self.inner.refresh(slot)
 
     def snapshot(self, slot: int) -> Snapshot:
         snap = self.inner.snapshot(slot)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from lmedge.api.decisions import Placement, RoutingMap
 from lmedge.api.interfaces import ActuationResult, Clock, ClusterBackend
+from lmedge.api.live import ContextUpdate
 from lmedge.api.observations import Arrival, ClusterContext, Snapshot
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.sim.clock import SimClock
@@ -37,6 +38,10 @@ class EmulatedBackend:
 
     def context(self) -> ClusterContext:
         return self._context
+
+    def refresh(self, slot: int) -> ContextUpdate:
+        # A scenario without a timeline of cluster events never changes.
+        return ContextUpdate(slot=slot, context=self._context)
 
     def snapshot(self, slot: int) -> Snapshot:
         return self.emulator.snapshot(slot)

@@ -53,6 +53,7 @@ from lmedge.api import (
     ServiceInfo,
     Snapshot,
 )
+from lmedge.api.live import ContextUpdate
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.gateways import GatewayClient
 from lmedge.backends.kubernetes.pods import ObservedPod, model_pod, plan_node
@@ -299,10 +300,10 @@ class KubernetesBackend:
     def context(self) -> ClusterContext:
         return self._ctx
 
-    def refresh(self) -> ClusterContext:
+    def refresh(self, slot: int) -> ContextUpdate:
         """Re-read EdgeNodes and LMServices (a new LMService, a changed node)."""
         self._ctx, self._owners = load_context(self.kube, self.settings)
-        return self._ctx
+        return ContextUpdate(slot=slot, context=self._ctx)
 
     def snapshot(self, slot: int) -> Snapshot:
         pods = self.kube.list_model_pods(self.settings.namespace)
