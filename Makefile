@@ -13,18 +13,22 @@ comma   := ,
 STAMP   := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 export LMEDGE_TOOLS_DIR ?= $(CURDIR)/$(TOOLS)
 
-.PHONY: install tools test test-unit lint typecheck demo bench crds clean
+.PHONY: install lock tools test test-unit lint typecheck demo bench crds clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# Re-install only when pyproject.toml or the extras change.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+# Re-install only when pyproject.toml, the lock or the extras change. The lock
+# (requirements.lock, `make lock`) pins every resolved version as constraints.
+$(STAMP): pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/pip install -q -c requirements.lock -e '.[$(EXTRAS)]'
 	touch $@
 
 install: $(STAMP)
+
+lock:
+	bash tools/lock.sh
 
 # Test servers built from the Go module proxy, cached under $(TOOLS)/ (git-ignored).
 tools:
