@@ -25,6 +25,7 @@ from typing import Any
 
 from lmedge.bench import plots
 from lmedge.bench.checks import Check, TableData
+from lmedge.bench.environment import environment
 from lmedge.bench.grid import Experiment
 from lmedge.bench.reproduce import Reproduction
 from lmedge.bench.stats import ROLLING_STEP_SLOTS
@@ -197,8 +198,10 @@ def write(
         for r in repro.runs
     ]
     (out / "timing.json").write_text(json.dumps(timing, indent=2) + "\n")
+    env = environment()
+    (out / "environment.json").write_text(json.dumps(env.as_dict(), indent=2) + "\n")
     md = out / "REPORT.md"
-    md.write_text(render(repro, command, cpu_note))
+    md.write_text(render(repro, command, f"{cpu_note}\n\nEnvironment: {env.sentence()}"))
     return md
 
 
