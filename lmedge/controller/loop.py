@@ -229,7 +229,12 @@ class ControlLoop:
                 self._pool = None
 
     def step(self, slot: int) -> None:
-        """One slot: decide, actuate, advance the clock, record."""
+        """One slot: follow the cluster, decide, actuate, advance the clock, record."""
+        update = self.backend.refresh(slot)
+        if update.changed:
+            self.ctx = update.context
+            self._workers = [n for n in self.ctx.workers if n.name in self.plugins.deployers]
+            self._placements = {k: v for k, v in self._placements.items() if self.ctx.has_node(k)}
         ctx = self.ctx
         epoch = slot // ctx.epoch_slots
         timing = SlotTiming(slot)
@@ -237,7 +242,7 @@ class ControlLoop:
         snapshot = self.backend.snapshot(slot)
         arrivals = self.backend.arrivals(slot)
         decisions: list[Decision[Any]] = []
-        if slot % ctx.epoch_slots == 0:
+        if slot % ctx.epoch_slots == 0 or update.needs_replan:
             d_plan = self._plan(epoch, slot)
             timing.planner_s = d_plan.latency_s
             decisions.append(d_plan)

@@ -96,9 +96,12 @@ class NodeAgent:
         store: Store | None = None,
         telemetry: TelemetryCollector | None = None,
     ) -> None:
-        ctx = backend.context()
-        if not any(n.name == node for n in ctx.workers):
-            known = ", ".join(n.name for n in ctx.workers) or "none"
+        # A worker that is down now (cordoned, NotReady) still gets its agent:
+        # it drains the node now and serves again once the node is back.
+        specs = backend.live.view().edge_nodes
+        workers = sorted(n for n, s in specs.items() if s.role == "worker")
+        if node not in workers:
+            known = ", ".join(workers) or "none"
             raise LmedgeError(f"{node} is not a worker EdgeNode (workers: {known})")
         self.node = node
         self.backend = backend
@@ -113,8 +116,16 @@ class NodeAgent:
         return self.backend.context()
 
     def step(self, slot: int) -> SlotReport:
-        """One slot: observe, decide, validate, actuate, record."""
+        """One slot: follow the cluster, observe, decide, validate, actuate, record.
+
+        When this node is down (its Node NotReady or cordoned) or its EdgeNode
+        is gone, the deployer is not asked: every model pod here is stopped
+        (a drain), audited with the reason, until the node is back.
+        """
+        self.backend.refresh(slot)
         ctx = self.ctx
+        if not ctx.has_node(self.node):
+            return self._drain(slot)
         info = ctx.node(self.node)
         state = self.backend.node_snapshot(self.node)
         macro = latest_macro(self.store, self.run_id)
@@ -140,6 +151,32 @@ class NodeAgent:
             except Exception:
                 log.exception("slot %d on %s: decision not handed to the store", slot, self.node)
             self._collect_telemetry()
+        if actuation.errors:
+            log.warning("slot %d on %s: %s", slot, self.node, "; ".join(actuation.errors))
+        return SlotReport(slot, decision, actuation)
+
+    def _drain(self, slot: int) -> SlotReport:
+        why = self.backend.live.view().down.get(self.node) or "its EdgeNode was deleted"
+        decision = Decision[Placement](
+            agent="deployer",
+            policy=self.deployer.name,
+            source="fallback",
+            value=Placement(node=self.node, lms=[]),
+            error=f"{self.node} is down ({why}): its model pods are stopped",
+            run=self.run_id,
+            epoch=slot // self.ctx.epoch_slots,
+            slot=slot,
+            node=self.node,
+            sim_time_s=self.backend.clock.now(),
+        )
+        actuation = self.backend.apply_placement(decision.value)
+        self._previous = None
+        self._push_models()
+        if self.store is not None:
+            try:
+                self.store.record_decision(decision)
+            except Exception:
+                log.exception("slot %d on %s: decision not handed to the store", slot, self.node)
         if actuation.errors:
             log.warning("slot %d on %s: %s", slot, self.node, "; ".join(actuation.errors))
         return SlotReport(slot, decision, actuation)

@@ -2,8 +2,11 @@
 
 The world is read, never simulated:
 
-- context: the `EdgeNode`s (cluster-wide) and the `LMService`s of one
-  namespace, plus the loop constants of `KubernetesSettings`;
+- context: the `EdgeNode`s (cluster-wide) whose Node is up and the
+  `LMService`s of one namespace, plus the loop constants of
+  `KubernetesSettings`, followed live by a watch cache (`live.LiveCluster`):
+  `refresh(slot)` returns what changed since the last slot, with no API
+  round trip;
 - snapshot: per node, the model pods (ready or pending = not Ready) and the
   headroom left by their requests under the EdgeNode's spec; the backlog Q_ni
   is the queue depth the node's gateway reports, or 0 without gateways;
@@ -53,9 +56,11 @@ from lmedge.api import (
     ServiceInfo,
     Snapshot,
 )
+from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
 from lmedge.api.live import ContextUpdate
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.gateways import GatewayClient
+from lmedge.backends.kubernetes.live import LiveCluster, LoopConstants
 from lmedge.backends.kubernetes.pods import ObservedPod, model_pod, plan_node
 from lmedge.errors import LmedgeError, ManifestError
 from lmedge.store import Store
@@ -103,19 +108,28 @@ class KubernetesSettings:
     as (None: the namespace's `default`); `progress_root` is where this
     process sees the host's progress directory (`pods.PROGRESS_HOST_PATH`),
     to create each LM's subdirectory owned by itself before its pod starts
-    (None: the kubelet creates it).
+    (None: the kubelet creates it). `watch` follows the cluster with watches
+    (default); False re-lists EdgeNodes and LMServices at every `refresh`
+    and does not follow Node health (tests, debugging).
     """
 
     namespace: str = "default"
-    slot_s: float = 30.0
-    epoch_slots: int = 50
-    tau_s: float = 900.0
-    lam: float = 0.5
+    slot_s: float = SLOT_S
+    epoch_slots: int = EPOCH_SLOTS
+    tau_s: float = TAU_S
+    lam: float = LAMBDA
     gateways: Mapping[str, str] = field(default_factory=dict)
     control_token: str | Path | None = None
     run: str = ""
     model_service_account: str | None = None
     progress_root: Path | None = None
+    watch: bool = True
+
+    @property
+    def constants(self) -> LoopConstants:
+        return LoopConstants(
+            tau_s=self.tau_s, lam=self.lam, slot_s=self.slot_s, epoch_slots=self.epoch_slots
+        )
 
 
 def _spec(model: type[Any], obj: Mapping[str, Any], kind: str) -> Any:
@@ -291,7 +305,8 @@ class KubernetesBackend:
         self.gateways = gateways or (
             GatewayClient(settings.gateways, settings.control_token) if settings.gateways else None
         )
-        self._ctx, self._owners = load_context(kube, settings)
+        self.live = LiveCluster(kube, settings.namespace, settings.constants, watch=settings.watch)
+        self._ctx, self._owners = self.live.context(), self.live.owners()
         # (origin, id): ids are only unique per origin gateway (a client may choose one)
         self._seen: set[tuple[str, str]] = set()
         self._last_arrivals: Counter[tuple[str, str]] = Counter()
@@ -301,9 +316,17 @@ class KubernetesBackend:
         return self._ctx
 
     def refresh(self, slot: int) -> ContextUpdate:
-        """Re-read EdgeNodes and LMServices (a new LMService, a changed node)."""
-        self._ctx, self._owners = load_context(self.kube, self.settings)
-        return ContextUpdate(slot=slot, context=self._ctx)
+        """The live context from `slot` on (the watch cache; no API call when nothing changed).
+
+        A down or deleted node leaves the context, so it is in no snapshot,
+        arrival, routing map or placement from this slot on; a deleted
+        LMService likewise (its pods are deleted by the node agents' next
+        reconcile, and by the garbage collector through their owner reference).
+        """
+        update = self.live.update(slot)
+        if update.changed:
+            self._ctx, self._owners = update.context, self.live.owners()
+        return update
 
     def snapshot(self, slot: int) -> Snapshot:
         pods = self.kube.list_model_pods(self.settings.namespace)
@@ -344,14 +367,22 @@ class KubernetesBackend:
         if self.gateways is None:
             return
         failed = self.gateways.push_routing(
-            self.settings.run, slot, routing, self.wall_clock.start, self.settings.slot_s
+            self.settings.run,
+            slot,
+            routing,
+            self.wall_clock.start,
+            self.settings.slot_s,
+            self.settings.tau_s,
         )
         if failed:
             log.warning("slot %d: routing not delivered to %s", slot, ", ".join(failed))
 
     def apply_placement(self, placement: Placement) -> ActuationResult:
-        if not self._ctx.has_node(placement.node):
-            return ActuationResult(node=placement.node, errors=[f"no EdgeNode {placement.node}"])
+        if not self._ctx.has_node(placement.node) and any(p.mode != "off" for p in placement.lms):
+            # A node that is down or gone may only be emptied (its agent drains it).
+            return ActuationResult(
+                node=placement.node, errors=[f"no EdgeNode {placement.node} that is up"]
+            )
         try:
             observed = self.kube.list_model_pods(self.settings.namespace, node=placement.node)
         except LmedgeError as exc:
@@ -393,5 +424,6 @@ class KubernetesBackend:
         return []
 
     def close(self) -> None:
+        self.live.close()
         if self.gateways is not None:
             self.gateways.close()

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmedge.api import LMPlacement, Placement, ServiceInfo
+from lmedge.api import LMPlacement, LMServiceSpec, Placement, ServiceInfo
 
 GPU_RESOURCE = "nvidia.com/gpu"
 LABEL_LM = "lmedge.io/lm"
@@ -74,16 +74,25 @@ class NodeActions:
     unchanged: list[str] = field(default_factory=list)
 
 
-def placement_hash(p: LMPlacement) -> str:
+def placement_hash(p: LMPlacement, spec: LMServiceSpec | None = None) -> str:
+    """What a pod runs, in six hex digits: its resources and, given `spec`, its LMService's.
+
+    The spec's part is what the pod manifest takes from it (model, modality,
+    image, memory): editing one of those makes running pods differ from the
+    placement, so the reconcile replaces them. Fields that only steer the
+    planners (profile, runsOn, maxVgpus, ...) change placements, not pods.
+    """
     key = f"{p.mode}/{p.cpu_cores:g}/{p.vgpus}"
+    if spec is not None:
+        key += f"/{spec.model}/{spec.modality}/{spec.image}/{spec.deployment_memory_gib:g}"
     return hashlib.sha256(key.encode()).hexdigest()[:6]
 
 
-def pod_name(lm: str, node: str, p: LMPlacement) -> str:
+def pod_name(lm: str, node: str, p: LMPlacement, spec: LMServiceSpec | None = None) -> str:
     base = f"{lm}-{node}"
     if len(base) > 50:
         base = base[:43] + "-" + hashlib.sha256(base.encode()).hexdigest()[:6]
-    return f"{base}-{placement_hash(p)}"
+    return f"{base}-{placement_hash(p, spec)}"
 
 
 def _cpu_quantity(cores: float) -> str:
@@ -129,10 +138,10 @@ def model_pod(
         **(extra_labels or {}),
     }
     metadata: dict[str, Any] = {
-        "name": pod_name(service.name, node, placement),
+        "name": pod_name(service.name, node, placement, spec),
         "namespace": namespace,
         "labels": labels,
-        "annotations": {ANNOTATION_HASH: placement_hash(placement)},
+        "annotations": {ANNOTATION_HASH: placement_hash(placement, spec)},
     }
     if owner_uid:
         metadata["ownerReferences"] = [
@@ -211,24 +220,34 @@ def progress_dir(lm: str, root: str = PROGRESS_HOST_PATH) -> str:
 
 
 def plan_node(
-    desired: Placement, observed: Sequence[ObservedPod], services: Iterable[str]
+    desired: Placement,
+    observed: Sequence[ObservedPod],
+    services: Mapping[str, ServiceInfo] | Iterable[str],
 ) -> NodeActions:
     """Actions turning the node's observed model pods into `desired`.
 
-    Pods whose LM is off, or whose resources differ, are deleted; missing
+    `services` are the LMServices that exist; given as {name: ServiceInfo},
+    a pod made from an older spec of its LMService (`placement_hash`) is
+    replaced too. Pods whose LM is off, or whose resources differ, are deleted; missing
     ones are created. The pending rule (paper §V-D2): while any pod on the
     node is still pending, creations — resource-adding actions — are voided;
     deletions still go ahead. Pods already being deleted are ignored, and a
     duplicate pod for one LM (e.g. left by a crash mid-slot) is deleted.
     """
     known = set(services)
+    specs = (
+        {n: s.spec for n, s in services.items() if isinstance(s, ServiceInfo)}
+        if isinstance(services, Mapping)
+        else {}
+    )
     actions = NodeActions()
     live = [p for p in observed if not p.deleting and p.node == desired.node]
     want = {p.lm: p for p in desired.lms if p.mode != "off" and p.lm in known}
     kept: set[str] = set()
     for pod in sorted(live, key=lambda p: (p.lm, not p.ready, p.name)):
         target = want.get(pod.lm)
-        if target is None or pod.placement_hash != placement_hash(target) or pod.lm in kept:
+        wanted = None if target is None else placement_hash(target, specs.get(pod.lm))
+        if target is None or pod.placement_hash != wanted or pod.lm in kept:
             actions.delete.append(pod.name)
         else:
             kept.add(pod.lm)

@@ -236,7 +236,9 @@ def record(i: int, origin: str, lm: str, prompts: int) -> RequestRecord:
 
 def test_arrivals_cover_every_pair_with_last_slot_counts() -> None:
     store: Any = Records([record(1, "worker-2", "lm1", 3), record(2, "worker-2", "lm1", 2)])
-    backend = KubernetesBackend(ListingOnly(), KubernetesSettings(run="run"), store=store)
+    backend = KubernetesBackend(
+        ListingOnly(), KubernetesSettings(run="run", watch=False), store=store
+    )
     workers = [n.name for n in NODES if n.spec.role == "worker"]
 
     before = backend.arrivals(0)
