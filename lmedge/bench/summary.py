@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from typing import Any, cast
+from typing import Any, cast, get_args
 
+from lmedge.api.records import RequestOutcome, RequestRecord
 from lmedge.controller.loop import RunResult
 from lmedge.metrics import (
     audit_counts,
@@ -104,6 +105,8 @@ def summarize(
         # refused by admission control: failures, part of `requests` (lmedge.metrics)
         "rejected": o.rejected,
         "rejected_ratio": share(o.rejected, o.requests),
+        # every request ends in exactly one outcome; all but success are failures
+        "outcomes": _outcomes(records),
         "per_lm": [
             {
                 **s.model_dump(),
@@ -185,3 +188,11 @@ def _quantile(xs: list[float], q: float) -> float | None:
 def dumps(summary: dict[str, Any]) -> str:
     """The canonical JSON text of a summary (what `--json` prints and goldens hold)."""
     return json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _outcomes(records: list[RequestRecord]) -> dict[str, int]:
+    """Records per outcome, every outcome named (0 when none), in `RequestOutcome` order."""
+    out = dict.fromkeys(get_args(RequestOutcome), 0)
+    for r in records:
+        out[r.outcome] += 1
+    return out

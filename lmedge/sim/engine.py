@@ -40,6 +40,17 @@ Rules the real cluster imposes and the engine reproduces:
   already holds, before any uplink (on the cluster that refusal is an HTTP
   429 taking a few milliseconds, which the emulator rounds to 0). It takes
   no queue place and no service time.
+- Cluster events (the scenario's timeline, `timeline.py`) take effect at a
+  slot boundary, through `advance(slot)`: an LMService deleted ends its
+  queued and in-service requests `lm_removed` and stops its pods; an edited
+  one has its pods replaced (a new pod of the same shape, cold start, when it
+  still fits; else stopped); a node down ends the requests queued or in
+  service there, and those that later reach it, `node_lost`, and loses its
+  pods (it comes back empty). A request whose origin is down is `node_lost` at
+  once (its gateway is gone), as is a response delivered to a down origin; a
+  response already on its way back from a node that then fails still arrives.
+  A request of a class no LM in force serves (a trace row) is `lm_removed` at
+  once. No request vanishes: each ends in exactly one record.
 """
 
 from __future__ import annotations
@@ -55,6 +66,7 @@ import simpy
 
 from lmedge.api.decisions import LMPlacement, Placement, RoutingMap
 from lmedge.api.interfaces import ActuationResult
+from lmedge.api.live import ContextChange
 from lmedge.api.observations import (
     Arrival,
     ClusterContext,
@@ -64,7 +76,7 @@ from lmedge.api.observations import (
     ServiceInfo,
     Snapshot,
 )
-from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.api.records import NodeTelemetry, RequestOutcome, RequestRecord
 from lmedge.sim.coldstart import fit_truncated_lognormal
 from lmedge.sim.network import Network
 from lmedge.sim.scenario import Scenario
@@ -274,13 +286,19 @@ class Emulator:
         self.scenario = scenario
         self.seed = seed
         self.env = simpy.Environment()
+        self.timeline = scenario.schedule
+        self._step = 0  # index of the timeline step in force
+        self._changes: list[ContextChange] = []  # applied, not yet reported by `take_changes`
+        self._down: frozenset[str] = frozenset()
+        self._contexts: dict[int, ClusterContext] = {}
         self.ctx: ClusterContext = scenario.context()
         self.em = scenario.spec.emulation
         self.slot_s = scenario.spec.loop.slot_s
         self.network = Network(scenario.nodes)
         self.workload = Workload(scenario, seed)
+        # the LMs in force; every node keeps a queue for each LM the timeline ever names
         self.services: dict[str, ServiceInfo] = {s.name: s for s in scenario.services}
-        lms = list(self.services)
+        lms = [s.name for s in self.timeline.all_services]
         self.nodes: dict[str, NodeSim] = {n.name: NodeSim(n, lms) for n in scenario.nodes}
         cs = self.em.cold_start
         self.cold = fit_truncated_lognormal(cs.median_s, cs.p95_s, cs.max_s)
@@ -290,24 +308,155 @@ class Emulator:
         self._routing: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
         self._rejected: dict[int, set[tuple[str, str]]] = {}
         self._default: dict[tuple[str, str], str] = {}
-        self._hostable = {
-            (n.name, lm) for lm in lms for n in self.ctx.workers if self.ctx.can_host(n.name, lm)
-        }
+        self._hostable = self._hostable_pairs()
         self._records: list[RequestRecord] = []
         self.stats = {
             "submitted": 0,
             "rejected": 0,
+            "node_lost": 0,
+            "lm_removed": 0,
             "prompts_done": 0,
             "prompts_lost": 0,
             "cold_starts": 0,
         }
         self.env.process(self._arrival_process())
 
+    def _hostable_pairs(self) -> set[tuple[str, str]]:
+        ctx = self.ctx
+        return {(n.name, lm) for lm in ctx.lm_names for n in ctx.workers if ctx.can_host(n.name, lm)}
+
+    # ---------------------------------------------------------------- timeline
+    def advance(self, slot: int) -> None:
+        """Apply the timeline's events up to the start of `slot` (idempotent).
+
+        Called by the backend's `refresh(slot)` and by the arrival process at
+        every slot start, at the same virtual instant, so the changes land
+        before the slot's requests whether or not a controller asks.
+        """
+        steps = self.timeline.steps
+        while self._step + 1 < len(steps) and steps[self._step + 1].slot <= slot:
+            self._step += 1
+            self._enter(steps[self._step].slot)
+
+    def take_changes(self) -> list[ContextChange]:
+        """The changes applied since the last call."""
+        out, self._changes = self._changes, []
+        return out
+
+    def _enter(self, slot: int) -> None:
+        step = self.timeline.steps[self._step]
+        old = self.services
+        new = {s.name: s for s in step.services}
+        for lm in [lm for lm in old if lm not in new]:
+            for node in self.nodes.values():
+                self._drop_lm(node, lm)
+        lost = [n for n in step.down if n not in self._down]
+        self._down = step.down
+        for name in lost:
+            self._drop_node(self.nodes[name])
+        self.services = new
+        self.ctx = self._context_at(slot)
+        self.network = Network(step.nodes)
+        self._default.clear()
+        self._hostable = self._hostable_pairs()
+        for lm, svc in new.items():
+            if lm in old and old[lm].spec != svc.spec:
+                for node in self.nodes.values():
+                    self._replace(node, lm)
+        self._changes.extend(step.changes)
+
+    def _drop_lm(self, node: NodeSim, lm: str) -> None:
+        """An LMService deleted: its requests here end `lm_removed`, its pod stops."""
+        self._strand_queue(node, lm, "lm_removed")
+        inst = node.instances.get(lm)
+        if inst is not None:
+            if inst.job is not None:
+                self._strand(inst.job, "lm_removed")
+            self._stop(node, inst)
+
+    def _drop_node(self, node: NodeSim) -> None:
+        """A node lost: every request queued or in service here ends `node_lost`; no pod survives."""
+        for lm in node.queues:
+            self._strand_queue(node, lm, "node_lost")
+        for inst in list(node.instances.values()):
+            if inst.job is not None:
+                self._strand(inst.job, "node_lost")
+            self._stop(node, inst)
+
+    def _replace(self, node: NodeSim, lm: str) -> None:
+        """An edited LMService: a new pod of the old shape (cold start) if it still fits."""
+        inst = node.instances.get(lm)
+        if inst is None:
+            return
+        shape = LMPlacement.model_construct(
+            lm=lm, mode=inst.mode, cpu_cores=inst.cores, vgpus=inst.vgpus
+        )
+        self._stop(node, inst)  # an in-service set goes back to the head of its queue
+        if not self._invalid(node, shape) and not self._misfit(node, shape, releasing=None):
+            self._start(node, shape)
+
+    def _strand_queue(self, node: NodeSim, lm: str, outcome: RequestOutcome) -> None:
+        q = node.queues[lm]
+        for job in list(q):
+            if job.state == QUEUED:
+                self._strand(job, outcome)
+        q.clear()
+
+    def _strand(self, job: Job, outcome: RequestOutcome) -> None:
+        """End a request the cluster took away from it (`node_lost`, `lm_removed`)."""
+        self._detach(job)
+        job.state = DONE
+        self._record(job, outcome)
+
+    def _detach(self, job: Job) -> int:
+        """Take a queued or in-service job off its node, closing its open stage; its old state."""
+        now = self.env.now
+        state = job.state
+        if state in (QUEUED, SERVING):
+            self.nodes[job.dest].waiting[job.lm] -= job.prompts - job.done
+        if state == QUEUED:
+            job.queue_s += now - job.wait_since
+        elif state == SERVING:
+            job.infer_s += now - job.serve_since
+            inst = job.inst
+            job.inst = None
+            if inst is not None:
+                inst.job = None
+                inst.token += 1
+                node = self.nodes[job.dest]
+                if not self._take_next(node, inst):
+                    self._rebalance(node)
+        return state
+
     # ----------------------------------------------------------------- workload
+    def _context_at(self, slot: int) -> ClusterContext:
+        step = self.timeline.step_at(slot).slot
+        ctx = self._contexts.get(step)
+        if ctx is None:
+            ctx = self._contexts[step] = self.scenario.context(step)
+        return ctx
+
+    def _requests(self, slot: int) -> list[RequestSpec]:
+        """The slot's requests. The generator draws for every class the timeline ever
+        names but users only ask for services that exist: classes not in force are
+        left out. A trace is replayed whole (a row for a missing class is recorded)."""
+        rows = self.workload.slot(slot)
+        if not self.timeline.changes or self.scenario.trace is not None:
+            return rows
+        ctx = self._context_at(slot)
+        return [r for r in rows if ctx.is_request_class(r.lm)]
+
     def arrivals(self, slot: int) -> list[Arrival]:
+        """The requests of `slot` the cluster's gateways receive (not those at a down origin,
+        nor of a class no LM in force serves: those are recorded, never routed)."""
+        rows = self._requests(slot)
+        if self.timeline.changes:
+            ctx = self._context_at(slot)
+            down = self.timeline.step_at(slot).down
+            rows = [r for r in rows if r.origin not in down and ctx.is_request_class(r.lm)]
         return [
             Arrival.model_construct(origin=r.origin, lm=r.lm, requests=1, prompts=r.prompts)
-            for r in self.workload.slot(slot)
+            for r in rows
         ]
 
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
@@ -354,7 +503,8 @@ class Emulator:
         slot = 0
         while True:
             start = slot * self.slot_s
-            for r in self.workload.slot(slot):
+            self.advance(slot)
+            for r in self._requests(slot):
                 ev = env.timeout(max(0.0, start + r.offset_s - env.now))
                 ev.callbacks.append(partial(self._submit, r))
             slot += 1
@@ -362,15 +512,25 @@ class Emulator:
 
     def _submit(self, r: RequestSpec, _ev: object = None) -> None:
         env = self.env
+        if r.origin in self._down:
+            self._refuse(r, "node_lost")  # the origin's gateway is gone
+            return
         if (r.origin, r.lm) in self._rejected.get(r.slot, ()):
             self._refuse(r)
             return
         hit = self._routing.get(r.slot, {}).get((r.origin, r.lm))
-        if hit is not None:
+        if hit is not None and hit in self._hostable:
             dest, model = hit
         else:
             # an unmapped class is served by its first model, at the local/nearest node
-            model = self.ctx.default_model(r.lm) or r.lm
+            found = self.ctx.default_model(r.lm)
+            if found is None:
+                self._refuse(r, "lm_removed")  # no LM in force serves the class
+                return
+            model = found
+            if not self.ctx.feasible_nodes(model):
+                self._refuse(r, "node_lost")  # every node that could host it is down
+                return
             dest = self.default_destination(r.origin, model)
         now = env.now
         tau = self.ctx.deadline_s(model)
@@ -388,10 +548,11 @@ class Emulator:
         """The record id of a request (served or refused alike)."""
         return f"{self.seed}-{r.slot}-{r.origin}-{r.lm}"
 
-    def _refuse(self, r: RequestSpec) -> None:
-        """Record a request admission control refused: at once, at its origin, unserved."""
+    def _refuse(self, r: RequestSpec, outcome: RequestOutcome = "rejected") -> None:
+        """Record a request ended at once, at its origin, unserved: refused by admission
+        control (`rejected`), or with no cluster to take it (`node_lost`, `lm_removed`)."""
         self.stats["submitted"] += 1
-        self.stats["rejected"] += 1
+        self.stats[outcome] += 1
         self._records.append(
             RequestRecord.model_construct(
                 id=self._request_id(r),
@@ -408,7 +569,7 @@ class Emulator:
                 queue_s=0.0,
                 inference_s=0.0,
                 downlink_s=0.0,
-                outcome="rejected",
+                outcome=outcome,
                 conflict=False,
                 mode="none",
             )
@@ -417,6 +578,9 @@ class Emulator:
     # -------------------------------------------------------------- job flow
     def _arrive(self, job: Job, _ev: object = None) -> None:
         if job.state == DONE:
+            return
+        if job.dest in self._down or job.lm not in self.services:
+            self._strand(job, "node_lost" if job.dest in self._down else "lm_removed")
             return
         node = self.nodes[job.dest]
         inst = node.instances.get(job.lm)
@@ -490,28 +654,13 @@ class Emulator:
         if job.state != DOWNLINK:
             return
         job.state = DONE
-        self._record(job, "success")
+        self._record(job, "node_lost" if job.origin in self._down else "success")
 
     def _expire(self, job: Job, _ev: object = None) -> None:
         if job.state == DONE:
             return
-        now = self.env.now
         tau = job.deadline - job.submit
-        state = job.state
-        if state in (QUEUED, SERVING):
-            self.nodes[job.dest].waiting[job.lm] -= job.prompts - job.done
-        if state == QUEUED:
-            job.queue_s += now - job.wait_since
-        elif state == SERVING:
-            job.infer_s += now - job.serve_since
-            inst = job.inst
-            job.inst = None
-            if inst is not None:
-                inst.job = None
-                inst.token += 1
-                node = self.nodes[job.dest]
-                if not self._take_next(node, inst):
-                    self._rebalance(node)
+        state = self._detach(job)
         # the stage the request was in absorbs float drift: stages sum to tau
         if state == UPLINK:
             job.uplink_s, job.queue_s, job.infer_s, job.downlink_s = tau, 0.0, 0.0, 0.0
@@ -530,7 +679,7 @@ class Emulator:
                 q.popleft()
         self._record(job, "timeout")
 
-    def _record(self, job: Job, outcome: Literal["success", "timeout"]) -> None:
+    def _record(self, job: Job, outcome: RequestOutcome) -> None:
         self._records.append(
             RequestRecord.model_construct(
                 id=job.id,
@@ -649,6 +798,9 @@ class Emulator:
         node = self.nodes.get(placement.node)
         if node is None:
             res.errors.append(f"unknown node {placement.node!r}")
+            return res
+        if node.name in self._down:
+            res.errors.append(f"{node.name} is down")
             return res
         pending = node.pending
         starts: list[LMPlacement] = []
@@ -800,7 +952,9 @@ class Emulator:
         return Snapshot.model_construct(
             slot=slot,
             time_s=now,
-            nodes=[self._node_state(n, now) for n in self.nodes.values()],
+            nodes=[
+                self._node_state(n, now) for n in self.nodes.values() if n.name not in self._down
+            ],
         )
 
     def _node_state(self, node: NodeSim, now: float) -> NodeState:
@@ -808,7 +962,7 @@ class Emulator:
         spec = node.spec
         return NodeState.model_construct(
             name=node.name,
-            backlog={lm: node.backlog(lm) for lm in node.queues},
+            backlog={lm: node.backlog(lm) for lm in self.services},
             instances=[
                 InstanceState.model_construct(
                     lm=i.lm,
@@ -831,6 +985,8 @@ class Emulator:
         now = self.env.now
         out: list[NodeTelemetry] = []
         for node in self.nodes.values():
+            if node.name in self._down:
+                continue
             cpu, gpus = node.window("telemetry", now)
             spec = node.spec
             vram = [0.0] * len(spec.gpus)

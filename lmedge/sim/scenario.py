@@ -23,6 +23,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
+from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
 from lmedge.api.manifests import (
     API,
     as_the_api_server_reads,
@@ -32,6 +33,7 @@ from lmedge.api.manifests import (
 )
 from lmedge.api.observations import ClusterContext, NodeInfo, ServiceInfo
 from lmedge.errors import InfeasibleScenarioError, ManifestError
+from lmedge.sim.timeline import Timeline, compile_timeline, read_timeline, static_timeline
 from lmedge.sim.trace import RequestSpec, read_trace
 
 SCENARIO_FILE = "scenario.yaml"
@@ -40,11 +42,13 @@ SCENARIO_FILE = "scenario.yaml"
 class LoopSpec(SpecModel):
     """Control-loop constants shared by the controller and the emulator."""
 
-    slot_s: PosFloat = Field(default=30.0, description="Slot length, s. Paper §V-D: 30 s.")
-    epoch_slots: int = Field(default=50, ge=1, description="Slots per epoch. Paper §VI: 50.")
-    tau_s: PosFloat = Field(default=900.0, description="Request deadline tau, s. Paper §III: 900.")
+    slot_s: PosFloat = Field(default=SLOT_S, description="Slot length, s. Paper §V-D: 30 s.")
+    epoch_slots: int = Field(
+        default=EPOCH_SLOTS, ge=1, description="Slots per epoch. Paper §VI: 50."
+    )
+    tau_s: PosFloat = Field(default=TAU_S, description="Request deadline tau, s. Paper §III: 900.")
     lam: float = Field(
-        default=0.5, ge=0, le=1, description="Objective weight lambda. Paper §III: 0.5."
+        default=LAMBDA, ge=0, le=1, description="Objective weight lambda. Paper §III: 0.5."
     )
     slots: int = Field(
         default=200,
@@ -215,6 +219,12 @@ class ScenarioSpec(SpecModel):
     loop: LoopSpec = Field(default_factory=LoopSpec)
     emulation: EmulationSpec = Field(default_factory=EmulationSpec)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    timeline: str | None = Field(
+        default=None,
+        description="Cluster events (kind: Timeline, see lmedge/sim/timeline.py) relative to "
+        "the scenario folder: LMServices applied, edited or deleted, nodes down and back, "
+        "links changed, each at a slot. Default: a cluster that never changes.",
+    )
 
 
 @dataclass(frozen=True)
@@ -227,12 +237,21 @@ class Scenario:
     nodes: tuple[NodeInfo, ...]
     services: tuple[ServiceInfo, ...]
     trace: dict[int, list[RequestSpec]] | None = None
+    #: The schedule of cluster changes; `nodes` / `services` are its slot-0 state.
+    timeline: Timeline | None = None
 
-    def context(self) -> ClusterContext:
+    @property
+    def schedule(self) -> Timeline:
+        """The compiled timeline (one step, slot 0, when the scenario has none)."""
+        return self.timeline or static_timeline(self.nodes, self.services)
+
+    def context(self, slot: int = 0) -> ClusterContext:
+        """The cluster in force during `slot`: nodes up, LMs in force, links as changed."""
         loop = self.spec.loop
+        step = self.schedule.step_at(slot)
         return ClusterContext(
-            nodes=list(self.nodes),
-            services=list(self.services),
+            nodes=step.nodes_up(),
+            services=list(step.services),
             tau_s=loop.tau_s,
             lam=loop.lam,
             slot_s=loop.slot_s,
@@ -246,9 +265,21 @@ class Scenario:
 
     @property
     def request_classes(self) -> list[str]:
-        """What the workload generates: `workload.classes`, or every LM in manifest order."""
+        """What the workload generates: `workload.classes`, or every LM in manifest order
+        (then LMs the timeline adds, in the order they appear)."""
         c = self.spec.workload.classes
-        return list(c) if c is not None else [s.name for s in self.services]
+        return list(c) if c is not None else [s.name for s in self.schedule.all_services]
+
+    @property
+    def all_request_classes(self) -> list[str]:
+        """Every request class some LM in force at some slot serves (LM names first)."""
+        names: dict[str, None] = {}
+        for step in self.schedule.steps:
+            names.update(dict.fromkeys(s.name for s in step.services))
+        for step in self.schedule.steps:
+            for s in step.services:
+                names.update(dict.fromkeys(s.spec.serves))
+        return list(names)
 
     @property
     def origins(self) -> list[str]:
@@ -302,10 +333,16 @@ def load_scenario(path: Path, **overrides: Any) -> Scenario:
         nodes=tuple(nodes),
         services=tuple(services),
     )
+    if spec.timeline is not None:
+        tl_path = folder / spec.timeline
+        if not tl_path.is_file():
+            raise ManifestError(str(file), "Scenario.timeline", f"no such file: {tl_path}")
+        timeline = compile_timeline(read_timeline(tl_path), nodes, services, str(tl_path))
+        scenario = dataclasses.replace(scenario, timeline=timeline)
     _check(scenario, str(file))
     trace = scenario.trace_path
     if trace is not None:
-        lms = [*(sv.name for sv in services), *scenario.context().request_classes]
+        lms = scenario.all_request_classes
         workers = {n.name for n in nodes if n.spec.role == "worker"}
         rows = read_trace(trace, workers, set(lms), spec.loop.slot_s)
         scenario = dataclasses.replace(scenario, trace=rows)
@@ -331,14 +368,14 @@ def _check(s: Scenario, source: str) -> None:
     for svc in s.services:
         if not ctx.feasible_nodes(svc.name):
             raise InfeasibleScenarioError(f"{s.folder / s.spec.services}: {_why_nowhere(svc)}")
-    lm_names = set(ctx.lm_names)
+    lm_names = {sv.name for sv in s.schedule.all_services}
     for lm, d in s.spec.emulation.gpu_demand.items():
         where = f"Scenario.emulation.gpuDemand.{lm}"
         if lm not in lm_names:
             raise ManifestError(source, where, "unknown LMService")
         if not 0 < d <= 1:
             raise ManifestError(source, where, f"must be in (0, 1], not {d:g}")
-    classes = set(ctx.request_classes)
+    classes = set(s.all_request_classes)
     for i, cls in enumerate(s.spec.workload.classes or []):
         if cls not in classes:
             raise ManifestError(

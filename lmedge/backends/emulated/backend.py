@@ -26,7 +26,8 @@ class EmulatedBackend:
     map published for slot t; pairs the map leaves out (or routes to a node
     that cannot host the LM) go local when the origin can host the LM, else
     to the nearest feasible worker; pairs it rejects are recorded `rejected`
-    the moment they arrive.
+    the moment they arrive. A scenario's timeline changes the cluster at slot
+    boundaries (`refresh`); requests it strands end `node_lost` or `lm_removed`.
     """
 
     def __init__(self, scenario: Scenario, seed: int = 0) -> None:
@@ -34,14 +35,21 @@ class EmulatedBackend:
         self.seed = seed
         self.emulator = Emulator(scenario, seed)
         self.clock: Clock = SimClock(self.emulator.env)
-        self._context = scenario.context()
 
     def context(self) -> ClusterContext:
-        return self._context
+        """The cluster in force now: nodes up, LMs in force (the scenario's timeline)."""
+        return self.emulator.ctx
 
     def refresh(self, slot: int) -> ContextUpdate:
-        # A scenario without a timeline of cluster events never changes.
-        return ContextUpdate(slot=slot, context=self._context)
+        """Apply the scenario's timeline up to `slot` and report what changed since the last call.
+
+        The emulator applies each event at its slot boundary by itself as well,
+        so a caller that never refreshes still sees the same cluster physics.
+        """
+        self.emulator.advance(slot)
+        return ContextUpdate(
+            slot=slot, context=self.emulator.ctx, changes=self.emulator.take_changes()
+        )
 
     def snapshot(self, slot: int) -> Snapshot:
         return self.emulator.snapshot(slot)
