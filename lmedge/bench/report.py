@@ -48,6 +48,7 @@ def aggregate(summaries: Sequence[Summary]) -> dict[str, dict[str, dict[str, Any
                 "window_mean_objective",
             ):
                 row[key] = _mean([r[key] for r in runs])
+            row["lm_mean_latency_s"] = _mean([r.get("lm_mean_latency_s") for r in runs])
             # absent from summaries written before admission control existed: 0 refused
             row["rejected_ratio"] = _mean([r.get("rejected_ratio", 0.0) for r in runs])
             row["conflict_ratio"] = _mean([r["conflicts"]["ratio"] for r in runs])

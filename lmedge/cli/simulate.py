@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -113,6 +113,33 @@ def _maybe_store(uri: str | None, enabled: bool) -> Iterator[Store | None]:
 
 def _run_with_progress(spec: RunSpec, store: Store | None, update: Any, label: str) -> RunOutcome:
     return run(spec, store=store, on_slot=lambda d, t: update(d, t, label))
+
+
+def _bench_tables(outcomes: Sequence[RunOutcome]) -> list[Table]:
+    """One table per scenario: each policy's headline, means over seeds (fits 80 columns)."""
+    from lmedge.bench.report import aggregate
+
+    def f(x: Any, d: int = 3) -> str:
+        return "–" if x is None else f"{x:.{d}f}"
+
+    tables = []
+    for scenario, by_policy in aggregate([o.summary for o in outcomes]).items():
+        seeds = sorted({seed for row in by_policy.values() for seed in row["seeds"]})
+        table = Table(title=escape(f"{scenario} · seeds {','.join(map(str, seeds))}"))
+        for col in ("policy", "J ↓", "Jain ↑", "success", "rejected", "LM-mean (s)", "mean (s)"):
+            table.add_column(col, justify="left" if col == "policy" else "right")
+        for policy, r in by_policy.items():
+            table.add_row(
+                escape(policy),
+                f(r["objective"]),
+                f(r["jain"]),
+                f(r["success_ratio"]),
+                f(r["rejected_ratio"]),
+                f(r["lm_mean_latency_s"], 1),
+                f(r["mean_latency_s"], 1),
+            )
+        tables.append(table)
+    return tables
 
 
 def _table(outcome: RunOutcome) -> Table:
@@ -282,6 +309,8 @@ def register(app: typer.Typer) -> None:
             [o.summary for o in outcomes],
             [{"run_id": o.run_id, **o.timing} for o in outcomes],
         )
+        for table in _bench_tables(outcomes):
+            out.print(table)
         out.print(f"report: {md}", soft_wrap=True)
         _exit_on(_store_problem(st, ", ".join(o.run_id for o in outcomes)))
 

@@ -205,6 +205,11 @@ def test_bench_writes_a_report_for_two_scenarios(
     md = (out_dir / "summary.md").read_text()
     for heading in ("Inactive-target conflicts", "Reconfiguration", "Per LM", "Decision audit"):
         assert heading in md
+    # The summary table is printed too: one row per policy with the report's means.
+    for policy in ("rr", "rf"):
+        row = data["scenarios"]["testbed"][policy]
+        line = next(x for x in out.splitlines() if f"│ {policy} " in x)
+        assert f"{row['objective']:.3f}" in line and f"{row['success_ratio']:.3f}" in line
     for fig in ("fig6", "fig7", "fig9"):
         png = out_dir / f"{fig}-testbed.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
