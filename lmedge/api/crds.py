@@ -71,7 +71,15 @@ class LMServiceStatus(SpecModel):
     mean_latency_seconds: float | None = Field(
         default=None, ge=0, description="Mean end-to-end latency of successful requests."
     )
-    conditions: list[Condition] | None = None
+    window_seconds: int | None = Field(
+        default=None, ge=0, description="The window of successRatio and meanLatencySeconds."
+    )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="Valid, Ready (an instance serves), Degraded (it serves badly), "
+        "Unschedulable (nothing serves it and no up worker has room: the message says what "
+        "is missing).",
+    )
 
 
 class EdgeNodeStatus(SpecModel):
@@ -82,7 +90,9 @@ class EdgeNodeStatus(SpecModel):
     vgpus: int | None = Field(default=None, ge=0, description="GPUs x time-slicing replicas.")
     conditions: list[Condition] | None = Field(
         default=None,
-        description="CapacityMatches: the spec fits the Node's allocatable resources.",
+        description="CapacityMatches: the spec fits the Node's allocatable resources; "
+        "NodeReady: the Node is Ready and not cordoned (else the node is left out of routing "
+        "and planning).",
     )
 
 

@@ -12,16 +12,29 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
-from lmedge.api import EdgeNodeSpec, LMServiceSpec, NodeInfo
+from lmedge.api import ClusterContext, EdgeNodeSpec, LMServiceSpec, NodeInfo
+from lmedge.backends.kubernetes.live import (
+    ClusterView,
+    LoopConstants,
+    context_of,
+    node_down_reason,
+    view_of,
+)
+from lmedge.backends.kubernetes.pods import ObservedPod
 from lmedge.errors import LmedgeError, ManifestError, TransientError
 from lmedge.operator import kube, logic
 from lmedge.operator.timeslicing import node_labels, render_configmap
+
+if TYPE_CHECKING:
+    from lmedge.store import Store
 
 GROUP, VERSION = kube.GROUP, kube.VERSION
 #: Where the operator writes the NVIDIA device plugin's time-slicing ConfigMap.
@@ -114,7 +127,11 @@ def reconcile_edge_node(
     for problem in problems:
         kopf.warn(body, reason="CapacityMismatch", message=problem)
     logger.info("EdgeNode %s reconciled (%d problems)", name, len(problems))
-    patch.status.update(logic.edge_node_status(es, problems, int(meta.get("generation", 0))))
+    status = logic.edge_node_status(es, problems, int(meta.get("generation", 0)))
+    # keep the NodeReady condition the health timer writes
+    before = (body.get("status") or {}).get("conditions")
+    status["conditions"] = logic.with_condition(before, status["conditions"][0])
+    patch.status.update(status)
 
 
 @kopf.on.delete(GROUP, VERSION, "edgenodes")
@@ -175,28 +192,70 @@ def _sync_model_images_logged(namespace: str | None, logger: kopf.Logger) -> Non
         logger.warning("model images not updated: %s", exc)
 
 
-def _service_stats(name: str) -> logic.ServiceStats | None:
-    """Aggregates of the latest run in the store, if a store is configured."""
+#: The window of the success ratio and latency in an LMService's status, seconds.
+STATUS_WINDOW_S = float(os.environ.get("LMEDGE_STATUS_WINDOW_S", "300"))
+
+# One store connection for the whole process, opened on first use (kopf runs
+# sync handlers on a thread pool: the lock serializes the store calls).
+_store_lock = threading.Lock()
+_store: Store | None = None
+_windows: dict[tuple[str, str], logic.StatsWindow] = {}
+
+
+def shared_store() -> Store | None:
+    """The process's store (None when none is configured); opened once."""
+    global _store
     from lmedge.store import open_store
     from lmedge.store.location import store_setting
 
-    uri = store_setting()
-    if not uri:
-        return None
-
-    store = open_store(uri)
-    try:
-        runs = store.runs(limit=1)
-        if not runs:
+    if _store is None:
+        uri = store_setting()
+        if not uri:
             return None
-        for s in store.lm_stats(runs[0].id):
-            if s.lm == name:
-                return logic.ServiceStats(
-                    s.arrivals, s.success_ratio, s.mean_latency_s, rejected=s.rejected
-                )
+        _store = open_store(uri)
+    return _store
+
+
+@kopf.on.cleanup()
+def close_store(**_: Any) -> None:
+    global _store
+    with _store_lock:
+        if _store is not None:
+            _store.close()
+            _store = None
+
+
+def _service_stats(namespace: str, name: str, logger: kopf.Logger) -> logic.ServiceStats | None:
+    """Outcomes of `name` over the last `STATUS_WINDOW_S` of the latest run, if a store is set."""
+    try:
+        with _store_lock:
+            store = shared_store()
+            if store is None:
+                return None
+            runs = store.runs(limit=1)
+            if not runs:
+                return None
+            run = runs[0].id
+            found = next((s for s in store.lm_stats(run) if s.lm == name), None)
+    except LmedgeError as exc:  # the store is down: the status goes on without stats
+        logger.warning("no request statistics for %s: %s", name, exc)
         return None
-    finally:
-        store.close()
+    totals = logic.Totals(0, 0, 0.0)
+    if found is not None:
+        latency = (found.mean_latency_s or 0.0) * found.successes
+        totals = logic.Totals(found.arrivals, found.successes, latency, found.rejected)
+    window = _windows.setdefault((namespace, name), logic.StatsWindow(STATUS_WINDOW_S))
+    return window.add(run, time.monotonic(), totals)
+
+
+def cluster_view(namespace: str) -> tuple[ClusterContext, ClusterView, list[ObservedPod]]:
+    """The cluster as the loop sees it now: up workers, LMServices, Node health, model pods."""
+    view = view_of(
+        {o["metadata"]["name"]: o for o in kube.list_edge_nodes()},
+        {o["metadata"]["name"]: o for o in kube.list_lmservices(namespace)},
+        {n["metadata"]["name"]: node_down_reason(n) for n in kube.list_nodes()},
+    )
+    return context_of(view, LoopConstants()), view, kube.list_model_pods(namespace)
 
 
 @kopf.timer(GROUP, VERSION, "lmservices", interval=STATUS_INTERVAL_S, initial_delay=1)
@@ -204,12 +263,42 @@ def refresh_lmservice_status(
     name: str,
     namespace: str | None,
     meta: kopf.Meta,
+    status: kopf.Status,
     patch: kopf.Patch,
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
+    ns = namespace or "default"
     with classified():
-        pods = kube.list_model_pods(namespace, name)
-        stats = _service_stats(name)
+        ctx, view, pods = cluster_view(ns)
+        stats = _service_stats(ns, name, logger)
     _sync_model_images_logged(namespace, logger)
-    patch.status.update(logic.lmservice_status(pods, stats, int(meta.get("generation", 0))))
+    if name not in view.services:
+        return  # a spec that does not validate: validate_lmservice reports it
+    patch.status.update(
+        logic.lmservice_status(
+            [p for p in pods if p.lm == name],
+            stats,
+            int(meta.get("generation", 0)),
+            lm=name,
+            ctx=ctx,
+            down=view.down,
+            all_pods=pods,
+            previous=status.get("conditions"),
+            window_s=STATUS_WINDOW_S,
+        )
+    )
+
+
+@kopf.timer(GROUP, VERSION, "edgenodes", interval=STATUS_INTERVAL_S, initial_delay=1)
+def refresh_edge_node_health(
+    name: str, spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: Any
+) -> None:
+    """The EdgeNode's NodeReady condition: its Node Ready, NotReady, cordoned or missing."""
+    with classified():
+        nodes = {n["metadata"]["name"]: n for n in kube.list_nodes()}
+    role = str(spec.get("role", "worker"))
+    why = node_down_reason(nodes.get(name))
+    patch.status["conditions"] = logic.with_condition(
+        status.get("conditions"), logic.edge_node_ready_condition(role, why)
+    )

@@ -4,6 +4,7 @@ and 5xx are transient (`ClusterUnavailable`, retried), others are permanent."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from lmedge.backends.kubernetes.pods import ANNOTATION_HASH, LABEL_LM, LABEL_NODE, ObservedPod
+from lmedge.backends.kubernetes.pods import LABEL_LM, ObservedPod, observe_pod
 from lmedge.errors import ClusterUnavailable, LmedgeError
 
 GROUP = "lmedge.io"
@@ -116,18 +117,26 @@ def apply_configmap(manifest: dict[str, Any]) -> None:
 
 
 def observed_pod(pod: Any) -> ObservedPod:
-    labels = pod.metadata.labels or {}
-    conditions = (pod.status.conditions or []) if pod.status else []
-    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-    return ObservedPod(
-        name=pod.metadata.name,
-        lm=labels.get(LABEL_LM, ""),
-        node=pod.spec.node_name or labels.get(LABEL_NODE, ""),
-        placement_hash=(pod.metadata.annotations or {}).get(ANNOTATION_HASH, ""),
-        phase=(pod.status.phase if pod.status else None) or "Pending",
-        ready=ready,
-        deleting=pod.metadata.deletion_timestamp is not None,
-    )
+    """The reconciler's view of a pod (with the resources it requests)."""
+    return observe_pod(_json(pod))
+
+
+def list_nodes() -> list[dict[str, Any]]:
+    """Every Node as its JSON object (health: Ready condition, spec.unschedulable)."""
+    with api_errors("list Nodes"):
+        out = client.CoreV1Api().list_node()
+    return [_json(n) for n in out.items]
+
+
+@functools.cache
+def _serializer() -> client.ApiClient:
+    return client.ApiClient()  # serializing needs no connection or configuration
+
+
+def _json(obj: Any) -> dict[str, Any]:
+    """A client model as its JSON object (API field names)."""
+    out: dict[str, Any] = _serializer().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return out
 
 
 def list_model_pods(namespace: str | None, lm: str | None = None) -> list[ObservedPod]:
