@@ -26,6 +26,8 @@ COMMAND_MODULES = [
     "lmedge.cli.calibration_check",
     "lmedge.cli.cluster",
     "lmedge.cli.reproduce",
+    "lmedge.cli.dashboard",
+    "lmedge.cli.policies",
 ]
 
 app = typer.Typer(
@@ -38,8 +40,35 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 
+def version() -> str:
+    """The installed distribution's version (the package's own when run from a checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    import lmedge
+
+    try:
+        return dist_version("lmedge")
+    except PackageNotFoundError:
+        return lmedge.__version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"lmedge {version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print the version and exit.",
+        callback=_print_version,
+        is_eager=True,
+    ),
+) -> None:
     """Control plane for serving many language models on edge GPU clusters."""
     # A callback keeps `lmedge <command>` a group even while only one command exists.
 

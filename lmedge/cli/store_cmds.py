@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -31,6 +32,8 @@ StoreOption = Annotated[
         show_default=False,
     ),
 ]
+#: The widest a `--wide` table grows, columns.
+MAX_WIDE = 400
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -38,6 +41,17 @@ class AgentName(StrEnum):
     planner = "planner"
     scheduler = "scheduler"
     deployer = "deployer"
+
+
+class SourceName(StrEnum):
+    llm = "llm"
+    rule = "rule"
+    fallback = "fallback"
+
+
+class OutcomeName(StrEnum):
+    accepted = "accepted"
+    replaced = "replaced"
 
 
 @contextmanager
@@ -69,34 +83,80 @@ def summarize(decision: AnyDecision) -> str:
     return type(value).__name__  # pragma: no cover - the union is exhaustive
 
 
-def _decisions_table(found: list[AnyDecision]) -> Table:
-    table = Table(title=f"{len(found)} latest decisions", title_justify="left")
-    for col in ("created", "run", "agent", "epoch", "slot", "node", "policy", "source"):
-        table.add_column(col, no_wrap=col in ("created", "agent"))
-    table.add_column("outcome")
-    table.add_column("s", justify="right")
-    table.add_column("value")
+def reason(decision: AnyDecision, every: bool = False) -> str:
+    """Why a decision is not plainly accepted: its error, else its violations ("" if none).
+
+    The first violation and how many more, unless `every`.
+    """
+    if decision.error:
+        return decision.error
+    if decision.violations:
+        if every or len(decision.violations) == 1:
+            return "; ".join(decision.violations)
+        return f"{decision.violations[0]} (+{len(decision.violations) - 1} more)"
+    if not decision.parsed:
+        return "reply not parsed"
+    return ""
+
+
+def _decisions_table(found: list[AnyDecision], *, wide: bool, full_ids: bool) -> Table:
+    """The decisions, readable at 80 columns unless `wide`.
+
+    Run ids are long (scenario, profile, seed, timestamp) and must stay
+    pasteable into `--run`: a single run is named once in the title; several
+    get a short key ([1], [2]) explained above the table, or their full id
+    in a column with `full_ids`.
+    """
+    runs = list(dict.fromkeys(d.run or "-" for d in found))
+    keys = {run: f"[{i}]" for i, run in enumerate(runs, 1)}
+    title = f"{len(found)} latest decisions"
+    if len(runs) == 1:
+        title += f" of run {runs[0]}"
+    elif not full_ids:
+        title += "; runs: " + ", ".join(f"{keys[r]} {r}" for r in runs)
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
+    if wide:
+        table.add_column("created", no_wrap=True)
+    if len(runs) > 1 or full_ids:
+        table.add_column("run", no_wrap=True)
+    table.add_column("agent", no_wrap=True)
+    table.add_column("epoch", justify="right", no_wrap=True)
+    table.add_column("slot", justify="right", no_wrap=True)
+    table.add_column("node", no_wrap=True)
+    if wide:
+        table.add_column("policy", no_wrap=True)
+    table.add_column("source", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("s", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("reason", overflow="fold", ratio=1, min_width=12)
+    if wide:
+        table.add_column("value", overflow="fold")
     for d in found:
-        outcome: str = d.outcome
-        if not d.parsed:
-            outcome += " (unparsed)"
-        elif not d.validated:
-            outcome += f" ({len(d.violations)} violations)"
-        if d.error:
-            outcome += f" [{d.error}]"
-        table.add_row(
-            d.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            d.run or "-",
-            d.agent,
-            str(d.epoch),
-            str(d.slot),
-            d.node or "-",
-            d.policy,
-            d.source,
-            outcome,
-            f"{d.latency_s:.2f}",
-            summarize(d),
-        )
+        row: list[str] = []
+        if wide:
+            row.append(d.created_at.strftime("%Y-%m-%d %H:%M:%S"))
+        if len(runs) > 1 or full_ids:
+            row.append((d.run or "-") if full_ids else keys[d.run or "-"])
+        row += [d.agent, str(d.epoch), str(d.slot), d.node or "-"]
+        if wide:
+            row.append(d.policy)
+        row += [d.source, d.outcome, f"{d.latency_s:.2f}"]
+        if wide:
+            row.append(f"{d.tokens_in}/{d.tokens_out}")
+        row.append(reason(d, every=wide))
+        if wide:
+            row.append(summarize(d))
+        table.add_row(*row, style="red" if d.outcome != "accepted" else None)
     return table
 
 
@@ -114,11 +174,26 @@ def register(app: typer.Typer) -> None:
         epoch: Annotated[int | None, typer.Option(min=0, help="Only this epoch.")] = None,
         slot: Annotated[int | None, typer.Option(min=0, help="Only this slot.")] = None,
         node: Annotated[str | None, typer.Option(help="Only this node's decisions.")] = None,
+        source: Annotated[
+            SourceName | None, typer.Option(help="Only decisions from this source.")
+        ] = None,
+        outcome: Annotated[
+            OutcomeName | None, typer.Option(help="Only accepted, or only replaced, decisions.")
+        ] = None,
         limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many.")] = 20,
+        wide: Annotated[
+            bool,
+            typer.Option(
+                "--wide", "-w", help="Add the time, policy, tokens, every violation and the value."
+            ),
+        ] = False,
+        full_ids: Annotated[
+            bool, typer.Option("--full-ids", help="Show each decision's full run id in a column.")
+        ] = False,
         as_json: JsonOption = False,
         store: StoreOption = None,
     ) -> None:
-        """The latest agent decisions, newest first, with how each was validated."""
+        """The latest agent decisions, newest first, with why any was replaced."""
         with _reading(store) as db:
             found = db.decisions(
                 agent=agent.value if agent else None,
@@ -126,6 +201,8 @@ def register(app: typer.Typer) -> None:
                 epoch=epoch,
                 slot=slot,
                 node=node,
+                source=source.value if source else None,
+                outcome=outcome.value if outcome else None,
                 limit=limit,
             )
             if not found:
@@ -134,7 +211,13 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([d.model_dump(mode="json") for d in found], indent=2))
         else:
-            Console().print(_decisions_table(found))
+            table = _decisions_table(found, wide=wide, full_ids=full_ids)
+            console = Console()
+            if wide or full_ids:
+                # Like `kubectl -o wide`: as wide as the rows need, never cut.
+                needed = Console(width=MAX_WIDE).measure(table).maximum
+                console = Console(width=max(console.width, min(needed, MAX_WIDE)))
+            console.print(table)
 
     @app.command("status")
     def status(

@@ -283,12 +283,17 @@ class Store:
         epoch: int | None = None,
         slot: int | None = None,
         node: str | None = None,
+        source: str | None = None,
+        outcome: str | None = None,
         limit: int = 20,
     ) -> list[AnyDecision]:
-        """The latest decisions matching every given filter, newest first."""
+        """The latest decisions matching every given filter, newest first.
+
+        `source` is `llm`, `rule` or `fallback`; `outcome` a `Decision.outcome`.
+        """
         if limit < 1:
             raise StoreError(f"limit must be at least 1, got {limit}")
-        query = _filter(run=run, epoch=epoch, slot=slot, node=node)
+        query = _filter(run=run, epoch=epoch, slot=slot, node=node, source=source, outcome=outcome)
         agents = [agent] if agent else list(DECISION_COLLECTIONS)
         found: list[tuple[int, AnyDecision]] = []
         for kind in agents:

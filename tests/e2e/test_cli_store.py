@@ -139,13 +139,15 @@ def decisions_json(capsys: pytest.CaptureFixture[str], store: Path, *args: str) 
 def test_decisions_table_lists_the_latest_first(
     capsys: pytest.CaptureFixture[str], store_dir: Path
 ) -> None:
-    code, out, _ = run_cli(capsys, "decisions", "--store", str(store_dir))
+    code, out, _ = run_cli(capsys, "decisions", "--store", str(store_dir), "--wide")
     assert code == 0
-    assert "7 latest decisions" in out
-    rows = [line for line in out.splitlines() if "r1" in line]
+    assert "7 latest decisions of run r1" in out
+    agents = ("planner", "scheduler", "deployer")
+    rows = [line for line in out.splitlines() if line.split()[2:3] and line.split()[2] in agents]
     assert len(rows) == 7
     assert "deployer" in rows[0] and "planner" in rows[-1]
-    assert "replaced (1 violations)" in out
+    (replaced,) = [row for row in rows if "replaced" in row]
+    assert "routes: no destination for (w2, lm1)" in replaced
     assert "lm1:gpu(4c,1v)" in out
     assert "1 routes, 1 to another node" in out
 

@@ -1,0 +1,445 @@
+"""What each dashboard page shows, read from the store and computed with `lmedge.metrics`.
+
+Every number here is a function of stored documents only, computed by the
+same functions the emulator's summaries and `lmedge status` use, so the
+dashboard never disagrees with them. Nothing here knows HTTP or HTML: the
+functions take a `Store` and return plain data for the templates
+(`lmedge.dashboard.app`), which makes them testable without a browser.
+
+Not here: writing. The dashboard opens its store read-only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, cast
+
+from lmedge.api.decisions import MacroPolicy, Placement
+from lmedge.api.records import NodeTelemetry
+from lmedge.metrics import LAMBDA, TAU_S, conflict_stats, fairness, segment_metrics
+from lmedge.store import AnyDecision, RunInfo, Store
+
+#: The slot length assumed for a run stored without its configuration, seconds
+#: (the paper's 30 s slot).
+DEFAULT_SLOT_S: Final = 30.0
+#: Decisions read for one run's cluster view: enough for a 1000-slot run of
+#: eight nodes; beyond it the page says how many it shows.
+MAX_DEPLOYMENTS: Final = 20_000
+#: Most decisions one timeline page lists.
+MAX_DECISIONS: Final = 500
+
+
+class NotFound(LookupError):
+    """A run, a decision or a report that the store (or the report folders) lacks."""
+
+
+@dataclass(frozen=True)
+class RunConstants:
+    """The run's slot, deadline and objective weight (its stored config, else the defaults)."""
+
+    slot_s: float
+    tau_s: float
+    lam: float
+
+
+def constants(info: RunInfo) -> RunConstants:
+    """The constants `info` was run with; the paper's defaults for a run stored without."""
+    config = getattr(info, "config", None)  # runs recorded before runs carried their config
+    if config is None:
+        return RunConstants(DEFAULT_SLOT_S, TAU_S, LAMBDA)
+    return RunConstants(float(config.slot_s), float(config.tau_s), float(config.lam))
+
+
+def find_run(store: Store, run_id: str) -> RunInfo:
+    """The registered run `run_id`; `NotFound` (naming a few known runs) otherwise."""
+    runs = store.runs(limit=0)
+    for r in runs:
+        if r.id == run_id:
+            return r
+    shown = ", ".join(r.id for r in runs[:3]) + (", ..." if len(runs) > 3 else "")
+    raise NotFound(f"no run {run_id!r} in this store (runs: {shown})")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One line of the runs list."""
+
+    info: RunInfo
+    requests: int
+    success_ratio: float | None
+    jain: float | None
+    latest_decision: datetime | None
+    live: bool
+
+
+def latest_decision_time(store: Store, run_id: str) -> datetime | None:
+    """When the run's newest decision was made (any agent); None without one."""
+    found = store.decisions(run=run_id, limit=1)
+    if not found:
+        return None
+    created = found[0].created_at
+    return created if created.tzinfo else created.replace(tzinfo=UTC)
+
+
+def is_live(latest: datetime | None, live_window_s: float, now: datetime | None = None) -> bool:
+    """A run is live while its newest decision is younger than `live_window_s`."""
+    if latest is None:
+        return False
+    now = now or datetime.now(UTC)
+    return (now - latest).total_seconds() <= live_window_s
+
+
+def run_rows(store: Store, live_window_s: float, limit: int = 50) -> list[RunRow]:
+    """The latest `limit` runs with their request count, success ratio and Jain index."""
+    rows = []
+    for info in store.runs(limit=limit):
+        stats = store.lm_stats(info.id) if _has_requests(store, info.id) else []
+        requests = sum(s.arrivals for s in stats)
+        successes = sum(s.successes for s in stats)
+        jain, _ = fairness([s.success_ratio for s in stats if s.success_ratio is not None])
+        latest = latest_decision_time(store, info.id)
+        rows.append(
+            RunRow(
+                info=info,
+                requests=requests,
+                success_ratio=successes / requests if requests else None,
+                jain=jain,
+                latest_decision=latest,
+                live=is_live(latest, live_window_s),
+            )
+        )
+    return rows
+
+
+def _has_requests(store: Store, run_id: str) -> bool:
+    # lm_stats raises for a run without requests (its unknown-run check); a
+    # registered run that has not served a request yet is simply empty.
+    return next(iter(store.requests(run_id)), None) is not None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """One run's metrics, overall and per window (the paper's Fig. 6/7/9 views)."""
+
+    info: RunInfo
+    constants: RunConstants
+    window_slots: int
+    records: int
+    headline: dict[str, float | int | None]
+    per_lm: list[dict[str, Any]]
+    lms: list[str]
+    #: Per window: start slot, then the metrics of that window.
+    windows: list[dict[str, Any]]
+    #: Per LM: success ratio per window (None: no arrival in that window).
+    lm_success: dict[str, list[float | None]]
+    lm_latency: dict[str, list[float | None]]
+    live: bool
+    latest_decision: datetime | None
+
+
+def run_state(store: Store, run_id: str, window_slots: int, live_window_s: float) -> RunState:
+    """The metrics of `run_id` over all its stored requests, cut into `window_slots` windows."""
+    info = find_run(store, run_id)
+    c = constants(info)
+    records = list(store.requests(run_id))
+    lms = sorted({r.lm for r in records})
+    seg = segment_metrics(records, lms, window_slots, tau_s=c.tau_s, lam=c.lam)
+    o = seg.overall
+    conflicts = conflict_stats(records, tau_s=c.tau_s)
+    headline: dict[str, float | int | None] = {
+        "objective": o.objective,
+        "jain": o.jain,
+        "lm_mean_latency_s": o.lm_mean_latency_s,
+        "mean_latency_s": o.mean_latency_s,
+        "success_ratio": o.successes / o.requests if o.requests else None,
+        "requests": o.requests,
+        "successes": o.successes,
+        "rejected": o.rejected,
+        "rejected_ratio": o.rejected / o.requests if o.requests else None,
+        "conflict_ratio": conflicts.ratio,
+        "window_mean_jain": seg.window_mean_jain,
+        "window_mean_objective": seg.window_mean_objective,
+    }
+    windows = [
+        {
+            "start_slot": seg.start_slot + i * window_slots,
+            "requests": w.requests,
+            "objective": w.objective,
+            "jain": w.jain,
+            "mean_latency_s": w.mean_latency_s,
+            "lm_mean_latency_s": w.lm_mean_latency_s,
+            "success_ratio": w.successes / w.requests if w.requests else None,
+            "rejected_ratio": w.rejected / w.requests if w.requests else None,
+            "conflict_ratio": w.conflict_ratio,
+        }
+        for i, w in enumerate(seg.windows)
+    ]
+    lm_success: dict[str, list[float | None]] = {lm: [] for lm in lms}
+    lm_latency: dict[str, list[float | None]] = {lm: [] for lm in lms}
+    for w in seg.windows:
+        by_lm = {s.lm: s for s in w.per_lm}
+        for lm in lms:
+            lm_success[lm].append(by_lm[lm].success_ratio if lm in by_lm else None)
+            lm_latency[lm].append(by_lm[lm].mean_latency_s if lm in by_lm else None)
+    latest = latest_decision_time(store, run_id)
+    return RunState(
+        info=info,
+        constants=c,
+        window_slots=window_slots,
+        records=len(records),
+        headline=headline,
+        per_lm=[
+            {**s.model_dump(), "rejected_ratio": s.rejected / s.arrivals if s.arrivals else None}
+            for s in o.per_lm
+        ],
+        lms=lms,
+        windows=windows,
+        lm_success=lm_success,
+        lm_latency=lm_latency,
+        live=is_live(latest, live_window_s),
+        latest_decision=latest,
+    )
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Per node: what runs there (latest placement), over slots, and its queue backlog."""
+
+    info: RunInfo
+    nodes: list[str]
+    #: Latest placement per node: (slot, [(lm, mode, cores, vgpus)]).
+    placements: dict[str, tuple[int, list[tuple[str, str, float, int]]]]
+    #: (node, slot) -> active LMs, for the timeline.
+    active: dict[tuple[str, int], list[str]]
+    slots: list[int]
+    #: (node, slot) -> largest queue backlog seen in that slot, prompts.
+    backlog: dict[tuple[str, int], float]
+    backlog_slots: list[int]
+    #: The macro policy shown: its epoch and (lm, node) -> routing weight, and roles.
+    policy_epoch: int | None
+    policy_epochs: list[int]
+    policy_weights: dict[tuple[str, str], float]
+    policy_roles: set[tuple[str, str]]
+    policy_lms: list[str]
+    policy_nodes: list[str]
+    policy_rationale: str
+    deployments_read: int
+    deployments_capped: bool
+
+
+def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
+    """The cluster view of `run_id`; the macro policy of `epoch` (default: the latest)."""
+    info = find_run(store, run_id)
+    c = constants(info)
+    deployments = store.decisions(agent="deployer", run=run_id, limit=MAX_DEPLOYMENTS)
+    placements: dict[str, tuple[int, list[tuple[str, str, float, int]]]] = {}
+    active: dict[tuple[str, int], list[str]] = {}
+    # Oldest first, so a later decision for the same (node, slot) wins.
+    for d in reversed(deployments):
+        value = cast(Placement, d.value)
+        lms = [(p.lm, str(p.mode), p.cpu_cores, p.vgpus) for p in value.lms if p.mode != "off"]
+        active[(value.node, d.slot)] = [f"{lm}:{mode}" for lm, mode, _, _ in lms]
+        if value.node not in placements or d.slot >= placements[value.node][0]:
+            placements[value.node] = (d.slot, lms)
+    telemetry = store.telemetry(run=run_id, limit=0)
+    backlog: dict[tuple[str, int], float] = {}
+    for t in telemetry:
+        if "backlog_prompts" not in t.extra:
+            continue
+        key = (t.node, int(t.time_s // c.slot_s))
+        backlog[key] = max(backlog.get(key, 0.0), t.extra["backlog_prompts"])
+    nodes = sorted({n for n, _ in active} | {n for n, _ in backlog})
+    policies = store.decisions(agent="planner", run=run_id, limit=MAX_DEPLOYMENTS)
+    epochs = sorted({d.epoch for d in policies})
+    chosen: AnyDecision | None = None
+    if epoch is not None:
+        chosen = next((d for d in policies if d.epoch == epoch), None)
+        if chosen is None:
+            shown = ", ".join(map(str, epochs)) or "none"
+            raise NotFound(
+                f"run {run_id!r} has no macro policy for epoch {epoch} (epochs: {shown})"
+            )
+    elif policies:
+        chosen = policies[0]
+    weights: dict[tuple[str, str], float] = {}
+    roles: set[tuple[str, str]] = set()
+    rationale = ""
+    if chosen is not None:
+        mp = cast(MacroPolicy, chosen.value)
+        for r in mp.routing:
+            for w in r.weights:
+                weights[(r.lm, w.node)] = w.p
+        for role in mp.roles:
+            roles.update((lm, role.node) for lm in role.lms)
+        rationale = mp.rationale
+    return ClusterState(
+        info=info,
+        nodes=nodes,
+        placements=placements,
+        active=active,
+        slots=sorted({s for _, s in active}),
+        backlog=backlog,
+        backlog_slots=sorted({s for _, s in backlog}),
+        policy_epoch=chosen.epoch if chosen is not None else None,
+        policy_epochs=epochs,
+        policy_weights=weights,
+        policy_roles=roles,
+        policy_lms=sorted({lm for lm, _ in weights} | {lm for lm, _ in roles}),
+        policy_nodes=sorted({n for _, n in weights} | {n for _, n in roles}),
+        policy_rationale=rationale,
+        deployments_read=len(deployments),
+        deployments_capped=len(deployments) >= MAX_DEPLOYMENTS,
+    )
+
+
+@dataclass(frozen=True)
+class DecisionFilter:
+    """The timeline's filters; None means any."""
+
+    agent: str | None = None
+    node: str | None = None
+    epoch: int | None = None
+    slot: int | None = None
+    source: str | None = None
+    outcome: str | None = None
+    #: Only decisions with at least one violation (or an error).
+    flagged: bool = False
+    limit: int = 200
+
+    def query(self) -> dict[str, str]:
+        """The filters as URL query parameters (the ones that are set)."""
+        items: dict[str, Any] = {
+            "agent": self.agent,
+            "node": self.node,
+            "epoch": self.epoch,
+            "slot": self.slot,
+            "source": self.source,
+            "outcome": self.outcome,
+            "flagged": "true" if self.flagged else None,
+        }
+        return {k: str(v) for k, v in items.items() if v is not None}
+
+
+def decisions(store: Store, run_id: str, f: DecisionFilter) -> list[AnyDecision]:
+    """The run's latest decisions matching `f`, newest first."""
+    find_run(store, run_id)
+    # `flagged` is not an equality filter: read more, keep the flagged ones.
+    limit = MAX_DECISIONS * 20 if f.flagged else f.limit
+    found = store.decisions(
+        agent=cast(Any, f.agent),
+        run=run_id,
+        epoch=f.epoch,
+        slot=f.slot,
+        node=f.node,
+        source=f.source,
+        outcome=f.outcome,
+        limit=limit,
+    )
+    if f.flagged:
+        found = [d for d in found if d.violations or d.error]
+    return found[: f.limit]
+
+
+def decision(store: Store, run_id: str, agent: str, slot: int, node: str | None) -> AnyDecision:
+    """The decision `agent` made at `slot` (for `node`); the latest one if it decided twice."""
+    find_run(store, run_id)
+    found = store.decisions(agent=cast(Any, agent), run=run_id, slot=slot, node=node, limit=1)
+    if not found:
+        where = f" for node {node!r}" if node else ""
+        raise NotFound(f"run {run_id!r} has no {agent} decision at slot {slot}{where}")
+    return found[0]
+
+
+def decision_key(d: AnyDecision) -> str:
+    """The path of a decision's page, below its run."""
+    path = f"decisions/{d.agent}/{d.slot}"
+    return path + (f"?node={d.node}" if d.node else "")
+
+
+def telemetry_seen(store: Store, d: AnyDecision, slot_s: float) -> list[NodeTelemetry]:
+    """The newest snapshot per node at or before the decision's run time: what it was shown.
+
+    A deployer sees its own node; the planner and the scheduler see every node.
+    """
+    found = store.telemetry(run=d.run, node=d.node if d.agent == "deployer" else None, limit=0)
+    latest: dict[str, NodeTelemetry] = {}
+    for t in found:  # newest first
+        if t.time_s <= d.sim_time_s + 1e-9 and t.node not in latest:
+            latest[t.node] = t
+    return [latest[n] for n in sorted(latest)]
+
+
+@dataclass(frozen=True)
+class Report:
+    """One report folder (`lmedge reproduce` / `lmedge bench` / `lmedge demo` output)."""
+
+    name: str
+    path: Path
+    runs: list[dict[str, Any]]
+    scenarios: list[dict[str, Any]]
+    figures: list[str] = field(default_factory=list)
+
+
+#: Figures a report folder may hold, by extension.
+FIGURE_SUFFIXES: Final = (".svg", ".png")
+
+
+def find_reports(roots: Sequence[Path]) -> dict[str, Path]:
+    """Report folders (holding a `summary.json`) in or below `roots`, by display name.
+
+    A root that is itself a report is listed under its own name; below a root
+    the search goes two levels deep (`reports/<name>/summary.json`,
+    `reports/<group>/<name>/summary.json`).
+    """
+    found: dict[str, Path] = {}
+    for root in roots:
+        candidates = [root, *root.glob("*/"), *root.glob("*/*/")]
+        for folder in candidates:
+            if (folder / "summary.json").is_file():
+                name = folder.name if folder == root else str(folder.relative_to(root.parent))
+                found.setdefault(name, folder)
+    return dict(sorted(found.items()))
+
+
+def load_report(name: str, folders: dict[str, Path]) -> Report:
+    """The report `name`; `NotFound` when it is not one of `folders`."""
+    if name not in folders:
+        known = ", ".join(list(folders)[:5]) or "none"
+        raise NotFound(f"no report {name!r} (reports: {known})")
+    path = folders[name]
+    try:
+        payload = json.loads((path / "summary.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise NotFound(f"report {name!r}: {path / 'summary.json'} is unreadable ({exc})") from exc
+    runs = payload.get("runs", []) if isinstance(payload, dict) else []
+    by_scenario = payload.get("scenarios", {}) if isinstance(payload, dict) else {}
+    # {scenario: {policy: means over seeds}} (lmedge.bench.report.aggregate), one row each
+    scenarios = [
+        {"scenario": sc, "policy": policy, **row}
+        for sc, by_policy in (by_scenario.items() if isinstance(by_scenario, dict) else [])
+        if isinstance(by_policy, dict)
+        for policy, row in by_policy.items()
+        if isinstance(row, dict)
+    ]
+    figures = sorted(p.name for p in path.iterdir() if p.suffix in FIGURE_SUFFIXES and p.is_file())
+    # An SVG and a PNG of one figure: show the SVG only.
+    stems = {Path(f).stem for f in figures if f.endswith(".svg")}
+    figures = [f for f in figures if f.endswith(".svg") or Path(f).stem not in stems]
+    return Report(
+        name=name,
+        path=path,
+        runs=[r for r in runs if isinstance(r, dict)],
+        scenarios=scenarios,
+        figures=figures,
+    )
+
+
+def report_file(report: Report, filename: str) -> Path:
+    """A figure of `report`; `NotFound` for anything else (no path escapes the folder)."""
+    if filename not in report.figures:
+        raise NotFound(f"report {report.name!r} has no figure {filename!r}")
+    return report.path / filename
