@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -39,6 +39,7 @@ from lmedge.api import (
     Snapshot,
 )
 from lmedge.api.live import ContextUpdate
+from lmedge.api.params_file import dump_params
 from lmedge.bench.runner import emulated_backend, resolve_scenario, settle_slots
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.catalog import profile
@@ -133,6 +134,14 @@ def register(app: typer.Typer) -> None:
         eps_acc: float = typer.Option(0.01, help="Acceptance margin on J_cal."),
         start: float = typer.Option(1.0, help="Generic positive start for every coefficient."),
         out_path: str | None = typer.Option(None, "--out", "-o", help="Write the result as JSON."),
+        params_path: Annotated[
+            Path | None,
+            typer.Option(
+                "--params",
+                help="Write the calibrated deployer parameters as a file that `simulate`, "
+                "`bench` and `controller` read back with --params (chart: policy.paramsFile).",
+            ),
+        ] = None,
     ) -> None:
         """Estimate service-rate weights, then coordinate-search the DPP coefficients."""
         if profile(policy).deployer != "lyapunov":
@@ -226,3 +235,13 @@ def register(app: typer.Typer) -> None:
         if out_path is not None:
             Path(out_path).write_text(json.dumps(payload, indent=2) + "\n")
             out.print(f"wrote {out_path}")
+        if params_path is not None:
+            header = (
+                f"lmedge calibrate -f {scenario} -p {policy} --seed {seed}: the lyapunov "
+                f"deployer's parameters on {sc.name}\nJ_cal {search.j_start:.4f} -> "
+                f"{search.j_final:.4f}; confirmation J (seed {seed + 3}) {confirm:.4f}\n"
+                f"Use: lmedge simulate -p {policy} --params {params_path.name}"
+            )
+            text = dump_params({"deployer": params(final)}, {"deployer": "lyapunov"}, header)
+            params_path.write_text(text)
+            out.print(f"wrote {params_path}")

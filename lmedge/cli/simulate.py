@@ -26,6 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lmedge.agents.settings import agentic_params
+from lmedge.api.params_file import ParamsFile, merge_params, read_params
 from lmedge.bench.runner import RunOutcome, RunSpec, resolve_scenario, run
 from lmedge.bench.summary import dumps
 from lmedge.cli.console import err, progress_bar
@@ -70,6 +71,34 @@ def _plugin_params(**given: list[str] | None) -> dict[str, dict[str, str]]:
             if not sep or not key.strip():
                 raise ConfigError(f"--{tier}-param takes KEY=VALUE, got {item!r}")
             out.setdefault(tier, {})[key.strip()] = value.strip()
+    return out
+
+
+ParamsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--params",
+        help="Plugin parameters file (YAML, e.g. from `lmedge calibrate --params`); "
+        "--<tier>-param flags win over it.",
+    ),
+]
+
+
+def _tiers(choice: PolicyChoice) -> dict[str, str]:
+    p = choice.resolve()
+    return {"planner": p.planner, "router": p.router, "deployer": p.deployer}
+
+
+def _with_params(choices: Sequence[PolicyChoice], file: ParamsFile) -> list[PolicyChoice]:
+    """Each profile with the file's parameters of every tier whose plugin they are for.
+
+    A bench compares profiles with different plugins; parameters made for one
+    (calibrate's are for the lyapunov deployer) go only to the profiles using it.
+    """
+    out = []
+    for c in choices:
+        mine = file.for_tiers(_tiers(c))
+        out.append(dataclasses.replace(c, params=merge_params(c.params, mine)) if mine else c)
     return out
 
 
@@ -240,6 +269,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(help="Deployer plugin parameter KEY=VALUE; repeatable."),
         ] = None,
+        params_file: ParamsOpt = None,
     ) -> None:
         """Run one policy on an emulated scenario and print its metrics."""
         _check_slots(slots)
@@ -252,7 +282,13 @@ def register(app: typer.Typer) -> None:
             llm_api_key,
         )
         given = _plugin_params(planner=planner_param, router=router_param, deployer=deployer_param)
-        params = {tier: {**llm.get(tier, {}), **given.get(tier, {})} for tier in {*llm, *given}}
+        from_file: dict[str, dict[str, Any]] = {}
+        if params_file:
+            loaded = read_params(params_file)
+            if wrong := loaded.mismatches(_tiers(choice)):
+                raise ConfigError(f"--params {params_file}: {'; '.join(wrong)}")
+            from_file = loaded.params
+        params = merge_params(merge_params(llm, from_file), given)
         if params:
             choice = dataclasses.replace(choice, params=params)
         spec = RunSpec(resolve_scenario(scenario), choice, seed, slots, settle)
@@ -284,6 +320,7 @@ def register(app: typer.Typer) -> None:
         seeds: str = typer.Option("1", help="Comma-separated seeds, e.g. 1,2,3."),
         out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = BENCH_OUT,
         store: str | None = typer.Option(None, help="Also store every run in this store."),
+        params_file: ParamsOpt = None,
     ) -> None:
         """Run policies side by side on identical traces and write a report folder."""
         _check_slots(slots)
@@ -291,6 +328,10 @@ def register(app: typer.Typer) -> None:
         if not names:
             raise ConfigError("--policies names no policy")
         choices = [_choice(n, None, None, None) for n in names]
+        if params_file:
+            # The file's tiers apply to every profile whose plugin takes them:
+            # a deployer's parameters reach only profiles with that deployer.
+            choices = _with_params(choices, read_params(params_file))
         seed_list = _seeds(seeds)
         paths = [resolve_scenario(s) for s in scenarios or ["testbed"]]
         _report_folder(out_dir)
