@@ -16,6 +16,7 @@ set -euo pipefail
 KUBE_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
+COREDNS_VERSION=v1.12.4
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools_dir="${LMEDGE_TOOLS_DIR:-$repo/.tools}"
@@ -69,6 +70,43 @@ else
   has_version "$bin/kube-apiserver" "Kubernetes $KUBE_VERSION" --version ||
     { echo "build-k8s: kube-apiserver does not report $KUBE_VERSION" >&2; exit 1; }
   step "kube binaries built in $((SECONDS - t))s"
+fi
+
+# --- kubelet, kube-proxy (the real-node tier, tools/realnode/) ------------
+# Separate from the control-plane build so a machine that only runs the KWOK
+# tiers does not pay for them: LMEDGE_BUILD_KUBELET=1 (set by
+# tools/realnode/up.sh and `make realnode`) builds them.
+if [[ "${LMEDGE_BUILD_KUBELET:-0}" == "1" ]]; then
+  if has_version "$bin/kubelet" "Kubernetes $KUBE_VERSION" --version &&
+    has_version "$bin/kube-proxy" "Kubernetes $KUBE_VERSION" --version; then
+    step "kubelet, kube-proxy $KUBE_VERSION present"
+  else
+    t=$SECONDS
+    step "building kubelet, kube-proxy $KUBE_VERSION"
+    minor="${KUBE_VERSION#v1.}"
+    minor="${minor%%.*}"
+    ldflags="-s -w"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+      ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=go-module-proxy"
+    done
+    (cd "$repo/tools/k8s/kube" && "${gobuild[@]}" -ldflags "$ldflags" -o "$bin/" \
+      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+    has_version "$bin/kubelet" "Kubernetes $KUBE_VERSION" --version ||
+      { echo "build-k8s: kubelet does not report $KUBE_VERSION" >&2; exit 1; }
+    step "kubelet, kube-proxy built in $((SECONDS - t))s"
+  fi
+  # The tier's cluster DNS (service and worker names), run on the host.
+  if has_version "$bin/coredns" "CoreDNS-${COREDNS_VERSION#v}" -version; then
+    step "coredns $COREDNS_VERSION present"
+  else
+    t=$SECONDS
+    step "building coredns $COREDNS_VERSION"
+    GOBIN="$bin" "${goinstall[@]}" -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+    has_version "$bin/coredns" "CoreDNS-${COREDNS_VERSION#v}" -version ||
+      { echo "build-k8s: coredns does not report $COREDNS_VERSION" >&2; exit 1; }
+    step "coredns built in $((SECONDS - t))s"
+  fi
 fi
 
 # --- etcd ---------------------------------------------------------------
