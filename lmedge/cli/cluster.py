@@ -1,24 +1,33 @@
 """`lmedge controller` and `lmedge node-agent`: the two control-plane processes of a cluster.
 
 Both read their settings from flags (the Helm chart sets them from its values;
-there is no settings CRD). The controller and every node agent must agree on
-`--slot-s` and the store: the agents find the controller's current run, and
-the slot clock's anchor, in the store.
+there is no settings CRD). The run's configuration — slot length, epoch, tau,
+lambda, the policy with its plugin parameters and seed (`RunConfig`) — is
+given to the controller only, which stores it with the run; every node agent
+reads it, with the run and the slot clock's anchor, from the store. Giving a
+node agent one of those flags is a one-line error naming where it belongs.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from lmedge.errors import ConfigError, StoreError
+from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
+from lmedge.api.runconfig import DEFAULT_PROFILE, RunConfig
+from lmedge.api.runconfig import parse_run_config as run_config
+from lmedge.cli.simulate import _plugin_params
+from lmedge.errors import ConfigError, LmedgeError
+
+if TYPE_CHECKING:
+    from lmedge.store import RunInfo, Store
 
 Namespace = Annotated[str, typer.Option(help="Namespace of the LMServices and their model pods.")]
 Kubeconfig = Annotated[
@@ -45,6 +54,65 @@ Profile = Annotated[
         help="Policy profile (default ma): ma, mal, rr, rf, ll, al, perllm, milp, ...",
     ),
 ]
+
+
+PluginParam = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Plugin parameter KEY=VALUE of that tier; repeatable. Stored with the run's "
+        "configuration (deployer parameters reach every node agent): no secrets here."
+    ),
+]
+#: A setting of the run's configuration that a node agent no longer takes.
+Retired = Annotated[str | None, typer.Option(hidden=True)]
+#: The controller flag that sets each `RunConfig` field (for error messages).
+CONTROLLER_FLAGS = {
+    "slot_s": "--slot-s",
+    "epoch_slots": "--epoch-slots",
+    "tau_s": "--tau",
+    "lam": "--lam",
+    "policy.seed": "--seed",
+}
+#: How often a node agent looks for the controller's run while waiting, seconds.
+RUN_POLL_S = 2.0
+
+
+def _refuse_run_flags(given: Mapping[str, object]) -> None:
+    """A retired node-agent flag that was given is a one-line error naming its new home."""
+    named = [flag for flag, value in given.items() if value is not None]
+    if named:
+        raise ConfigError(
+            f"{', '.join(named)}: not a node-agent flag any more; the run's configuration "
+            "is set on `lmedge controller` and read from the store"
+        )
+
+
+def await_run(
+    store: Store, run: str, stop: threading.Event, poll_s: float = RUN_POLL_S
+) -> RunInfo | None:
+    """The run `run` (or, when empty, the newest cluster run) once the controller stored it.
+
+    Waits, polling every `poll_s`, until it appears or `stop` is set (None).
+    A node agent started before the controller must not pick a stale run's
+    configuration or the defaults: it waits for the run it will serve.
+    """
+    log = logging.getLogger(__name__)
+    announced = False
+    while not stop.is_set():
+        try:
+            found = store.run(run) if run else store.latest_run(backend="kubernetes")
+        except LmedgeError as exc:  # the store is down: wait for it as for the run
+            log.warning("no run from the store yet: %s", exc)
+            found = None
+        if found is not None:
+            if found.config is None:
+                log.warning("run %s has no stored configuration; using the defaults", found.id)
+            return found
+        if not announced:
+            announced = True
+            log.info("waiting for the controller to store %s", f"run {run}" if run else "a run")
+        stop.wait(poll_s)
+    return None
 
 
 def _gateways(values: list[str] | None, template: str | None, nodes: list[str]) -> dict[str, str]:
@@ -79,13 +147,21 @@ def register(app: typer.Typer) -> None:
     @app.command("controller")
     def controller(
         namespace: Namespace = "default",
-        profile: Profile = "ma",
+        profile: Profile = DEFAULT_PROFILE,
         planner: Annotated[str | None, typer.Option(help="Override the profile's planner.")] = None,
         router: Annotated[str | None, typer.Option(help="Override the profile's router.")] = None,
-        slot_s: SlotS = 30.0,
-        epoch_slots: Annotated[int, typer.Option(help="Slots per epoch (paper: 50).")] = 50,
-        tau: Annotated[float, typer.Option(help="Request deadline tau, seconds.")] = 900.0,
-        lam: Annotated[float, typer.Option(help="Objective weight lambda in [0, 1].")] = 0.5,
+        deployer: Annotated[
+            str | None, typer.Option(help="Override the profile's deployer (node agents run it).")
+        ] = None,
+        planner_param: PluginParam = None,
+        router_param: PluginParam = None,
+        deployer_param: PluginParam = None,
+        slot_s: SlotS = SLOT_S,
+        epoch_slots: Annotated[
+            int, typer.Option(help="Slots per epoch (paper: 50).")
+        ] = EPOCH_SLOTS,
+        tau: Annotated[float, typer.Option(help="Request deadline tau, seconds.")] = TAU_S,
+        lam: Annotated[float, typer.Option(help="Objective weight lambda in [0, 1].")] = LAMBDA,
         gateway: Annotated[
             list[str] | None,
             typer.Option("--gateway", help="A node's gateway, NODE=URL; repeat per node."),
@@ -121,24 +197,20 @@ def register(app: typer.Typer) -> None:
         from lmedge.store import open_store
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        if not 0 <= lam <= 1:
-            raise ConfigError(f"--lam must be in [0, 1], got {lam}")
-        # `not x > 0` also refuses nan; inf is no slot length either.
-        if not 0 < slot_s < math.inf or not 0 < tau < math.inf or epoch_slots < 1:
-            raise ConfigError(
-                "--slot-s and --tau must be positive and finite, --epoch-slots at least 1"
-            )
-        choice = PolicyChoice(profile=profile, planner=planner, router=router)
-        choice.resolve()  # a bad name is a one-line error before anything starts
+        params = _plugin_params(planner=planner_param, router=router_param, deployer=deployer_param)
+        choice = PolicyChoice(profile, planner, router, deployer, params)
+        # Bad values or names are one-line errors before anything starts.
+        config = run_config(
+            {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam,
+             "policy": choice.config(seed)},
+            names=CONTROLLER_FLAGS,
+        )  # fmt: skip
         kube = KubeClient.connect(kubeconfig)
         base = KubernetesSettings(namespace=namespace)
         ctx, _ = load_context(kube, base)
         backend = KubernetesSettings(
             namespace=namespace,
-            slot_s=slot_s,
-            epoch_slots=epoch_slots,
-            tau_s=tau,
-            lam=lam,
+            **config.loop_constants(),
             gateways=_gateways(gateway, gateway_url_template, [n.name for n in ctx.workers]),
             control_token=_token_file(control_token_file),
             run=run,
@@ -167,11 +239,9 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(envvar="NODE_NAME", help="This node (its EdgeNode's name).")
         ],
         namespace: Namespace = "default",
-        profile: Profile = "ma",
-        deployer: Annotated[
-            str | None, typer.Option(help="Override the profile's deployer.")
-        ] = None,
-        slot_s: SlotS = 30.0,
+        profile: Annotated[str | None, typer.Option("--policy", "-p", hidden=True)] = None,
+        deployer: Retired = None,
+        slot_s: Annotated[float | None, typer.Option(hidden=True)] = None,
         gateway: Annotated[
             str | None, typer.Option(help="This node's gateway URL (model pods are pushed there).")
         ] = None,
@@ -183,10 +253,11 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Bearer token file replacing the kubeconfig's credentials."),
         ] = None,
         run: Annotated[
-            str, typer.Option(help="Run id (default: the newest run in the store).")
+            str,
+            typer.Option(help="Run id (default: the newest cluster run in the store, waited for)."),
         ] = "",
         slots: Annotated[int | None, typer.Option(help="Stop after this many slots.")] = None,
-        seed: Annotated[int, typer.Option(min=0, help="Seed of a randomized deployer.")] = 0,
+        seed: Annotated[int | None, typer.Option(hidden=True)] = None,
         model_service_account: Annotated[
             str | None,
             typer.Option(
@@ -220,27 +291,29 @@ def register(app: typer.Typer) -> None:
         )
         from lmedge.backends.kubernetes.client import KubeClient
         from lmedge.backends.kubernetes.gateways import GatewayClient
-        from lmedge.controller.assembly import PolicyChoice, derive_seed
-        from lmedge.controller.catalog import BuildContext, build_deployer
+        from lmedge.controller.assembly import PolicyChoice, build_node_deployer
         from lmedge.nodeagent.agent import NodeAgent
         from lmedge.store import open_store
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        if not 0 < slot_s < math.inf:
-            raise ConfigError(f"--slot-s must be positive and finite, got {slot_s}")
-        name = PolicyChoice(profile=profile, deployer=deployer).resolve().deployer
+        _refuse_run_flags(
+            {"--slot-s": slot_s, "--policy": profile, "--deployer": deployer, "--seed": seed}
+        )
         if token_file is not None and not token_file.is_file():
             raise ConfigError(f"--token-file {token_file} does not exist")
-        opened = open_store(store)
-        start: float | None = None
-        if not run:
-            try:
-                latest = opened.runs(limit=1)[0]
-            except StoreError:
-                latest = None
-            if latest is not None and latest.backend == "kubernetes":
-                run, start = latest.id, latest.started.replace(tzinfo=UTC).timestamp()
+        stop = _stop_on_signals()
+        # A bad kubeconfig or store is a one-line error now, not after the wait.
         kube = KubeClient.connect(kubeconfig, token_file=token_file)
+        opened = open_store(store)
+        found = await_run(opened, run, stop)
+        if found is None:  # stopped while waiting for the controller
+            opened.close()
+            kube.close()
+            return
+        run, start = found.id, found.started.replace(tzinfo=UTC).timestamp()
+        config = found.config or RunConfig()
+        choice = PolicyChoice.of(config.policy)
+        name = choice.resolve().deployer
         gateways = (
             GatewayClient({node: gateway}, _token_file(control_token_file)) if gateway else None
         )
@@ -250,7 +323,7 @@ def register(app: typer.Typer) -> None:
             kube,
             KubernetesSettings(
                 namespace=namespace,
-                slot_s=slot_s,
+                **config.loop_constants(),
                 run=run,
                 model_service_account=model_service_account,
                 progress_root=progress_root,
@@ -259,9 +332,7 @@ def register(app: typer.Typer) -> None:
             clock=WallClock(start),
             gateways=gateways,
         )
-        plugin = build_deployer(
-            name, BuildContext(backend.context(), derive_seed(seed, f"deployer:{node}"))
-        )
+        plugin = build_node_deployer(choice, backend.context(), node, config.policy.seed)
         collector = None
         if exporter_host:
             from lmedge.nodeagent.telemetry import ExporterTargets, TelemetryCollector
@@ -279,7 +350,7 @@ def register(app: typer.Typer) -> None:
             datetime.fromtimestamp(backend.wall_clock.start, UTC).isoformat(),
         )  # fmt: skip
         try:
-            agent.run(slots=slots, stop=_stop_on_signals())
+            agent.run(slots=slots, stop=stop)
         finally:
             backend.close()
             opened.close()

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, cast, get_args
 
 import typer
 
-from lmedge.errors import ConfigError
+from lmedge.errors import ConfigError, LmedgeError
 
 if TYPE_CHECKING:
     from lmedge.dataplane.auth import ControlAuth
+    from lmedge.store import Store
 
 #: Default largest request body of the gateway, bytes (as in lmedge.dataplane.app).
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
@@ -78,6 +81,21 @@ def _control_auth(
     )
 
 
+def _stored_tau(store: Store, default: float) -> float:
+    """The deadline of the newest cluster run in the store (its `RunConfig`), else `default`.
+
+    Until the controller's first routing push (which carries it) the gateway
+    already times requests out on the run's tau. A store that does not answer
+    leaves the default: the push corrects it within a slot.
+    """
+    try:
+        latest = store.latest_run(backend="kubernetes")
+    except LmedgeError as exc:
+        logging.getLogger(__name__).warning("no run configuration from the store: %s", exc)
+        return default
+    return latest.config.tau_s if latest is not None and latest.config is not None else default
+
+
 def register(app: typer.Typer) -> None:
     @app.command("gateway")
     def gateway(
@@ -104,7 +122,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--model-url", help="A model pod on this node, LM=URL; repeat per LM."),
         ] = None,
-        tau: Annotated[float, typer.Option(help="Request deadline tau, seconds.")] = 900.0,
+        tau: Annotated[float | None, typer.Option(hidden=True)] = None,
         run: Annotated[
             str, typer.Option(help="Run id stamped on records until the controller sends one.")
         ] = "",
@@ -177,11 +195,16 @@ def register(app: typer.Typer) -> None:
         from lmedge.api.manifests import load_resources
         from lmedge.dataplane.app import ApiSettings, create_app
         from lmedge.dataplane.clients import HttpClients
-        from lmedge.dataplane.gateway import Gateway, GatewaySettings
+        from lmedge.dataplane.gateway import Gateway, GatewaySettings, request_classes
         from lmedge.dataplane.records import StoreSink
         from lmedge.dataplane.serving import GatewayServer, bind, check_urls
         from lmedge.store import open_store
 
+        if tau is not None:
+            raise ConfigError(
+                "--tau is no longer a gateway flag: the deadline is the run's "
+                "(`lmedge controller --tau`), read from the store and sent with each routing push"
+            )
         if not 0 <= drain_s < math.inf:
             raise ConfigError(f"--drain-s must be >= 0 and finite, got {drain_s:g}")
         _, found = load_resources(services)
@@ -190,10 +213,10 @@ def register(app: typer.Typer) -> None:
         settings = GatewaySettings(
             node=node,
             services={s.name: s.spec.modality for s in found},
+            classes=request_classes(found),
             peers=parse_pairs(peer or [], "--peer"),
             peer_url_template=peer_url_template,
             model_urls=parse_pairs(model_url or [], "--model-url"),
-            tau_s=tau,
             run=run,
         )
         check_urls(settings)
@@ -214,7 +237,9 @@ def register(app: typer.Typer) -> None:
         if peer_token is not None:
             read_secret(peer_token, "--peer-token-file")
         clients = HttpClients(token=peer_token, max_connections=max_connections)
-        sink = StoreSink(open_store(store))
+        opened = open_store(store)
+        sink = StoreSink(opened)
+        settings = dataclasses.replace(settings, tau_s=_stored_tau(opened, settings.tau_s))
         core = Gateway(settings, peers=clients, models=clients, sink=sink)
         api = create_app(core, api_settings)
         api.state.closers.append(clients.aclose)

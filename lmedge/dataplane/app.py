@@ -131,7 +131,7 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
 
     @app.get("/v1/models", tags=["openai"], dependencies=user)
     async def models() -> dict[str, Any]:
-        return oa.model_list(dict(gateway.settings.services))
+        return oa.model_list(gateway.settings.names())  # LMs and request classes
 
     @app.post("/v1/prompt-sets", tags=["native"], dependencies=user)
     async def prompt_sets(body: PromptSetRequest) -> PromptSetResult:
@@ -142,7 +142,7 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
         prompts = oa.chat_prompts(body, gateway.check_lm(body.model))
         result = await gateway.submit(body.model, prompts)
         return _served(result) or JSONResponse(
-            oa.chat_response(result.id, body.model, result.outputs), headers=_headers(result)
+            oa.chat_response(result.id, _model(result), result.outputs), headers=_headers(result)
         )
 
     @app.post("/v1/completions", tags=["openai"], dependencies=user)
@@ -150,7 +150,8 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
         prompts = oa.completion_prompts(body, gateway.check_lm(body.model))
         result = await gateway.submit(body.model, prompts)
         return _served(result) or JSONResponse(
-            oa.completion_response(result.id, body.model, result.outputs), headers=_headers(result)
+            oa.completion_response(result.id, _model(result), result.outputs),
+            headers=_headers(result),
         )
 
     @app.post("/v1/images/generations", tags=["openai"], dependencies=user)
@@ -180,8 +181,18 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
     return app
 
 
+def _model(result: PromptSetResult) -> str:
+    """The response's `model`: the LM that served it, as OpenAI names the concrete model
+    behind an alias (here: the LM the routing map chose for a request class)."""
+    return result.model or result.lm
+
+
 def _headers(result: PromptSetResult) -> dict[str, str]:
-    return {"x-lmedge-request-id": result.id, "x-lmedge-destination": result.destination}
+    return {
+        "x-lmedge-request-id": result.id,
+        "x-lmedge-destination": result.destination,
+        "x-lmedge-model": _model(result),
+    }
 
 
 def _served(result: PromptSetResult) -> JSONResponse | None:

@@ -28,11 +28,13 @@ import re
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
+from lmedge.api.constants import TAU_S
 from lmedge.api.inference import Prompt
+from lmedge.api.observations import ServiceInfo
 from lmedge.api.records import RequestRecord
 from lmedge.api.resources import Modality
 from lmedge.dataplane.metrics import GatewayMetrics
@@ -115,18 +117,25 @@ class GatewaySettings:
     (e.g. `http://{node}.lmedge-gateway:8080`) covers nodes not listed.
     `model_urls`: LM -> URL of a model pod on this node at start (the node agent
     replaces the set later with `PUT /control/models`).
-    `tau_s`: request deadline, seconds (default 900, the paper's tau).
+    `tau_s`: request deadline, seconds, until a routing push carries the run's
+    (`RunConfig.tau_s`); default the paper's 900 s.
     `grace_s`: how long past tau an origin waits for a destination to report
     its timeout before giving up on it, seconds (default 5).
     `run`: run id stamped on records until the controller pushes one.
+    `classes`: request class -> the LM services that serve it (their
+    LMService `serves`), in manifest order. A request naming a class is served
+    by the LM the routing map's `Route.model` chose for (this node, class),
+    else by the class's first LM, as in the emulator; all of a class's LMs
+    must share one modality.
     """
 
     node: str
     services: Mapping[str, Modality]
+    classes: Mapping[str, Sequence[str]] = field(default_factory=dict)
     peers: Mapping[str, str] = field(default_factory=dict)
     peer_url_template: str | None = None
     model_urls: Mapping[str, str] = field(default_factory=dict)
-    tau_s: float = 900.0
+    tau_s: float = TAU_S
     grace_s: float = 5.0
     run: str = ""
 
@@ -143,6 +152,32 @@ class GatewaySettings:
                 f"model URL given for unknown LM(s) {', '.join(unknown)}; "
                 f"services are {', '.join(sorted(self.services)) or 'none'}"
             )
+        for name, lms in self.classes.items():
+            missing = [lm for lm in lms if lm not in self.services]
+            if not lms or missing:
+                raise ConfigError(f"request class {name!r} names no known LM: {list(lms)}")
+            kinds = sorted({self.services[lm] for lm in lms})
+            if len(kinds) > 1:
+                raise ConfigError(
+                    f"request class {name!r} is served by LMs of different modalities "
+                    f"({', '.join(kinds)}); a class needs one"
+                )
+
+    def models_for(self, name: str) -> list[str]:
+        """The LM services that may serve requests for `name` (an LM serves itself first)."""
+        own = [name] if name in self.services else []
+        return [*own, *(lm for lm in self.classes.get(name, ()) if lm != name)]
+
+    def modality(self, name: str) -> Modality | None:
+        """The modality of an LM or request class; None when it is neither."""
+        models = self.models_for(name)
+        return self.services[models[0]] if models else None
+
+    def names(self) -> dict[str, Modality]:
+        """{LM or request class: modality}: what users may name as `model`."""
+        out = {c: self.services[lms[0]] for c, lms in self.classes.items() if lms}
+        out.update(self.services)
+        return out
 
     def peer_url(self, node: str) -> str | None:
         if node in self.peers:
@@ -150,6 +185,19 @@ class GatewaySettings:
         if self.peer_url_template:
             return self.peer_url_template.format(node=node)
         return None
+
+
+def request_classes(services: Sequence[ServiceInfo]) -> dict[str, list[str]]:
+    """{request class: the LMs that serve it, in manifest order} from LMService `serves`.
+
+    Only names some LM lists in `serves` appear; an LM always serves itself.
+    """
+    out: dict[str, list[str]] = {}
+    for s in services:
+        for name in s.spec.serves:
+            if name != s.name:
+                out.setdefault(name, []).append(s.name)
+    return out
 
 
 #: A Kubernetes Node name (RFC 1123 subdomain).
@@ -197,11 +245,23 @@ class Gateway:
     # -- control ------------------------------------------------------------------
 
     def set_routing(self, update: RoutingUpdate) -> int:
-        """Install the slot's routing map; a map naming LMs unknown here is refused."""
+        """Install the slot's routing map.
+
+        A map naming an LM or request class unknown here, or a route whose
+        `model` does not serve its class, is refused whole: the gateway keeps
+        the previous map rather than serve a class with the wrong model.
+        """
         named = {r.lm for r in update.routing.routes} | {r.lm for r in update.routing.rejections}
-        unknown = sorted(named - set(self.settings.services))
+        unknown = sorted(n for n in named if not self.settings.models_for(n))
         if unknown:
             raise UnknownLM(f"routing map names unknown LM(s): {', '.join(unknown)}")
+        wrong = sorted(
+            f"{r.lm} -> {r.model}"
+            for r in update.routing.routes
+            if r.model is not None and r.model not in self.settings.models_for(r.lm)
+        )
+        if wrong:
+            raise UnknownLM(f"routing map routes a class to an LM that does not serve it: {wrong}")
         return self.routing.update(update, self._monotonic())
 
     def set_models(self, message: LocalModelsMessage) -> list[str]:
@@ -226,12 +286,21 @@ class Gateway:
     # -- origin ---------------------------------------------------------------------
 
     def check_lm(self, lm: str) -> Modality:
-        """The LM's modality; `UnknownLM` (one clear line) when there is no such LM."""
-        modality = self.settings.services.get(lm)
+        """The modality of an LM or request class; `UnknownLM` (one line) when it is neither."""
+        modality = self.settings.modality(lm)
         if modality is None:
-            known = ", ".join(sorted(self.settings.services)) or "none"
+            known = ", ".join(sorted(self.settings.names())) or "none"
             raise UnknownLM(f"unknown LM {lm!r}; this cluster serves: {known}")
         return modality
+
+    def serving_model(self, lm: str) -> str:
+        """The LM that serves this node's requests for `lm` (an LM or a request class).
+
+        The routing map's `Route.model` for (this node, `lm`) when it names
+        one (checked on install), else `lm` itself when it is an LM, else the
+        class's first LM in manifest order.
+        """
+        return self.routing.model(lm) or self.settings.models_for(lm)[0]
 
     def _claim(self, request_id: str) -> None:
         """Remember a client-chosen id; `DuplicateRequestId` if it was used before."""
@@ -267,11 +336,13 @@ class Gateway:
         if self.routing.rejects(lm):
             self._refuse(rid, lm, len(prompts), slot, run, anchor)
         destination = self.choose(lm)
-        tau = self.settings.tau_s
+        model = self.serving_model(lm)
+        tau = self.routing.tau_s or self.settings.tau_s  # the run's, once pushed
         start = self._monotonic()
         sent_at = self._wall()
+        # The destination serves the model; the record keeps the class the user named.
         forward = ForwardRequest(
-            id=rid, lm=lm, origin=self.node, prompts=prompts, sent_at=sent_at, budget_s=tau
+            id=rid, lm=model, origin=self.node, prompts=prompts, sent_at=sent_at, budget_s=tau
         )
         result = await self._unless_stopped(
             self._dispatch(destination, forward),
@@ -298,11 +369,13 @@ class Gateway:
             submit_s=sent_at - anchor,
             times=times,
             result=result,
+            model=None if model == lm else model,
         )
         self._finish(record)
         return PromptSetResult(
             id=rid,
             lm=lm,
+            model=record.model,
             origin=self.node,
             destination=result.destination,
             outcome=result.outcome,
@@ -377,7 +450,9 @@ class Gateway:
 
     async def accept(self, forward: ForwardRequest) -> ForwardResult:
         """Serve a set forwarded here (or submitted here and routed locally)."""
-        self.check_lm(forward.lm)
+        if forward.lm not in self.settings.services:  # origins forward LMs, never classes
+            self.check_lm(forward.lm)
+            raise UnknownLM(f"{forward.lm!r} is a request class, not an LM this node can queue")
         return await self._unless_stopped(
             self.queues.submit(forward),
             lambda: self._undelivered(forward, self.node, SHUTTING_DOWN),

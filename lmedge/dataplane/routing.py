@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from lmedge.api.constants import SLOT_S
 from lmedge.dataplane.wire import RoutingUpdate
 
 #: Slot length assumed when a push does not carry one, seconds (the paper's 30 s).
-DEFAULT_SLOT_S = 30.0
+DEFAULT_SLOT_S = SLOT_S
 
 
 @dataclass
@@ -30,7 +31,8 @@ class RoutingTable:
     `run_started_at` anchors the run clock (Unix seconds); `None` until the
     controller pushes one, in which case the gateway's start time is used.
     `installed_at` is the monotonic time of the last push and `slot_s` how
-    long that map is in force.
+    long that map is in force. `tau_s` is the run's deadline once a push
+    carried one (None: the gateway's own setting).
     """
 
     node: str
@@ -39,13 +41,20 @@ class RoutingTable:
     run_started_at: float | None = None
     slot_s: float = DEFAULT_SLOT_S
     installed_at: float | None = None
+    tau_s: float | None = None
     _routes: dict[str, str] = field(default_factory=dict)
+    _models: dict[str, str] = field(default_factory=dict)
     _rejected: frozenset[str] = frozenset()
 
     def update(self, update: RoutingUpdate, now: float | None = None) -> int:
         """Install the slot's map (at monotonic time `now`); return how many entries concern
         this node (routes plus rejections)."""
         routes = {r.lm: r.destination for r in update.routing.routes if r.origin == self.node}
+        models = {
+            r.lm: r.model
+            for r in update.routing.routes
+            if r.origin == self.node and r.model is not None
+        }
         rejected = frozenset(
             r.lm
             for r in update.routing.rejections
@@ -54,12 +63,15 @@ class RoutingTable:
         # One assignment each: a request routed concurrently sees the old or the new map
         # (a race between the two lines can only refuse or admit by the old map once).
         self._routes = routes
+        self._models = models
         self._rejected = rejected
         self.run = update.run
         self.slot = update.slot
         self.installed_at = now
         if update.slot_s is not None:
             self.slot_s = update.slot_s
+        if update.tau_s is not None:
+            self.tau_s = update.tau_s
         if update.run_started_at is not None:
             self.run_started_at = update.run_started_at
         return len(routes) + len(rejected)
@@ -67,6 +79,13 @@ class RoutingTable:
     def destination(self, lm: str) -> str:
         """The node that serves this node's requests for `lm` (itself when unmapped)."""
         return self._routes.get(lm, self.node)
+
+    def model(self, lm: str) -> str | None:
+        """The LM the map chose to serve this node's requests for `lm` (a request class).
+
+        None when the map names none: `lm` itself, or the class's default.
+        """
+        return self._models.get(lm)
 
     def rejects(self, lm: str) -> bool:
         """Whether the current map refuses this node's requests for `lm`."""

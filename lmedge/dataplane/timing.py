@@ -88,12 +88,18 @@ def build_record(
     times: StageTimes,
     result: ForwardResult,
     error: str | None = None,
+    model: str | None = None,
 ) -> RequestRecord:
-    """The record of one prompt set as the origin stores it."""
+    """The record of one prompt set as the origin stores it.
+
+    `lm` is what the user named (an LM or a request class); `model` the LM
+    that served a request class (None: `lm` itself).
+    """
     return RequestRecord(
         id=request_id,
         run=run,
         lm=lm,
+        model=model,
         origin=origin,
         destination=result.destination,
         prompts=prompts,

@@ -55,6 +55,9 @@ class PromptSetResult(WireModel):
 
     id: str
     lm: str
+    model: str | None = Field(
+        default=None, description="LM that served it when `lm` is a request class."
+    )
     origin: str
     destination: str
     outcome: RequestOutcome

@@ -18,7 +18,9 @@ loop; `lmedge.controller` sits below the operator in the layering.
 When the Lease is lost both stop and `run_controller` returns 1, so the
 Deployment restarts the replica as a candidate; a replica that never acted
 cannot double-act. Configuration comes from flags / Helm values (no settings
-CRD): they are read once at start, like the loop reads its context.
+CRD), read once at start; the run's `RunConfig` (loop constants, policy,
+plugin parameters, seed) is stored with the run, where every node agent and
+gateway reads it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from lmedge.api.runconfig import RunConfig
 from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings, WallClock
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.leader import LeaseElector
@@ -60,6 +63,21 @@ class ControllerSettings:
     slots: int | None = None
     operator: bool = True
     lease_duration_s: float = 15.0
+
+    def run_config(self) -> RunConfig:
+        """The run's `RunConfig`: the loop constants, the policy and its seed.
+
+        Stored with the run; node agents and gateways read it from there, so
+        this replica's flags are the only place these settings are given.
+        """
+        b = self.backend
+        return RunConfig(
+            slot_s=b.slot_s,
+            epoch_slots=b.epoch_slots,
+            tau_s=b.tau_s,
+            lam=b.lam,
+            policy=self.policy.config(self.seed),
+        )
 
 
 class OperatorThread:
@@ -99,7 +117,11 @@ class OperatorThread:
 
 
 def remote_deployers(plugins: PolicyPlugins) -> PolicyPlugins:
-    """The same planner and router, with the deployers left to the node agents."""
+    """The same planner and router, with the deployers left to the node agents.
+
+    (`build_plugins(..., deployers_in_process=False)` builds this directly and
+    refuses a profile whose deployer cannot run apart from its router.)
+    """
     return PolicyPlugins(plugins.name, plugins.planner, plugins.router, {})
 
 
@@ -135,7 +157,9 @@ def run_controller(
         run_id = settings.backend.run or f"k8s-{datetime.now(UTC):%Y%m%d-%H%M%S}"
         backend_settings = KubernetesSettings(**{**settings.backend.__dict__, "run": run_id})
         backend = KubernetesBackend(kube, backend_settings, store=store, clock=clock)
-        plugins = remote_deployers(build_plugins(settings.policy, backend.context(), settings.seed))
+        plugins = build_plugins(
+            settings.policy, backend.context(), settings.seed, deployers_in_process=False
+        )
         if store is not None:
             started = datetime.fromtimestamp(clock.start, UTC)
             store.record_run(
@@ -146,6 +170,7 @@ def run_controller(
                     seed=None,
                     started=started,
                     backend="kubernetes",
+                    config=settings.run_config(),
                 )
             )
         loop = ControlLoop(

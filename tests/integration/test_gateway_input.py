@@ -300,7 +300,7 @@ DRAIN_S = 2.0
 
 def test_sigterm_answers_and_records_a_waiting_set_within_the_drain(tmp_path: Path) -> None:
     # lm2 has no pod here: its set would wait for one until tau (900 s).
-    process = GatewayProcess(tmp_path, "--drain-s", str(DRAIN_S), "--tau", "900")
+    process = GatewayProcess(tmp_path, "--drain-s", str(DRAIN_S))
     answer: dict[str, httpx.Response] = {}
 
     def submit() -> None:

@@ -288,12 +288,15 @@ def test_controller_and_node_agent_processes_survive_an_agent_kill(
             raise
     env = {**os.environ, "KUBECONFIG": str(lmedge_cluster.kubeconfig)}
     run = f"proc-{uuid.uuid4().hex[:6]}"
-    common = ["--namespace", namespace, "-p", "rf", "--slot-s", "1", "--store", ferretdb_uri]
+    common = ["--namespace", namespace, "--store", ferretdb_uri]
     log = tmp_path / "processes.log"
     controller = lmedge(
-        "controller", *common, "--run", run, "--lease-name", f"ctl-{run}", "--epoch-slots", "5",
+        "controller", *common, "-p", "rf", "--slot-s", "1", "--run", run,
+        "--lease-name", f"ctl-{run}", "--epoch-slots", "5",
         log=log, env=env,
     )  # fmt: skip
+    # No loop or policy flags: the agents read the 1-s slot from the stored run.
+    agent_args = ["--node", "worker-1", *common, "--run", run]
     agents: list[subprocess.Popen[bytes]] = []
     store = open_store(ferretdb_uri)
 
@@ -308,11 +311,11 @@ def test_controller_and_node_agent_processes_survive_an_agent_kill(
 
     try:
         wait_until(started, 60, f"the controller to register run {run}")
-        agents.append(lmedge("node-agent", "--node", "worker-1", *common, log=log, env=env))
+        agents.append(lmedge("node-agent", *agent_args, log=log, env=env))
         wait_until(lambda: bool(pods(core, namespace, "worker-1")), 60, "the agent's first pod")
         agents[0].kill()  # SIGKILL: no cleanup of any kind
         agents[0].wait()
-        agents.append(lmedge("node-agent", "--node", "worker-1", *common, log=log, env=env))
+        agents.append(lmedge("node-agent", *agent_args, log=log, env=env))
         seen = len(agent_decisions())
         wait_until(lambda: len(agent_decisions()) >= seen + 3, 60, "three slots of the new agent")
         wait_until(lambda: all_ready(core, namespace, "worker-1"), WAIT, "pods Ready")
