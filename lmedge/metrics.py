@@ -47,15 +47,12 @@ from typing import Any, Literal
 from pydantic import Field
 
 from lmedge.api.base import WireModel
+from lmedge.api.constants import LAMBDA as LAMBDA  # re-exported: the CLI reads them here
+from lmedge.api.constants import TAU_S as TAU_S
 from lmedge.api.decisions import Decision
 from lmedge.api.interfaces import ActuationResult
 from lmedge.api.observations import ClusterContext, EpochMetrics, LMStats
 from lmedge.api.records import RequestRecord
-
-#: Objective weight lambda between latency and unfairness (paper: 0.5).
-LAMBDA = 0.5
-#: Request deadline tau in seconds (paper: 900 s).
-TAU_S = 900.0
 
 
 def is_success(record: RequestRecord) -> bool:

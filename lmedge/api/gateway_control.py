@@ -25,14 +25,20 @@ class RoutingUpdate(WireModel):
     `run_started_at` (Unix seconds) anchors the run clock that `submit_s` of
     every RequestRecord is measured on. `slot_s` is how long the map stays in
     force (the next push replaces it); the gateway tells a client refused by
-    the map's `rejections` to retry after what is left of it. None: the
-    gateway's own setting.
+    the map's `rejections` to retry after what is left of it. `tau_s` is the
+    run's request deadline (its `RunConfig.tau_s`), which the gateway applies
+    to the records it writes from then on. None: the gateway's own setting.
     """
 
     run: str = Field(default="", max_length=128)
     slot: int = Field(ge=0)
     run_started_at: float | None = Field(default=None, ge=0)
-    slot_s: float | None = Field(default=None, gt=0, description="Slot length, seconds.")
+    slot_s: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Slot length, seconds."
+    )
+    tau_s: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Request deadline tau, seconds."
+    )
     routing: RoutingMap
 
 

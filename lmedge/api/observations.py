@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from lmedge.api.base import WireModel
+from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
 from lmedge.api.decisions import MacroPolicy, Placement
 from lmedge.api.resources import EdgeNodeSpec, LMServiceSpec
 
@@ -35,10 +36,10 @@ class ClusterContext(WireModel):
 
     nodes: list[NodeInfo]
     services: list[ServiceInfo]
-    tau_s: float = Field(default=900.0, gt=0, description="Request deadline (paper: 900 s).")
-    lam: float = Field(default=0.5, ge=0, le=1, description="Objective weight lambda.")
-    slot_s: float = Field(default=30.0, gt=0, description="Slot length (paper: 30 s).")
-    epoch_slots: int = Field(default=50, ge=1, description="Slots per epoch (paper: 50).")
+    tau_s: float = Field(default=TAU_S, gt=0, description="Request deadline (paper: 900 s).")
+    lam: float = Field(default=LAMBDA, ge=0, le=1, description="Objective weight lambda.")
+    slot_s: float = Field(default=SLOT_S, gt=0, description="Slot length (paper: 30 s).")
+    epoch_slots: int = Field(default=EPOCH_SLOTS, ge=1, description="Slots per epoch (paper: 50).")
 
     @cached_property
     def _nodes(self) -> dict[str, NodeInfo]:
@@ -262,5 +263,5 @@ class NodeObservation(WireModel):
     roles: list[str] = Field(description="LMs the planner intends this node to host.")
     state: NodeState
     previous: Placement | None = None
-    tau_s: float = 900.0
-    slot_s: float = 30.0
+    tau_s: float = TAU_S
+    slot_s: float = SLOT_S

@@ -13,10 +13,9 @@ TokenReview and authorizes by identity):
 - `GET /control/status` — the gateway's per-LM queue depth, which is the
   backlog Q_ni of the snapshot.
 
-The bodies are built here as plain JSON in the shapes of
-`lmedge.dataplane.wire` (`RoutingUpdate`, `LocalModels`, `GatewayStatus`); the
-backend sits below the data plane in the layering and cannot import it, and a
-unit test checks that the shapes still validate there.
+The bodies are built from the control models of `lmedge.api.gateway_control`
+(`RoutingUpdate`, `LocalModels`), the same classes the gateway validates them
+with, so a sender cannot drift from the receiver's schema.
 
 A gateway that does not answer is logged and skipped: one slow node must not
 stall the slot for every other node. The caller learns which pushes failed.
@@ -34,6 +33,7 @@ from typing import Any
 import httpx
 
 from lmedge.api import RoutingMap
+from lmedge.api.gateway_control import LocalModels, ModelEndpoint, RoutingUpdate
 from lmedge.errors import ConfigError
 
 __all__ = ["BearerToken", "GatewayClient", "models_body", "routing_body"]
@@ -87,20 +87,24 @@ def routing_body(
     routing: RoutingMap,
     run_started_at: float | None,
     slot_s: float | None = None,
+    tau_s: float | None = None,
 ) -> dict[str, Any]:
-    """A `RoutingUpdate` as JSON."""
-    return {
-        "run": run,
-        "slot": slot,
-        "run_started_at": run_started_at,
-        "slot_s": slot_s,
-        "routing": routing.model_dump(mode="json"),
-    }
+    """A `RoutingUpdate` as JSON (validated: a bad value fails here, not at the gateway)."""
+    update = RoutingUpdate(
+        run=run,
+        slot=slot,
+        run_started_at=run_started_at,
+        slot_s=slot_s,
+        tau_s=tau_s,
+        routing=routing,
+    )
+    return update.model_dump(mode="json")
 
 
 def models_body(endpoints: Mapping[str, str]) -> dict[str, Any]:
     """A `LocalModels` message as JSON: {lm: base URL of its pod}."""
-    return {"models": [{"lm": lm, "url": url} for lm, url in sorted(endpoints.items())]}
+    models = [ModelEndpoint(lm=lm, url=url) for lm, url in sorted(endpoints.items())]
+    return LocalModels(models=models).model_dump(mode="json")
 
 
 class GatewayClient:
@@ -130,9 +134,10 @@ class GatewayClient:
         routing: RoutingMap,
         run_started_at: float | None,
         slot_s: float | None = None,
+        tau_s: float | None = None,
     ) -> list[str]:
         """PUT the map to every gateway; the nodes whose gateway failed."""
-        body = routing_body(run, slot, routing, run_started_at, slot_s)
+        body = routing_body(run, slot, routing, run_started_at, slot_s, tau_s)
         return [n for n in sorted(self.urls) if not self._put(n, "/control/routing", body)]
 
     def push_models(self, node: str, endpoints: Mapping[str, str]) -> bool:

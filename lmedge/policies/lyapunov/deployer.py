@@ -42,11 +42,12 @@ from lmedge.api import (
     check_placement,
     nearest_feasible,
 )
+from lmedge.api.constants import SLOT_S
 from lmedge.policies.lyapunov.params import PluginParams, parse_params
 
 NAME = "lyapunov"
 #: The paper's slot length (s), the unit of its alphas (prompts per slot).
-PAPER_SLOT_S = 30.0
+PAPER_SLOT_S = SLOT_S
 
 #: The paper's calibrated service-rate weights (§VI), (alpha_gpu, alpha_cpu) per
 #: model, keyed by the model id's last path segment, lower-cased. They are
