@@ -65,12 +65,18 @@ class FullDeployer:
     name = "full"
 
     def __init__(self) -> None:
-        self._cached: dict[str, Placement] = {}
+        # keyed by what the placement depends on: an LMService applied, edited
+        # or deleted, or an edited node, on a live cluster gives a new placement
+        self._cached: dict[str, tuple[str, Placement]] = {}
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
-        value = self._cached.get(obs.node.name)
-        if value is None:
-            value = self._cached[obs.node.name] = full_placement(obs.node, obs.services)
+        key = obs.node.model_dump_json() + "".join(s.model_dump_json() for s in obs.services)
+        hit = self._cached.get(obs.node.name)
+        if hit is not None and hit[0] == key:
+            value = hit[1]
+        else:
+            value = full_placement(obs.node, obs.services)
+            self._cached[obs.node.name] = (key, value)
         return Decision[Placement](
             agent="deployer", policy=self.name, source="rule", value=value, node=obs.node.name
         )
