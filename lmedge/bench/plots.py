@@ -24,6 +24,8 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
+# Text stays text in SVGs: searchable, selectable, and editable in a paper.
+matplotlib.rcParams["svg.fonttype"] = "none"
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
@@ -194,7 +196,14 @@ def fig7(
     return path
 
 
-def fig9(summaries: Sequence[Summary], path: Path, title: str) -> Path:
+def fig9(
+    summaries: Sequence[Summary],
+    path: Path,
+    title: str,
+    *,
+    slot_s: float | None = None,
+    formats: Sequence[str] = ("png",),
+) -> Path:
     """The bench's objective per window over time, with a rolling mean over `ROLLING` windows."""
     groups = _by_policy(summaries)
     fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
@@ -209,13 +218,13 @@ def fig9(summaries: Sequence[Summary], path: Path, title: str) -> Path:
         c = colour(n, k)
         ax.plot(starts, rolling, color=c, label=f"{n} (rolling {ROLLING})")
         ax.plot(starts, series, color=c, alpha=0.25)
-    ax.set_xlabel("slot (30 s each)")
+    ax.set_xlabel(f"slot ({slot_s:g} s each)" if slot_s else "slot")
     ax.set_ylabel("objective J (lower is better)")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
     ax.set_title(title)
-    save(fig, path)
+    save(fig, path, formats)
     return path
 
 
@@ -288,9 +297,12 @@ def fig9_bursty(
         b.set_xlim(0, phases[-1][2])
     for ax in (a, b):
         ax.grid(alpha=0.3)
-        for i, (name, start, _end) in enumerate(phases):
+        for i, (name, start, end) in enumerate(phases):
             if i:
                 ax.axvline(start, color="black", linestyle=":", linewidth=1)
+            # burst phases shaded, so a reader sees at once where the load peaks
+            if "burst" in str(name).lower():
+                ax.axvspan(start, end, color="#fdd0a2", alpha=0.35, linewidth=0, zorder=0)
             if ax is a:
                 ax.annotate(
                     name,

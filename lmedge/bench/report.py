@@ -15,7 +15,7 @@ run to run) are in `timing.json`, so a report can be diffed against another.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -204,19 +204,41 @@ def _markdown(summaries: Sequence[Summary], figures: dict[str, list[str]]) -> st
 
 
 def write_report(
-    out: Path, summaries: Sequence[Summary], timings: Sequence[dict[str, Any]] = ()
+    out: Path,
+    summaries: Sequence[Summary],
+    timings: Sequence[dict[str, Any]] = (),
+    *,
+    loops: Mapping[str, tuple[float, float]] | None = None,
 ) -> Path:
-    """Write the report folder `out` (created if needed); returns `out/summary.md`."""
+    """Write the report folder `out` (created if needed); returns `out/summary.md`.
+
+    `loops` gives each scenario's (slot_s, tau_s), for the axes and the τ line.
+    Figures are written as PNG (150 dpi) and SVG.
+    """
     out.mkdir(parents=True, exist_ok=True)
     figures: dict[str, list[str]] = {}
+    formats = ("png", "svg")
     for sc in dict.fromkeys(s["scenario"] for s in summaries):
         runs = [s for s in summaries if s["scenario"] == sc]
-        names = []
-        for fig, make in (("fig6", plots.fig6), ("fig7", plots.fig7), ("fig9", plots.fig9)):
-            name = f"{fig}-{sc}.png"
-            make(runs, out / name, f"{sc}")
-            names.append(name)
-        figures[sc] = names
+        slot_s, tau_s = (loops or {}).get(sc, (None, None))
+        plots.fig6(
+            runs,
+            out / f"fig6-{sc}",
+            f"{sc}: windows of every seed pooled",
+            tau_s=tau_s,
+            formats=formats,
+        )
+        plots.fig7(
+            runs,
+            out / f"fig7-{sc}",
+            f"{sc}: per-LM latency and success",
+            tau_s=tau_s,
+            formats=formats,
+        )
+        plots.fig9(
+            runs, out / f"fig9-{sc}", f"{sc}: objective per window", slot_s=slot_s, formats=formats
+        )
+        figures[sc] = [f"{fig}-{sc}.png" for fig in ("fig6", "fig7", "fig9")]
     payload = {"runs": list(summaries), "scenarios": aggregate(summaries)}
     (out / "summary.json").write_text(dumps(payload))
     if timings:

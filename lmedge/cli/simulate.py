@@ -144,6 +144,17 @@ def _run_with_progress(spec: RunSpec, store: Store | None, update: Any, label: s
     return run(spec, store=store, on_slot=lambda d, t: update(d, t, label))
 
 
+def _loops(paths: Sequence[Path]) -> dict[str, tuple[float, float]]:
+    """{scenario name: (slot_s, tau_s)} for the report's axes and τ lines."""
+    from lmedge.sim import load_scenario
+
+    out = {}
+    for path in paths:
+        sc = load_scenario(path)
+        out[sc.name] = (sc.spec.loop.slot_s, sc.spec.loop.tau_s)
+    return out
+
+
 def _bench_tables(outcomes: Sequence[RunOutcome]) -> list[Table]:
     """One table per scenario: each policy's headline, means over seeds (fits 80 columns)."""
     from lmedge.bench.report import aggregate
@@ -349,6 +360,7 @@ def register(app: typer.Typer) -> None:
             out_dir,
             [o.summary for o in outcomes],
             [{"run_id": o.run_id, **o.timing} for o in outcomes],
+            loops=_loops(paths),
         )
         for table in _bench_tables(outcomes):
             out.print(table)
@@ -393,6 +405,7 @@ def register(app: typer.Typer) -> None:
             out_dir,
             [o.summary for o in outcomes],
             [{"run_id": o.run_id, **o.timing} for o in outcomes],
+            loops=_loops([path]),
         )
         out.print(_table(outcomes[0]))
         location = parse_store_location(store)
