@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, parse_qsl, urlencode
 
 from fastapi import FastAPI, Query, Request
 from fastapi import Path as PathParam
@@ -156,6 +156,17 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         return error(request, exc.status_code, str(exc.detail))
 
     @app.middleware("http")
+    async def _drop_empty_fields(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        # A filter form submits its empty fields as `name=`; empty means "any".
+        query = request.scope.get("query_string", b"")
+        if query:
+            kept = [(k, v) for k, v in parse_qsl(query.decode("latin-1")) if v != ""]
+            request.scope["query_string"] = urlencode(kept).encode("latin-1")
+        return await call_next(request)
+
+    @app.middleware("http")
     async def _guard(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
@@ -199,9 +210,13 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         request: Request,
         run_id: str,
         window: Annotated[int, Query(ge=1, le=10_000, description="Slots per window.")] = 10,
+        start: Annotated[int, Query(ge=0, description="First slot counted.")] = 0,
+        end: Annotated[int | None, Query(ge=1, description="First slot not counted.")] = None,
     ) -> HTMLResponse:
+        if end is not None and end <= start:
+            return error(request, 400, f"end ({end}) must be after start ({start})")
         with reading() as db:
-            state = views.run_state(db, run_id, window, cfg.live_window_s)
+            state = views.run_state(db, run_id, window, cfg.live_window_s, start, end)
         starts = [float(w["start_slot"]) for w in state.windows]
 
         def series(key: str) -> list[tuple[float, float | None]]:

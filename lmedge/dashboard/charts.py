@@ -36,8 +36,8 @@ PALETTE: Final = (
 #: Decision sources, coloured the same in every view.
 SOURCE_COLOURS: Final = {"llm": "#4e79a7", "rule": "#59a14f", "fallback": "#e15759"}
 
-_W, _H = 640, 240
-_LEFT, _RIGHT, _TOP, _BOTTOM = 56, 150, 16, 40
+_W, _H = 640, 260
+_LEFT, _RIGHT, _TOP, _BOTTOM = 56, 150, 34, 40
 
 
 def colour(i: int) -> str:
@@ -218,7 +218,7 @@ class Heatmap:
         out.append(
             f'<text x="{label_w + cell_w * len(self.columns) / 2:.1f}" y="{base + 32}" '
             f'text-anchor="middle" font-size="12">{escape(self.x_label)}</text>'
-            f'<text x="12" y="{_TOP - 4}" font-size="12">{escape(self.y_label)}</text>'
+            f'<text x="8" y="{_TOP - 6}" font-size="12">{escape(self.y_label)}</text>'
         )
         # The scale: 0 .. v_max in five steps.
         for i in range(6):
@@ -266,17 +266,18 @@ class Timeline:
         x_lo, x_hi = min(xs), max(xs)
         if x_hi == x_lo:
             x_hi = x_lo + 1
-        pw = _W - _LEFT - _RIGHT
+        left = max(_LEFT, 14 + 7 * max((len(lane) for lane in self.lanes), default=0))
+        pw = _W - left - _RIGHT
 
         def px(x: float) -> float:
-            return _LEFT + 8 + (x - x_lo) / (x_hi - x_lo) * (pw - 16)
+            return left + 8 + (x - x_lo) / (x_hi - x_lo) * (pw - 16)
 
         out = [_open(self.title, self.chart_id, _W, height)]
         for i, lane in enumerate(self.lanes):
             y = _TOP + i * lane_h + lane_h / 2
             out.append(
-                f'<line x1="{_LEFT}" x2="{_LEFT + pw}" y1="{y}" y2="{y}" stroke="#ddd"/>'
-                f'<text x="{_LEFT - 6}" y="{y + 4}" text-anchor="end" font-size="12">'
+                f'<line x1="{left}" x2="{left + pw}" y1="{y}" y2="{y}" stroke="#ddd"/>'
+                f'<text x="{left - 6}" y="{y + 4}" text-anchor="end" font-size="12">'
                 f"{escape(lane)}</text>"
             )
         base = _TOP + lane_h * len(self.lanes)
@@ -286,7 +287,7 @@ class Timeline:
                 f"{_fmt_tick(t)}</text>"
             )
         out.append(
-            f'<text x="{_LEFT + pw / 2}" y="{base + 32}" text-anchor="middle" font-size="12">'
+            f'<text x="{left + pw / 2}" y="{base + 32}" text-anchor="middle" font-size="12">'
             f"{escape(self.x_label)}</text>"
         )
         for m in self.marks:
@@ -323,13 +324,15 @@ def _open(title: str, chart_id: str, width: float = _W, height: float = _H) -> s
         f'role="img" aria-label="{escape(title)}" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif">'
         f"<title>{escape(title)}</title>"
+        f'<text class="chart-title" x="8" y="16" font-size="13" font-weight="bold">'
+        f"{escape(title)}</text>"
     )
 
 
 def _empty(title: str, chart_id: str) -> str:
     return (
         _open(title, chart_id, _W, 60)
-        + '<text x="12" y="34" font-size="13" fill="#666">no data yet</text></svg>'
+        + '<text x="12" y="44" font-size="13" fill="#666">no data yet</text></svg>'
     )
 
 

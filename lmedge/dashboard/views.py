@@ -128,6 +128,8 @@ class RunState:
     info: RunInfo
     constants: RunConstants
     window_slots: int
+    start_slot: int
+    end_slot: int
     records: int
     headline: dict[str, float | int | None]
     per_lm: list[dict[str, Any]]
@@ -141,13 +143,37 @@ class RunState:
     latest_decision: datetime | None
 
 
-def run_state(store: Store, run_id: str, window_slots: int, live_window_s: float) -> RunState:
-    """The metrics of `run_id` over all its stored requests, cut into `window_slots` windows."""
+def run_state(
+    store: Store,
+    run_id: str,
+    window_slots: int,
+    live_window_s: float,
+    start_slot: int = 0,
+    end_slot: int | None = None,
+) -> RunState:
+    """The metrics of `run_id` over its requests that arrived in [start_slot, end_slot).
+
+    `end_slot` None: every stored request, including those an emulated run
+    received while it settled after its measured slots (give the measured
+    slot count to match `lmedge simulate`'s summary). Cut into `window_slots` windows.
+    """
     info = find_run(store, run_id)
     c = constants(info)
-    records = list(store.requests(run_id))
+    records = [
+        r
+        for r in store.requests(run_id)
+        if r.slot >= start_slot and (end_slot is None or r.slot < end_slot)
+    ]
     lms = sorted({r.lm for r in records})
-    seg = segment_metrics(records, lms, window_slots, tau_s=c.tau_s, lam=c.lam)
+    seg = segment_metrics(
+        records,
+        lms,
+        window_slots,
+        start_slot=start_slot,
+        end_slot=end_slot,
+        tau_s=c.tau_s,
+        lam=c.lam,
+    )
     o = seg.overall
     conflicts = conflict_stats(records, tau_s=c.tau_s)
     headline: dict[str, float | int | None] = {
@@ -190,6 +216,8 @@ def run_state(store: Store, run_id: str, window_slots: int, live_window_s: float
         info=info,
         constants=c,
         window_slots=window_slots,
+        start_slot=seg.start_slot,
+        end_slot=seg.end_slot,
         records=len(records),
         headline=headline,
         per_lm=[
