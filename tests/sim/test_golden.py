@@ -1,4 +1,5 @@
-"""Seeded golden summaries of the `testbed` scenario under the RR and RF baselines.
+"""Seeded golden summaries of the `testbed` scenario under the RR and RF baselines,
+and of the `churn` scenario (testbed + a timeline of cluster events) under RR and MA.
 
 The whole path runs: scenario files -> emulator -> control loop with the
 catalog's plugins -> `lmedge.metrics` -> the `simulate --json` summary. A
@@ -26,6 +27,8 @@ from lmedge.sim import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTBED = ROOT / "examples" / "testbed"
+CHURN = ROOT / "examples" / "churn"
+CHURN_SLOTS = 200  # the timeline's last event is at slot 180
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("LMEDGE_REGEN_GOLDEN") == "1"
 SLOTS = 100
@@ -49,6 +52,27 @@ def test_golden_summary(policy: str) -> None:
         path.write_text(text)
     assert path.exists(), f"missing {path}; run with LMEDGE_REGEN_GOLDEN=1 to create it"
     assert text == path.read_text()
+
+
+@functools.cache
+def churn_text(policy: str) -> str:
+    return dumps(run(RunSpec(CHURN, PolicyChoice(policy), SEED, CHURN_SLOTS)).summary)
+
+
+@pytest.mark.parametrize("policy", ["rr", "ma"])
+def test_churn_golden_summary(policy: str) -> None:
+    path = GOLDEN / f"controller-churn-{policy}-s{SEED}-{CHURN_SLOTS}.json"
+    text = churn_text(policy)
+    if REGEN:
+        path.write_text(text)
+    assert path.exists(), f"missing {path}; run with LMEDGE_REGEN_GOLDEN=1 to create it"
+    assert text == path.read_text()
+    summary = json.loads(text)
+    # the timeline stranded requests on both counts, and every one has an outcome
+    assert summary["outcomes"]["node_lost"] > 0
+    assert summary["outcomes"]["lm_removed"] > 0
+    assert sum(summary["outcomes"].values()) == summary["requests"]
+    assert [x["lm"] for x in summary["per_lm"]] == ["lm1", "lm2", "lm3", "lm4", "lm5"]
 
 
 def test_same_seed_same_bytes_other_seed_other_numbers() -> None:
