@@ -103,6 +103,9 @@ def test_schema_accepts_the_defaults_and_knows_every_value() -> None:
         ({"workloadNamespace": "Not_A_Namespace"}, "workloadNamespace"),
         ({"timeSlicing": {"replicas": [2, 2]}}, "replicas"),
         ({"gatway": {}}, "gatway"),
+        ({"policy": {"profile": "mma"}}, "mma"),
+        ({"policy": {"deployer": "agentic-deployer"}}, "agentic-deployer"),
+        ({"monitoring": {"prometheusRule": {"silentSlots": 0}}}, "silentSlots"),
     ],
 )
 def test_schema_rejects_bad_values(patch: dict[str, Any], where: str) -> None:
@@ -116,3 +119,33 @@ def test_schema_rejects_bad_values(patch: dict[str, Any], where: str) -> None:
     errors = list(jsonschema_rs.validator_for(schema).iter_errors(values))
     assert errors
     assert any(where in str(e) for e in errors), [str(e) for e in errors]
+
+
+def _catalog() -> dict[str, list[str]]:
+    from lmedge.controller import catalog
+
+    catalog.profile("ma")  # the registrations are in place
+    return {
+        "profile": sorted(catalog.PROFILES),
+        "planner": ["", *sorted(catalog.PLANNERS)],
+        "router": ["", *sorted(catalog.ROUTERS)],
+        "deployer": ["", *sorted(catalog.DEPLOYERS)],
+    }
+
+
+def test_schema_knows_exactly_the_registered_profiles_and_plugins() -> None:
+    # `helm install --set policy.profile=typo` must fail at install, not in a
+    # crash-looping controller; and a new plugin must be installable.
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    policy = schema["properties"]["policy"]["properties"]
+    assert {k: policy[k]["enum"] for k in ("profile", "planner", "router", "deployer")} == (
+        _catalog()
+    )
+
+
+def test_policy_examples_in_values_name_real_plugins() -> None:
+    known = _catalog()
+    text = (CHART / "values.yaml").read_text()
+    for tier in ("profile", "planner", "router", "deployer"):
+        for name in re.findall(rf"Example: {tier}: ([\w-]+)", text):
+            assert name in known[tier], f"values.yaml example {tier}: {name} does not exist"
