@@ -2,26 +2,37 @@
 
 An agent with an endpoint asks its LLM and returns
 
-- `source="llm"` with the LLM's value when the reply parsed, with
-  `validated=False` and the violations when `check` found it infeasible
-  (the controller, the single place that enforces feasibility, replaces it);
-- `source="fallback"`, `outcome="replaced"` with the paper's fallback value
-  when the call failed or the reply never parsed: error, raw reply and
-  tokens are kept for the audit.
+- `source="llm"` with the LLM's value when the reply parsed, passed `check`
+  and the scoring guard (guard.py) estimated it no worse than the rule's
+  decision by more than the margin; `Decision.guard` holds both estimates;
+- `source="rule"`, `outcome="replaced"` with the rule's value when the
+  guard judged the valid LLM proposal worse (both estimates in the audit);
+- `source="fallback"`, `outcome="replaced"` with the rule's value when the
+  call failed, the reply never parsed or stayed infeasible after the
+  client's repair turn: error, violations, raw reply and tokens are kept.
+  The agent's own rule is the fallback of an LLM agent, never "keep what
+  runs" (on a cold start that keeps every node empty); only when the rule
+  raises too does the paper's last resort (`fallback`) run.
 
 Without an endpoint it returns the rule backend's value with `source="rule"`.
-Either way the agent's own `check` runs so the audit records violations.
+Either way the agent's own `check` runs so the audit records violations;
+the controller's decision guard (`lmedge.controller.guard`) validates again.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
+from lmedge.agents.guard import choose
 from lmedge.agents.llm import LLMClient
 from lmedge.agents.settings import AgentName, LLMSettings, resolve_settings
 from lmedge.api import AgentKind, Decision, MacroPolicy, Placement, RoutingMap
+from lmedge.api.decisions import cap_text
 from lmedge.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T", MacroPolicy, RoutingMap, Placement)
 
@@ -33,6 +44,8 @@ _SETTING_FIELDS = (
     "timeout_s",
     "budget_s",
     "max_retries",
+    "guard",
+    "guard_margin",
 )
 _AGENTS = ("planner", "scheduler", "deployer")
 #: Parameter keys an agentic plugin accepts (the CLI passes the same set to all three).
@@ -85,9 +98,19 @@ class AgentCore:
         rule: Callable[[], T],
         check: Callable[[T], list[str]],
         fallback: Callable[[], T],
+        score: Callable[[T], float] | None = None,
         node: str | None = None,
     ) -> Decision[T]:
-        """Ask the LLM (or run the rule) and wrap the result in an audited `Decision`."""
+        """Ask the LLM (or run the rule) and wrap the result in an audited `Decision`.
+
+        With an LLM: a failed call or an unparsable reply runs the rule
+        (`source="fallback"`, the error kept); a reply still infeasible after
+        the client's repair turn runs the rule too (its violations kept); a
+        valid reply goes through the scoring guard (`score`, when the guard is
+        on) and runs only if it is estimated no worse than the rule's decision
+        by more than the margin. Only when the rule itself raises does the
+        agent use `fallback`, the paper's last resort.
+        """
         if self.client is None:
             value = rule()
             violations = check(value)
@@ -113,26 +136,57 @@ class AgentCore:
             "tokens_out": reply.tokens_out,
             "model": reply.model,
         }
-        if reply.value is None:
+        if reply.value is None or reply.violations:
+            value, error = self._rule_or_last_resort(rule, fallback)
+            if reply.value is None:
+                error = "; ".join(e for e in (reply.error or "no usable reply", error) if e)
             return _envelope(
                 model,
                 source="fallback",
-                value=fallback(),
-                parsed=False,
+                value=value,
+                parsed=reply.value is not None,
                 validated=False,
                 outcome="replaced",
-                error=reply.error or "no usable reply",
+                violations=reply.violations,
+                error=error,
                 **common,
             )
+        if score is None or not self.settings.guard:
+            return _envelope(model, source="llm", value=reply.value, parsed=True, **common)
+        try:
+            reference = rule()
+            chosen, audit = choose(reply.value, reference, score, self.settings.guard_margin)
+        except Exception as exc:  # no estimate, no judgement: the LLM's valid value runs
+            log.exception("%s %s: the scoring guard failed", self.agent, self.policy)
+            return _envelope(
+                model,
+                source="llm",
+                value=reply.value,
+                parsed=True,
+                error=cap_text(f"guard failed: {type(exc).__name__}: {exc}"),
+                **common,
+            )
+        if audit.chosen == "llm":
+            return _envelope(model, source="llm", value=chosen, parsed=True, guard=audit, **common)
         return _envelope(
             model,
-            source="llm",
-            value=reply.value,
+            source="rule",
+            value=chosen,
             parsed=True,
-            validated=not reply.violations,
-            violations=reply.violations,
+            outcome="replaced",
+            guard=audit,
             **common,
         )
+
+    def _rule_or_last_resort(
+        self, rule: Callable[[], T], fallback: Callable[[], T]
+    ) -> tuple[T, str | None]:
+        """The rule's value; the last resort (with why) when the rule raises too."""
+        try:
+            return rule(), None
+        except Exception as exc:  # the rule is a bug here; the last resort cannot fail
+            log.exception("%s %s: the rule fallback failed", self.agent, self.policy)
+            return fallback(), cap_text(f"rule fallback failed: {type(exc).__name__}: {exc}")
 
 
 def _envelope(kind: type[T], /, **fields: Any) -> Decision[T]:

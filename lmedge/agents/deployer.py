@@ -4,8 +4,11 @@ Each call sees one node only: its role intent, per-LM backlog, deployment
 status and headroom, with a system prompt specialised to the node's hardware
 (CPU-only, single-GPU, multi-GPU). It returns that node's `Placement`.
 Without an endpoint the rule backend (rules/deployer.py) decides. A failed
-LLM call falls back to a feasible placement from the node's own action space:
-the running set, mapped to the nearest feasible placement (paper §V-D2).
+LLM call falls back to the rule's placement; the running set mapped to the
+nearest feasible placement (paper §V-D2) is only the last resort, when the
+rule fails too: on a cold start it keeps the node empty. A valid LLM
+placement runs only if the scoring guard (guard.py) estimates it no worse
+than the rule's by more than the margin.
 The object is stateless between calls, so the controller may call it for
 several nodes at once from different threads.
 """
@@ -16,9 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmedge.agents.core import AgentCore
-from lmedge.agents.rendering import render_node
+from lmedge.agents.guard import placement_objective
+from lmedge.agents.rendering import placement_format, render_node
 from lmedge.agents.rules.deployer import rule_placement
 from lmedge.api import (
+    Capabilities,
     ClusterContext,
     Decision,
     LMPlacement,
@@ -27,6 +32,7 @@ from lmedge.api import (
     check_placement,
     nearest_feasible,
 )
+from lmedge.metrics import LAMBDA
 
 
 def keep_running(obs: NodeObservation) -> Placement:
@@ -43,15 +49,17 @@ class AgenticDeployer:
 
     name = "agentic"
 
-    def __init__(self, core: AgentCore) -> None:
+    def __init__(self, core: AgentCore, lam: float = LAMBDA) -> None:
         self.core = core
+        #: The run's objective weight, for the scoring guard's estimate.
+        self.lam = lam
         #: With an endpoint each call waits on HTTP: the loop then runs the nodes'
         #: deployers concurrently, as the paper's per-node agents are.
-        self.io_bound = core.uses_llm
+        self.capabilities = Capabilities(io_bound=core.uses_llm)
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticDeployer:
-        return cls(AgentCore.from_params("deployer", params, ctx.slot_s, cls.name))
+        return cls(AgentCore.from_params("deployer", params, ctx.slot_s, cls.name), ctx.lam)
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
         reference = rule_placement(obs)
@@ -59,8 +67,10 @@ class AgenticDeployer:
             model=Placement,
             schema_name="placement",
             prompts=lambda: render_node(obs, reference),
+            reply_format=lambda: placement_format(obs),
             rule=lambda: reference,
             check=lambda v: [str(x) for x in check_placement(v, obs.node, obs.services)],
             fallback=lambda: keep_running(obs),
+            score=lambda v: placement_objective(obs, v, self.lam),
             node=obs.node.name,
         )

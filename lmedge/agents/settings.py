@@ -10,10 +10,13 @@ Settings resolve per agent, first match wins:
 
 `<agent>` is `planner`, `scheduler` or `deployer`; `<field>` is `model`,
 `base_url`, `api_key`, `api_key_file` (a path, e.g. a mounted Kubernetes
-Secret), `timeout_s`, `budget_s` or `max_retries`. An agent uses its LLM only
-when a base URL or an API key is configured; otherwise it runs its rule
-backend. Nothing here reads `OPENAI_API_KEY`: an lmedge run never calls a
-paid endpoint unless it was told to.
+Secret), `timeout_s`, `budget_s`, `max_retries`, `guard` (the scoring guard
+of guard.py: on by default, `off`/`false` runs every valid LLM proposal) or
+`guard_margin` (how much worse in estimated J than the rule a proposal may
+be). An agent uses its LLM only when a base URL or an API key is
+configured; otherwise it runs its rule backend. Nothing here reads
+`OPENAI_API_KEY`: an lmedge run never calls a paid endpoint unless it was
+told to.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lmedge.agents.guard import GUARD_MARGIN
 from lmedge.errors import ConfigError
 
 AgentName = Literal["planner", "scheduler", "deployer"]
@@ -48,7 +52,17 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 #: budgets (12 + 6 s of 30 s).
 PLANNER_SLOT_SHARE = 0.3
 
-_FIELDS = ("model", "base_url", "api_key", "api_key_file", "timeout_s", "budget_s", "max_retries")
+_FIELDS = (
+    "model",
+    "base_url",
+    "api_key",
+    "api_key_file",
+    "timeout_s",
+    "budget_s",
+    "max_retries",
+    "guard",
+    "guard_margin",
+)
 
 
 class LLMSettings(BaseModel):
@@ -73,6 +87,17 @@ class LLMSettings(BaseModel):
     )
     max_retries: int = Field(
         ge=0, le=5, description="Retries after timeouts, 429 and 5xx, inside budget_s."
+    )
+    guard: bool = Field(
+        default=True,
+        description="Run a valid LLM proposal only if its estimated objective is within "
+        "guard_margin of the rule's (lmedge.agents.guard).",
+    )
+    guard_margin: float = Field(
+        default=GUARD_MARGIN,
+        ge=0,
+        le=1,
+        description="Allowed excess of the LLM proposal's estimated objective over the rule's.",
     )
 
     @property

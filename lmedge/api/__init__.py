@@ -24,13 +24,16 @@ from lmedge.api.feasibility import (
     nearest_feasible,
 )
 from lmedge.api.interfaces import (
+    NO_CAPABILITIES,
     ActuationResult,
+    Capabilities,
     Clock,
     ClusterBackend,
     Deployer,
     FeedbackConsumer,
     Planner,
     Router,
+    capabilities_of,
 )
 from lmedge.api.observations import (
     Arrival,
@@ -62,9 +65,11 @@ from lmedge.api.resources import (
 __all__ = [
     "API_GROUP",
     "API_VERSION",
+    "NO_CAPABILITIES",
     "ActuationResult",
     "AgentKind",
     "Arrival",
+    "Capabilities",
     "Clock",
     "ClusterBackend",
     "ClusterContext",
@@ -104,6 +109,7 @@ __all__ = [
     "Snapshot",
     "Source",
     "Violation",
+    "capabilities_of",
     "check_macro_policy",
     "check_placement",
     "check_routing_map",

@@ -146,13 +146,34 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class GuardScore(WireModel):
+    """One candidate the scoring guard weighed: who proposed it and its estimated objective."""
+
+    source: Literal["llm", "rule"]
+    objective: float = Field(description="Estimated objective J of executing it (lower is better).")
+
+
+class GuardAudit(WireModel):
+    """How the scoring guard chose between an LLM proposal and the rule's decision.
+
+    The LLM's value runs only when its estimate is at most `margin` above the
+    rule's; `chosen` says which ran and `reason` why, in words.
+    """
+
+    margin: float = Field(ge=0, description="Allowed excess of the LLM's estimate over the rule's.")
+    candidates: list[GuardScore] = Field(description="The LLM's and the rule's estimates.")
+    chosen: Literal["llm", "rule"]
+    reason: str = ""
+
+
 class Decision(WireModel, Generic[T]):
     """The audit envelope: a decided value plus how it came to be.
 
     Plugins fill `value`, `source`, `policy` and, for LLM agents, `raw`,
-    `parsed`, `validated`, `violations`, `tokens_*` and `model`. The controller
-    (the runner, not the plugin) stamps `run`, `epoch`, `slot`, `latency_s` and
-    `sim_time_s`, validates, and when it replaces the value sets
+    `parsed`, `validated`, `violations`, `tokens_*`, `model` and `guard` (the
+    scoring guard's comparison with the rule). The controller (the runner, not
+    the plugin) stamps `run`, `epoch`, `slot`, `latency_s`, `sim_time_s` and
+    `trigger`, validates, and when it replaces the value sets
     `outcome="replaced"` and keeps the violations that caused it.
 
     What an LLM reply brings in is bounded here, once, for every agent: token
@@ -187,6 +208,15 @@ class Decision(WireModel, Generic[T]):
     tokens_out: int = Field(default=0, ge=0)
     model: str | None = None
     sim_time_s: float = Field(default=0.0, ge=0, description="Run clock at decision time.")
+    trigger: str | None = Field(
+        default=None,
+        description="Why a decision was made off its schedule, e.g. a re-plan after a "
+        "cluster change ('lm_added lm5; node_down worker-2: Node NotReady').",
+    )
+    guard: GuardAudit | None = Field(
+        default=None,
+        description="The scoring guard's comparison with the rule, when one was made.",
+    )
     created_at: datetime = Field(default_factory=_utcnow)
 
     @field_validator("tokens_in", "tokens_out", mode="before")

@@ -3,7 +3,8 @@
 A *policy* is a Planner + Router + Deployer. Policies are pure: they take an
 observation and return a `Decision`; no I/O and no wall clock, so the same
 objects run in the emulator and on the cluster. Learning policies (PerLLM's
-bandits) receive completed requests through `observe`.
+bandits) receive completed requests through `observe`. A plugin declares
+what the loop must know about it in `capabilities` (`Capabilities`).
 
 A `ClusterBackend` is one world (emulated or Kubernetes). The controller loop
 drives it through this protocol only, so it cannot tell the two apart; the
@@ -14,6 +15,7 @@ clock).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pydantic import Field
@@ -30,6 +32,44 @@ from lmedge.api.observations import (
     Snapshot,
 )
 from lmedge.api.records import NodeTelemetry, RequestRecord
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a plugin declares about itself, so no caller has to probe for attributes.
+
+    - `routes_request_classes` (router): it routes request classes itself
+      (e.g. `cema` chooses the model); otherwise the loop shows it each class
+      as its first model and maps the result back (`lmedge.policies.classes`).
+    - `io_bound` (deployer): a call waits on I/O (an LLM over HTTP), so the
+      loop runs the nodes' deployers concurrently.
+    - `joint_router` (deployer): the name of the router whose joint solve in
+      the same process this deployer reads its placements from (`milp`).
+      Such a deployer cannot run in a node agent, apart from its router: a
+      profile pairing them is refused when it is loaded for a cluster.
+    """
+
+    routes_request_classes: bool = False
+    io_bound: bool = False
+    joint_router: str | None = None
+
+
+#: What a plugin that declares nothing can do: the defaults above.
+NO_CAPABILITIES = Capabilities()
+
+
+@runtime_checkable
+class DeclaresCapabilities(Protocol):
+    """A plugin with a `capabilities` declaration; plugins without one have `NO_CAPABILITIES`."""
+
+    capabilities: Capabilities
+
+
+def capabilities_of(plugin: object) -> Capabilities:
+    """The plugin's declared `Capabilities` (`NO_CAPABILITIES` when it declares none)."""
+    if isinstance(plugin, DeclaresCapabilities) and isinstance(plugin.capabilities, Capabilities):
+        return plugin.capabilities
+    return NO_CAPABILITIES
 
 
 @runtime_checkable

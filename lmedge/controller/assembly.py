@@ -16,15 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmedge.api import ClusterContext, Deployer, Planner, Router
-from lmedge.api.runconfig import PolicyConfig
 from lmedge.controller.catalog import (
     BuildContext,
     Profile,
     build_deployer,
     build_planner,
     build_router,
+    entry,
     profile,
 )
+from lmedge.errors import ConfigError
 
 
 def derive_seed(seed: int, role: str) -> int:
@@ -41,25 +42,6 @@ class PolicyChoice:
     router: str | None = None
     deployer: str | None = None
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, config: PolicyConfig) -> PolicyChoice:
-        """The choice a run's stored `PolicyConfig` names (its seed is the caller's)."""
-        params: dict[str, Mapping[str, Any]] = {t: dict(p) for t, p in config.params.items()}
-        return cls(config.profile, config.planner, config.router, config.deployer, params)
-
-    def config(self, seed: int = 0) -> PolicyConfig:
-        """This choice as the `PolicyConfig` a run stores (names checked first)."""
-        self.resolve()
-        params: dict[Any, dict[str, Any]] = {t: dict(p) for t, p in self.params.items() if p}
-        return PolicyConfig(
-            profile=self.profile or "rr",
-            planner=self.planner,
-            router=self.router,
-            deployer=self.deployer,
-            params=params,
-            seed=seed,
-        )
 
     def resolve(self) -> Profile:
         """The effective planner/router/deployer names (raises `ConfigError` if unknown)."""
@@ -83,17 +65,63 @@ class PolicyPlugins:
     deployers: dict[str, Deployer]
 
 
-def build_plugins(choice: PolicyChoice, ctx: ClusterContext, seed: int) -> PolicyPlugins:
-    """Build every plugin of `choice` for `ctx`; bad names or parameters raise `ConfigError`."""
+def build_plugins(
+    choice: PolicyChoice, ctx: ClusterContext, seed: int, *, deployers_in_process: bool = True
+) -> PolicyPlugins:
+    """Build every plugin of `choice` for `ctx`; bad names or parameters raise `ConfigError`.
+
+    With `deployers_in_process=False` (a cluster: the node agents run the
+    deployers) no deployer is built here, and a profile whose deployer needs
+    its router in the same process is refused (`check_split`).
+    """
     p = choice.resolve()
 
-    def bc(kind: str, role: str) -> BuildContext:
-        return BuildContext(ctx, derive_seed(seed, role), choice.params.get(kind, {}))
+    def bc(kind: str, role: str, router: Router | None = None) -> BuildContext:
+        return BuildContext(ctx, derive_seed(seed, role), choice.params.get(kind, {}), router)
 
+    if not deployers_in_process:
+        check_split(p)
     planner = build_planner(p.planner, bc("planner", "planner"))
     router = build_router(p.router, bc("router", "router"))
-    deployers = {
-        n.name: build_deployer(p.deployer, bc("deployer", f"deployer:{n.name}"))
-        for n in ctx.workers
-    }
+    deployers = (
+        {
+            n.name: build_deployer(p.deployer, bc("deployer", f"deployer:{n.name}", router))
+            for n in ctx.workers
+        }
+        if deployers_in_process
+        else {}
+    )
     return PolicyPlugins(p.name, planner, router, deployers)
+
+
+def check_split(p: Profile) -> None:
+    """Refuse a profile whose deployer cannot run apart from its router (in a node agent).
+
+    A deployer declaring `Capabilities.joint_router` reads the placements its
+    router solved in the same process; a node agent has no router, so on a
+    cluster the profile would run with deployers that never decide.
+    """
+    joint = entry("deployer", p.deployer).capabilities.joint_router
+    if joint is not None:
+        raise ConfigError(
+            f"policy {p.name}: the {p.deployer} deployer places what the {joint} router solves "
+            "jointly in the same process, but on a cluster the deployers run in the node "
+            "agents, apart from the router; use this policy with `lmedge simulate`, or a "
+            "policy whose deployer decides alone on a cluster (e.g. ma)"
+        )
+
+
+def build_node_deployer(
+    choice: PolicyChoice, ctx: ClusterContext, node: str, seed: int
+) -> Deployer:
+    """The deployer a node agent runs for `node` (the same seed the loop would give it).
+
+    Refuses (`ConfigError`) a profile whose deployer needs its router in the
+    same process (`check_split`).
+    """
+    p = choice.resolve()
+    check_split(p)
+    return build_deployer(
+        p.deployer,
+        BuildContext(ctx, derive_seed(seed, f"deployer:{node}"), choice.params.get("deployer", {})),
+    )

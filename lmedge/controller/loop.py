@@ -27,6 +27,30 @@ slot t (length `ClusterContext.slot_s`):
 6. at an epoch end, `EpochMetrics` over the requests finished in the epoch
    and a `MemoryCase`.
 
+Every plugin call goes through one `DecisionGuard` (guard.py: call,
+validate, repair with the role priority, last-resort fallback, stamp), the
+same one the node agents use for their deployers.
+
+Before all of it the loop follows the cluster (`ClusterBackend.refresh`):
+a changed context replaces `ctx` from this slot on, and a change that can
+invalidate the macro policy (`ContextUpdate.needs_replan`) re-plans at once,
+the planner's decision audited with the changes as its `trigger`.
+
+A run that lasts weeks (the controller on a cluster) must not grow:
+`keep_history=False` keeps no per-request or per-slot history in the
+`RunResult` (records, decisions, placements, actuations, timings; only the
+last `MAX_EPOCHS_KEPT` epochs' metrics), and the episodic memory handed to
+the planner is bounded. Records still reach the store, feedback and the
+epoch metrics, one slot at a time.
+
+Planning may run beside the slot loop (`background_planning=True`, the
+cluster path): at an epoch boundary the observation is taken in the loop
+and the planner runs in a thread; the router and deployers keep using the
+previous macro policy until the new one has been validated, and it applies
+from the next slot start after that. With `plan_lag_slots=k` it applies
+exactly k slots after the boundary, waiting for it then if need be, so a
+run on virtual time stays deterministic.
+
 Contracts for plugin authors:
 
 - Plugins are pure and never read a clock: the loop stamps every `Decision`
@@ -36,9 +60,9 @@ Contracts for plugin authors:
   right kind, is replaced by the fallback and audited with the error; the
   loop never crashes on a plugin.
 - Deployers run in a thread pool (one thread per worker node, capped at
-  `max_workers`) when any of them has a true `io_bound` attribute, e.g. an
-  LLM agent waiting on HTTP; otherwise sequentially, which is faster for
-  pure rules. Either way results are collected in node order.
+  `max_workers`) when any of them declares `Capabilities(io_bound=True)`,
+  e.g. an LLM agent waiting on HTTP; otherwise sequentially, which is faster
+  for pure rules. Either way results are collected in node order.
 - Feedback: the planner and router receive every finished request; a node's
   deployer receives those whose destination is its node.
 
@@ -52,9 +76,9 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from lmedge.api import (
     ActuationResult,
@@ -62,14 +86,12 @@ from lmedge.api import (
     ClusterBackend,
     ClusterContext,
     Decision,
-    Deployer,
     EpochMetrics,
     FeedbackConsumer,
     MacroPolicy,
     MemoryCase,
     NodeInfo,
     NodeObservation,
-    NodeState,
     NodeTelemetry,
     Placement,
     PlanningObservation,
@@ -77,31 +99,22 @@ from lmedge.api import (
     RoutingMap,
     SlotObservation,
     Snapshot,
-    Violation,
-    check_macro_policy,
-    check_placement,
-    check_routing_map,
-    nearest_feasible,
+    capabilities_of,
 )
-from lmedge.api.decisions import AgentKind, cap_text, cap_violations
+from lmedge.api.live import REPLAN_KINDS, ContextUpdate
 from lmedge.controller.assembly import PolicyPlugins, derive_seed
-from lmedge.controller.fallbacks import (
-    fallback_macro_policy,
-    fallback_placement,
-    fallback_routing,
-)
+from lmedge.controller.guard import DecisionGuard
 from lmedge.metrics import metric_lms, window_metrics
 from lmedge.policies.classes import class_arrivals, lm_arrivals, routes_for_classes
 from lmedge.store import Store
 
 log = logging.getLogger(__name__)
 
-V = TypeVar("V", MacroPolicy, RoutingMap, Placement)
-
 #: Most deployer threads, whatever the node count: LLM endpoints throttle anyway.
 MAX_DEPLOYER_THREADS = 16
-#: Repair priority bonus of an LM in the node's role intent; above any backlog.
-ROLE_PRIORITY = 1e9
+#: Epoch metrics a run without history keeps (the newest): 2,000 epochs are
+#: 35 days of 25-minute epochs; the store has all of them.
+MAX_EPOCHS_KEPT = 2000
 #: Memory cases handed to the planner, best objective first. The planner picks
 #: its own cases from them (best, worst, most similar traffic), so it needs the
 #: whole range, not a top few; the bound only keeps observations small on very
@@ -158,17 +171,24 @@ class ControlLoop:
         memory: Sequence[MemoryCase] = (),
         max_workers: int = MAX_DEPLOYER_THREADS,
         keep_decisions: bool = True,
+        keep_history: bool = True,
         store_every: int = 1,
         telemetry: bool = True,
+        background_planning: bool = False,
+        plan_lag_slots: int | None = None,
     ) -> None:
+        if plan_lag_slots is not None and plan_lag_slots < 0:
+            raise ValueError(f"plan_lag_slots must be >= 0, got {plan_lag_slots}")
         self.backend = backend
         self.plugins = plugins
         self.ctx = backend.context()
         self.run_id = run_id
         self.store = store
         self.baseline = baseline
+        self.guard = DecisionGuard(
+            run_id, backend.clock, seed_rng=random.Random(derive_seed(seed, "fallback-planner"))
+        )
         self._memory: list[MemoryCase] = list(memory)
-        self._fallback_rng = random.Random(derive_seed(seed, "fallback-planner"))
         self._macro: MacroPolicy | None = None
         self._placements: dict[str, Placement] = {}
         self._epoch_records: list[RequestRecord] = []
@@ -178,16 +198,28 @@ class ControlLoop:
         self._epoch_off_role = 0
         self._last_traffic: dict[str, int] = {}
         self._last_metrics: EpochMetrics | None = None
-        self._keep_decisions = keep_decisions
+        self._keep_history = keep_history
+        self._keep_decisions = keep_decisions and keep_history
         self._store_every = max(1, store_every)
         self._telemetry = telemetry
         self._unsent_records: list[RequestRecord] = []
         self._unsent_decisions: list[Decision[Any]] = []
         self._unsent_telemetry: list[NodeTelemetry] = []
         self._workers = [n for n in self.ctx.workers if n.name in plugins.deployers]
-        io_bound = any(getattr(d, "io_bound", False) for d in plugins.deployers.values())
+        io_bound = any(capabilities_of(d).io_bound for d in plugins.deployers.values())
         threads = min(max(len(self._workers), 1), max_workers)
         self._pool = ThreadPoolExecutor(threads, "deployer") if io_bound else None
+        # background planning: one planner thread, one plan in flight at most
+        self._plan_lag = plan_lag_slots
+        self._planner_pool = (
+            ThreadPoolExecutor(1, "planner")
+            if background_planning or plan_lag_slots is not None
+            else None
+        )
+        self._pending_plan: Future[Decision[MacroPolicy]] | None = None
+        self._pending_apply_at: int | None = None
+        self._replan_wanted: str | None = None
+        self._planner_feedback: list[RequestRecord] = []
         self.result = RunResult(run_id, plugins.name, self.ctx, 0)
 
     # -- the loop ---------------------------------------------------------------
@@ -217,16 +249,20 @@ class ControlLoop:
         return self.result
 
     def close(self) -> None:
-        """Send what is still unsent to the store and stop the deployer threads.
+        """Send what is still unsent to the store and stop the deployer and planner threads.
 
-        Safe to call more than once, and after a failed `step`.
+        Safe to call more than once, and after a failed `step`. A plan still in
+        flight is awaited (its call is bounded by the planner's own budget)
+        and dropped.
         """
         try:
             self._flush()
         finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
+            for pool in (self._pool, self._planner_pool):
+                if pool is not None:
+                    pool.shutdown(wait=True)
+            self._pool = self._planner_pool = None
+            self._pending_plan = None
 
     def step(self, slot: int) -> None:
         """One slot: follow the cluster, decide, actuate, advance the clock, record."""
@@ -242,10 +278,20 @@ class ControlLoop:
         snapshot = self.backend.snapshot(slot)
         arrivals = self.backend.arrivals(slot)
         decisions: list[Decision[Any]] = []
-        if slot % ctx.epoch_slots == 0 or update.needs_replan:
-            d_plan = self._plan(epoch, slot)
-            timing.planner_s = d_plan.latency_s
-            decisions.append(d_plan)
+        trigger = _replan_reason(update) if update.needs_replan else None
+        if slot % ctx.epoch_slots == 0 or trigger is not None:
+            if self._planner_pool is None:
+                d_plan = self._plan(self._planning_observation(epoch), slot, trigger)
+                self._macro = d_plan.value
+                timing.planner_s = d_plan.latency_s
+                decisions.append(d_plan)
+            else:
+                self._submit_plan(epoch, slot, trigger)
+        if self._planner_pool is not None:
+            d_done = self._collect_plan(slot)
+            if d_done is not None:
+                timing.planner_s = d_done.latency_s
+                decisions.append(d_done)
         d_route = self._route(epoch, slot, snapshot, arrivals)
         timing.router_s = d_route.latency_s
         decisions.append(d_route)
@@ -257,9 +303,11 @@ class ControlLoop:
         timing.decide_s = time.perf_counter() - started
         for d in d_places:
             self._placements[d.value.node] = d.value
-            self.result.placements.append(d.value)
-            self.result.placement_slots.append(slot)
-            self.result.actuations.append(self.backend.apply_placement(d.value))
+            actuation = self.backend.apply_placement(d.value)
+            if self._keep_history:
+                self.result.placements.append(d.value)
+                self.result.placement_slots.append(slot)
+                self.result.actuations.append(actuation)
         for a in arrivals:
             # planners plan LMs: a request class counts as its first model's traffic
             lm = a.lm if self.ctx.has_service(a.lm) else self.ctx.default_model(a.lm) or a.lm
@@ -275,18 +323,20 @@ class ControlLoop:
         timing.store_s = time.perf_counter() - stored
         self._feedback(records)
         self._epoch_records.extend(records)
-        self.result.records.extend(records)
+        if self._keep_history:
+            self.result.records.extend(records)
+            self.result.timings.append(timing)
         if self._keep_decisions:
             self.result.decisions.extend(decisions)
-        self.result.timings.append(timing)
         self.result.slots = slot + 1
         if (slot + 1) % ctx.epoch_slots == 0:
             self._end_epoch(epoch)
 
     # -- the three tiers ----------------------------------------------------------
 
-    def _plan(self, epoch: int, slot: int) -> Decision[MacroPolicy]:
-        obs = PlanningObservation(
+    def _planning_observation(self, epoch: int) -> PlanningObservation:
+        """What the planner sees, taken in the loop (so a planner thread reads no loop state)."""
+        return PlanningObservation(
             epoch=epoch,
             context=self.ctx,
             baseline=self.baseline,
@@ -295,17 +345,53 @@ class ControlLoop:
             memory=self._memory_cases(),
             traffic=dict(sorted(self._last_traffic.items())),
         )
-        planner = self.plugins.planner
-        d, failed = self._call("planner", planner.name, MacroPolicy, lambda: planner.plan(obs))
-        d = self._validate(
-            d,
-            failed=failed,
-            check=lambda v: check_macro_policy(v, self.ctx),
-            repair=None,
-            fallback=lambda: fallback_macro_policy(self.ctx, self._fallback_rng),
-        )
+
+    def _plan(
+        self, obs: PlanningObservation, slot: int, trigger: str | None
+    ) -> Decision[MacroPolicy]:
+        d = self.guard.plan(self.plugins.planner, obs, slot=slot)
+        return d.model_copy(update={"trigger": trigger}) if trigger else d
+
+    def _submit_plan(self, epoch: int, slot: int, trigger: str | None) -> None:
+        """Start planning in the planner thread; one plan in flight at most.
+
+        A boundary or change while a plan is in flight is remembered and
+        planned as soon as that one is done (with the newest observation).
+        """
+        if self._planner_pool is None:
+            return
+        if self._pending_plan is not None:
+            self._replan_wanted = trigger or self._replan_wanted or "epoch boundary"
+            return
+        obs = self._planning_observation(epoch)
+        self._pending_plan = self._planner_pool.submit(self._plan, obs, slot, trigger)
+        self._pending_apply_at = None if self._plan_lag is None else slot + self._plan_lag
+
+    def _collect_plan(self, slot: int) -> Decision[MacroPolicy] | None:
+        """The plan that takes effect at this slot start, if one does.
+
+        Without a lag: the plan in flight if it is done (never waiting). With
+        `plan_lag_slots`: the plan exactly at its slot, waiting for it then.
+        """
+        pending = self._pending_plan
+        if pending is None:
+            return None
+        if self._pending_apply_at is not None:
+            if slot < self._pending_apply_at:
+                return None
+        elif not pending.done():
+            return None
+        d = pending.result()  # the guard never raises: a failed planner is a fallback
+        self._pending_plan, self._pending_apply_at = None, None
         self._macro = d.value
-        return self._stamp(d, epoch, slot, None)
+        if self._planner_feedback:
+            feedback, self._planner_feedback = self._planner_feedback, []
+            if isinstance(self.plugins.planner, FeedbackConsumer):
+                _observe(self.plugins.planner, feedback)
+        if self._replan_wanted is not None:
+            why, self._replan_wanted = self._replan_wanted, None
+            self._submit_plan(slot // self.ctx.epoch_slots, slot, why)
+        return d
 
     def _route(
         self, epoch: int, slot: int, snapshot: Snapshot, arrivals: list[Arrival]
@@ -313,7 +399,7 @@ class ControlLoop:
         router = self.plugins.router
         # A router that knows only LMs sees each request class as its first model
         # (lmedge.policies.classes); `cema` chooses the model itself.
-        by_class = bool(getattr(router, "routes_request_classes", False))
+        by_class = capabilities_of(router).routes_request_classes
         obs = SlotObservation(
             slot=slot,
             epoch=epoch,
@@ -331,136 +417,36 @@ class ControlLoop:
                 d = d.model_copy(update={"value": routes_for_classes(self.ctx, d.value, arrivals)})
             return d
 
-        d, failed = self._call("scheduler", router.name, RoutingMap, decide)
-        d = self._validate(
-            d,
-            failed=failed,
-            check=lambda v: check_routing_map(v, self.ctx, arrivals),
-            repair=None,
-            fallback=lambda: fallback_routing(self.ctx, arrivals),
-        )
-        return self._stamp(d, epoch, slot, None)
+        return self.guard.route(router, decide, self.ctx, arrivals, epoch=epoch, slot=slot)
 
     def _deploy(self, epoch: int, slot: int, snapshot: Snapshot) -> list[Decision[Placement]]:
         states = {n.name: n for n in snapshot.nodes}
         roles = self._macro.role_map() if self._macro else {}
+        services = self.ctx.services
 
         def one(node: NodeInfo) -> Decision[Placement]:
             state = states.get(node.name)
-            role = roles.get(node.name, [])
-            deployer = self.plugins.deployers[node.name]
-            failed = state is None
-            if state is None:
-                d = _error_decision(
-                    "deployer", deployer.name, f"no snapshot of {node.name}", Placement
-                )
-            else:
-                obs = NodeObservation(
+            obs = (
+                None
+                if state is None
+                else NodeObservation(
                     slot=slot,
                     epoch=epoch,
                     node=node,
-                    services=self.ctx.services,
-                    roles=role,
+                    services=services,
+                    roles=roles.get(node.name, []),
                     state=state,
                     previous=self._placements.get(node.name),
                     tau_s=self.ctx.tau_s,
                     slot_s=self.ctx.slot_s,
                 )
-                d, failed = self._call(
-                    "deployer", deployer.name, Placement, lambda: _place(deployer, obs)
-                )
-            services = self.ctx.services
-            d = self._validate(
-                d,
-                failed=failed,
-                check=lambda v: check_placement(v, node, services),
-                repair=lambda v: nearest_feasible(v, node, services, _priority(role, state)),
-                fallback=lambda: fallback_placement(node, services, state),
             )
-            return self._stamp(d, epoch, slot, node.name)
+            deployer = self.plugins.deployers[node.name]
+            return self.guard.place(deployer, node, services, obs, epoch=epoch, slot=slot)
 
         if self._pool is None:
             return [one(n) for n in self._workers]
         return list(self._pool.map(one, self._workers))
-
-    # -- calling, validating, stamping ------------------------------------------------
-
-    def _call(
-        self, agent: AgentKind, name: str, kind: type[V], call: Callable[[], Decision[V]]
-    ) -> tuple[Decision[V], bool]:
-        """Call a plugin, timing it: (decision, failed).
-
-        A failure (an exception, or something that is not a `Decision` of the
-        right kind) becomes a placeholder decision with the error and `failed`.
-        A plugin may itself report an `error` (say, an LLM timeout it covered
-        with its own rule); its value is then still validated and used.
-        """
-        started = time.perf_counter()
-        failed = False
-        try:
-            d = call()
-            if not isinstance(d, Decision) or not isinstance(d.value, kind):
-                got = type(d.value if isinstance(d, Decision) else d).__name__
-                d = _error_decision(agent, name, f"returned {got}, not a {kind.__name__}", kind)
-                failed = True
-        except Exception as exc:  # a plugin bug must not stop the cluster
-            d = _error_decision(agent, name, f"{type(exc).__name__}: {exc}", kind)
-            failed = True
-        return d.model_copy(update={"latency_s": time.perf_counter() - started}), failed
-
-    def _validate(
-        self,
-        d: Decision[V],
-        *,
-        failed: bool,
-        check: Callable[[V], list[Violation]],
-        repair: Callable[[V], V] | None,
-        fallback: Callable[[], V],
-    ) -> Decision[V]:
-        """Accept a feasible value; otherwise repair it, or fall back, keeping the reasons."""
-        if failed:
-            return d.model_copy(
-                update={"value": fallback(), "source": "fallback", "outcome": "replaced"}
-            )
-        try:
-            found: list[str] = [str(v) for v in check(d.value)]
-        except Exception as exc:  # a value the checks choke on is not a usable value
-            log.exception("checking a %s decision of %s failed", d.agent, d.policy)
-            return d.model_copy(
-                update={
-                    "value": fallback(),
-                    "source": "fallback",
-                    "outcome": "replaced",
-                    "validated": False,
-                    "error": cap_text(f"check failed: {type(exc).__name__}: {exc}"),
-                }
-            )
-        if not found:
-            return d
-        update: dict[str, Any] = {
-            "validated": False,
-            "outcome": "replaced",
-            "violations": cap_violations([*d.violations, *found]),
-        }
-        if repair is not None:
-            try:
-                repaired = repair(d.value)
-                if not check(repaired):
-                    return d.model_copy(update={**update, "value": repaired})
-            except Exception:  # the fallback below is feasible by construction
-                log.exception("repairing a %s decision of %s failed", d.agent, d.policy)
-        return d.model_copy(update={**update, "value": fallback(), "source": "fallback"})
-
-    def _stamp(self, d: Decision[V], epoch: int, slot: int, node: str | None) -> Decision[V]:
-        return d.model_copy(
-            update={
-                "run": self.run_id,
-                "epoch": epoch,
-                "slot": slot,
-                "node": node,
-                "sim_time_s": self.backend.clock.now(),
-            }
-        )
 
     # -- records, feedback, epochs -------------------------------------------------
 
@@ -516,9 +502,15 @@ class ControlLoop:
     def _feedback(self, records: list[RequestRecord]) -> None:
         if not records:
             return
-        for plugin in (self.plugins.planner, self.plugins.router):
-            if isinstance(plugin, FeedbackConsumer):
-                _observe(plugin, records)
+        planner = self.plugins.planner
+        if isinstance(planner, FeedbackConsumer):
+            if self._pending_plan is not None:
+                # the planner is planning in its thread: learn after it is done
+                self._planner_feedback.extend(records)
+            else:
+                _observe(planner, records)
+        if isinstance(self.plugins.router, FeedbackConsumer):
+            _observe(self.plugins.router, records)
         for node, deployer in self.plugins.deployers.items():
             if isinstance(deployer, FeedbackConsumer):
                 mine = [r for r in records if r.destination == node]
@@ -558,6 +550,8 @@ class ControlLoop:
             metrics = metrics.model_copy(update={"off_role_ratio": round(ratio, 6)})
         self._epoch_routed = self._epoch_off_role = 0
         self.result.epochs.append(metrics)
+        if not self._keep_history and len(self.result.epochs) > MAX_EPOCHS_KEPT:
+            del self.result.epochs[: len(self.result.epochs) - MAX_EPOCHS_KEPT]
         if self._macro is not None:
             case = MemoryCase(
                 run=self.run_id,
@@ -568,6 +562,9 @@ class ControlLoop:
                 objective=metrics.objective,
             )
             self._memory.append(case)
+            if len(self._memory) > 2 * MEMORY_CASES:
+                # what `_memory_cases` can ever return: the best and the worst
+                self._memory = self._memory_cases()
             if self.store is not None:
                 try:
                     self.store.record_memory(case)
@@ -627,17 +624,6 @@ def routed_backlog(
     return snapshot.model_copy(update={"nodes": nodes})
 
 
-def _priority(role: list[str], state: NodeState | None) -> dict[str, float]:
-    """Which LMs a repair keeps longest: the node's role intent first, then by backlog."""
-    backlog = state.backlog if state is not None else {}
-    lms = set(role) | set(backlog)
-    return {lm: (ROLE_PRIORITY if lm in role else 0.0) + backlog.get(lm, 0) for lm in lms}
-
-
-def _place(deployer: Deployer, obs: NodeObservation) -> Decision[Placement]:
-    return deployer.place(obs)
-
-
 def _observe(plugin: FeedbackConsumer, records: list[RequestRecord]) -> None:
     # Feedback is advisory: a learning plugin that fails to learn still serves.
     try:
@@ -646,23 +632,11 @@ def _observe(plugin: FeedbackConsumer, records: list[RequestRecord]) -> None:
         log.exception("feedback to %s failed", getattr(plugin, "name", type(plugin).__name__))
 
 
-def _error_decision(agent: AgentKind, name: str, error: str, kind: type[V]) -> Decision[V]:
-    """A placeholder for a failed call; `_validate` swaps in the fallback value."""
-    empty: Any
-    if kind is MacroPolicy:
-        empty = MacroPolicy(routing=[], roles=[])
-    elif kind is RoutingMap:
-        empty = RoutingMap(routes=[])
-    else:
-        empty = Placement(node="-", lms=[])
-    made: Any = Decision[kind](  # type: ignore[valid-type]
-        agent=agent,
-        policy=name,
-        source="fallback",
-        value=empty,
-        parsed=False,
-        validated=False,
-        outcome="replaced",
-        error=error,
-    )
-    return cast("Decision[V]", made)
+def _replan_reason(update: ContextUpdate) -> str:
+    """The changes that call for a re-plan, in words (the planner decision's `trigger`)."""
+    parts = [
+        f"{c.kind} {c.name}" + (f": {c.detail}" if c.detail else "")
+        for c in update.changes
+        if c.kind in REPLAN_KINDS
+    ]
+    return "cluster changed: " + "; ".join(parts)

@@ -1,28 +1,20 @@
-"""Registers every plugin and profile with the catalog. One line per plugin."""
+"""Registers every plugin and profile with the catalog. One line per plugin.
+
+Plugins are grouped in families (`FAMILIES`), each a function that imports
+its modules and registers into the `Registry` it is given: the catalog merges
+a family only when all of it loaded, so one broken or missing import (an
+optional extra) costs that family, not the catalog. This module imports the
+catalog's types only; the catalog imports it on first use.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TypeVar
 
-from lmedge import agents
-from lmedge.controller.catalog import (
-    BuildContext,
-    Profile,
-    add_deployer,
-    add_planner,
-    add_profile,
-    add_router,
-)
-from lmedge.policies import full, local, uniform
-from lmedge.policies import random as rnd
+from lmedge.api import Capabilities
+from lmedge.controller.catalog import BuildContext, Profile, Registry
 from lmedge.policies._support import no_params
-from lmedge.policies.cema import build as build_cema
-from lmedge.policies.lyapunov import build as build_lyapunov
-from lmedge.policies.lyreo import build as build_lyreo
-from lmedge.policies.milp import build_deployer as build_milp_deployer
-from lmedge.policies.milp import build_router as build_milp_router
-from lmedge.policies.perllm import build as build_perllm
 
 _T = TypeVar("_T")
 
@@ -39,147 +31,188 @@ def _plain(
     return factory
 
 
-__all__ = ["Profile", "add_deployer", "add_planner", "add_profile", "add_router"]
+def baselines(reg: Registry) -> None:
+    """Deterministic baselines (lmedge.policies)."""
+    from lmedge.policies import full, local, uniform
+    from lmedge.policies import random as rnd
 
-# --- deterministic baselines (lmedge.policies) --------------------------------
-add_planner(
-    "random",
-    _plain("planner", "random", lambda b: rnd.RandomPlanner(b.seed)),
-    "uniformly random macro policy over feasible nodes (the random baseline)",
-)
-add_planner(
-    "static",
-    _plain("planner", "static", lambda b: uniform.StaticPlanner("static")),
-    "no planning: uniform weights, every hostable LM in each role set",
-)
-add_planner(
-    "none", _plain("planner", "none", lambda b: uniform.StaticPlanner("none")), "alias of static"
-)
-add_router(
-    "random",
-    _plain("router", "random", lambda b: rnd.RandomRouter(b.seed)),
-    "uniformly random feasible destination per (origin, LM)",
-)
-add_router(
-    "uniform",
-    _plain("router", "uniform", lambda b: uniform.UniformRouter()),
-    "smooth weighted round-robin over feasible nodes by macro weights (paper AL)",
-)
-add_router(
-    "local",
-    _plain("router", "local", lambda b: local.LocalRouter()),
-    "origin if it can host the LM, else the nearest feasible node",
-)
-add_deployer(
-    "random",
-    _plain("deployer", "random", lambda b: rnd.RandomDeployer(b.seed)),
-    "random activation within the node's budgets, redrawn every slot",
-)
-add_deployer(
-    "full",
-    _plain("deployer", "full", lambda b: full.FullDeployer()),
-    "activate as many LMs as CPU/GPU allow, never reconfigure",
-)
-
-# --- model-based baselines and seed systems (lmedge.policies) ----------------
-add_deployer(
-    "lyapunov",
-    lambda b: build_lyapunov(b.context, b.seed, b.params),
-    "drift-plus-penalty activation: backlog x service rate - GPU price - churn (paper)",
-)
-add_router(
-    "perllm-ucb",
-    lambda b: build_perllm(b.context, b.seed, b.params),
-    "PerLLM: UCB1 bandit per (origin, LM), reward 1 - min(d/tau, 1), delayed feedback",
-)
-add_router(
-    "milp",
-    lambda b: build_milp_router(b.context, b.seed, b.params),
-    "joint MILP routing + activation per slot (HiGHS, linear surrogate of Eq. 10)",
-)
-add_deployer(
-    "milp",
-    lambda b: build_milp_deployer(b.context, b.seed, b.params),
-    "the activation the milp router solved for this slot (pair with router milp)",
-)
-add_router(
-    "cema",
-    lambda b: build_cema(b.context, b.seed, b.params),
-    "CEMA-Router: memetic batch routing over quality, cost, energy, completion time",
-)
-add_router(
-    "lyreo",
-    lambda b: build_lyreo(b.context, b.seed, b.params),
-    "LYREO: drift-plus-penalty routing, latency vs KV memory-time load balance",
-)
-
-# --- agents (lmedge.agents) ---------------------------------------------------
-add_planner(
-    "agentic",
-    lambda b: agents.AgenticPlanner.build(b.context, b.params, b.seed),
-    "Global Planning Agent: LLM when an endpoint is set, else capacity water-filling",
-)
-add_router(
-    "agentic",
-    lambda b: agents.AgenticRouter.build(b.context, b.params),
-    "Prompt Scheduling Agent: LLM when an endpoint is set, else earliest estimated completion",
-)
-add_deployer(
-    "agentic",
-    lambda b: agents.AgenticDeployer.build(b.context, b.params),
-    "LM Deployment Agent per node: LLM when an endpoint is set, else role-first by backlog",
-)
-
-# --- profiles -----------------------------------------------------------------
-add_profile(Profile("ma", "agentic", "agentic", "agentic", "MA: the three agents (paper)"))
-add_profile(Profile("rr", "static", "random", "random", "RR: random routing + random deployment"))
-add_profile(Profile("rf", "static", "random", "full", "RF: random routing + full activation"))
-add_profile(
-    Profile(
-        "ll",
+    reg.add_planner(
+        "random",
+        _plain("planner", "random", lambda b: rnd.RandomPlanner(b.seed)),
+        "uniformly random macro policy over feasible nodes (the random baseline)",
+    )
+    reg.add_planner(
         "static",
+        _plain("planner", "static", lambda b: uniform.StaticPlanner("static")),
+        "no planning: uniform weights, every hostable LM in each role set",
+    )
+    reg.add_planner(
+        "none",
+        _plain("planner", "none", lambda b: uniform.StaticPlanner("none")),
+        "alias of static",
+    )
+    reg.add_router(
+        "random",
+        _plain("router", "random", lambda b: rnd.RandomRouter(b.seed)),
+        "uniformly random feasible destination per (origin, LM)",
+    )
+    reg.add_router(
+        "uniform",
+        _plain("router", "uniform", lambda b: uniform.UniformRouter()),
+        "smooth weighted round-robin over feasible nodes by macro weights (paper AL)",
+    )
+    reg.add_router(
         "local",
-        "lyapunov",
-        "LL: local routing + Lyapunov deployment",
+        _plain("router", "local", lambda b: local.LocalRouter()),
+        "origin if it can host the LM, else the nearest feasible node",
     )
+    reg.add_deployer(
+        "random",
+        _plain("deployer", "random", lambda b: rnd.RandomDeployer(b.seed)),
+        "random activation within the node's budgets, redrawn every slot",
+    )
+    reg.add_deployer(
+        "full",
+        _plain("deployer", "full", lambda b: full.FullDeployer()),
+        "activate as many LMs as CPU/GPU allow, never reconfigure",
+    )
+
+
+def lyapunov(reg: Registry) -> None:
+    """Drift-plus-penalty deployment (paper)."""
+    from lmedge.policies.lyapunov import build as build_lyapunov
+
+    reg.add_deployer(
+        "lyapunov",
+        lambda b: build_lyapunov(b.context, b.seed, b.params),
+        "drift-plus-penalty activation: backlog x service rate - GPU price - churn (paper)",
+    )
+
+
+def perllm(reg: Registry) -> None:
+    """PerLLM's bandit router."""
+    from lmedge.policies.perllm import build as build_perllm
+
+    reg.add_router(
+        "perllm-ucb",
+        lambda b: build_perllm(b.context, b.seed, b.params),
+        "PerLLM: UCB1 bandit per (origin, LM), reward 1 - min(d/tau, 1), delayed feedback",
+    )
+
+
+def milp(reg: Registry) -> None:
+    """The joint MILP router + deployer (HiGHS)."""
+    from lmedge.policies.milp import build_deployer as build_milp_deployer
+    from lmedge.policies.milp import build_router as build_milp_router
+
+    reg.add_router(
+        "milp",
+        lambda b: build_milp_router(b.context, b.seed, b.params),
+        "joint MILP routing + activation per slot (HiGHS, linear surrogate of Eq. 10)",
+    )
+    reg.add_deployer(
+        "milp",
+        lambda b: build_milp_deployer(b.context, b.seed, b.params, b.router),
+        "the activation the milp router solved for this slot (pair with router milp)",
+        Capabilities(joint_router="milp"),
+    )
+
+
+def cema(reg: Registry) -> None:
+    """CEMA-Router (memetic batch routing over request classes)."""
+    from lmedge.policies.cema import build as build_cema
+
+    reg.add_router(
+        "cema",
+        lambda b: build_cema(b.context, b.seed, b.params),
+        "CEMA-Router: memetic batch routing over quality, cost, energy, completion time",
+        Capabilities(routes_request_classes=True),
+    )
+
+
+def lyreo(reg: Registry) -> None:
+    """LYREO load-balanced routing."""
+    from lmedge.policies.lyreo import build as build_lyreo
+
+    reg.add_router(
+        "lyreo",
+        lambda b: build_lyreo(b.context, b.seed, b.params),
+        "LYREO: drift-plus-penalty routing, latency vs KV memory-time load balance",
+    )
+
+
+def agentic(reg: Registry) -> None:
+    """The paper's three agents (lmedge.agents)."""
+    from lmedge import agents
+
+    reg.add_planner(
+        "agentic",
+        lambda b: agents.AgenticPlanner.build(b.context, b.params, b.seed),
+        "Global Planning Agent: LLM when an endpoint is set, else capacity water-filling",
+    )
+    reg.add_router(
+        "agentic",
+        lambda b: agents.AgenticRouter.build(b.context, b.params),
+        "Prompt Scheduling Agent: LLM when an endpoint is set, else earliest estimated completion",
+    )
+    reg.add_deployer(
+        "agentic",
+        lambda b: agents.AgenticDeployer.build(b.context, b.params),
+        "LM Deployment Agent per node: LLM when an endpoint is set, else role-first by backlog",
+    )
+
+
+#: (family, register) in registration order.
+FAMILIES: tuple[tuple[str, Callable[[Registry], None]], ...] = (
+    ("baselines", baselines),
+    ("lyapunov", lyapunov),
+    ("perllm", perllm),
+    ("milp", milp),
+    ("cema", cema),
+    ("lyreo", lyreo),
+    ("agentic", agentic),
 )
 
-# profiles: model-based baselines
-add_profile(
-    Profile("rl", "static", "random", "lyapunov", "RL: random routing + Lyapunov deployment")
-)
-add_profile(
-    Profile(
-        "al", "static", "uniform", "lyapunov", "AL: uniform routing over feasible nodes + Lyapunov"
-    )
-)
-add_profile(
-    Profile(
-        "perllm",
-        "static",
-        "perllm-ucb",
-        "lyapunov",
-        "PerLLM: UCB routing bandit + Lyapunov deployment",
-    )
-)
-add_profile(
-    Profile(
-        "mal",
-        "agentic",
-        "agentic",
-        "lyapunov",
-        "MAL: agentic planner and router + Lyapunov deployment",
-    )
-)
-add_profile(
-    Profile("milp", "static", "milp", "milp", "MILP: joint routing and activation per slot")
-)
-add_profile(
-    Profile("cema", "static", "cema", "lyapunov", "CEMA-Router batch routing + Lyapunov deployment")
-)
-add_profile(
-    Profile(
-        "lyreo", "static", "lyreo", "lyapunov", "LYREO load-balanced routing + Lyapunov deployment"
-    )
-)
-# end model-based profiles
+
+def register_profiles(reg: Registry) -> None:
+    """The named profiles (a profile is registered only when its three plugins are)."""
+    for p in (
+        Profile("ma", "agentic", "agentic", "agentic", "MA: the three agents (paper)"),
+        Profile("rr", "static", "random", "random", "RR: random routing + random deployment"),
+        Profile("rf", "static", "random", "full", "RF: random routing + full activation"),
+        Profile("ll", "static", "local", "lyapunov", "LL: local routing + Lyapunov deployment"),
+        Profile("rl", "static", "random", "lyapunov", "RL: random routing + Lyapunov deployment"),
+        Profile(
+            "al",
+            "static",
+            "uniform",
+            "lyapunov",
+            "AL: uniform routing over feasible nodes + Lyapunov",
+        ),
+        Profile(
+            "perllm",
+            "static",
+            "perllm-ucb",
+            "lyapunov",
+            "PerLLM: UCB routing bandit + Lyapunov deployment",
+        ),
+        Profile(
+            "mal",
+            "agentic",
+            "agentic",
+            "lyapunov",
+            "MAL: agentic planner and router + Lyapunov deployment",
+        ),
+        Profile("milp", "static", "milp", "milp", "MILP: joint routing and activation per slot"),
+        Profile(
+            "cema", "static", "cema", "lyapunov", "CEMA-Router batch routing + Lyapunov deployment"
+        ),
+        Profile(
+            "lyreo",
+            "static",
+            "lyreo",
+            "lyapunov",
+            "LYREO load-balanced routing + Lyapunov deployment",
+        ),
+    ):
+        reg.add_profile(p)

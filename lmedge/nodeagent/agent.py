@@ -7,9 +7,12 @@ the controller's):
 1. observe its own node: the model pods bound to it (ready, or pending = not
    Ready), the headroom under its EdgeNode, the backlog its gateway reports;
 2. read the role intent of the latest macro policy the controller stored;
-3. call the deployer plugin; a failure, or a value that is not a `Placement`
-   for this node, is replaced by the feasible fallback, an infeasible one by
-   `nearest_feasible` (the same rules as the controller loop);
+3. call the deployer plugin through the controller's `DecisionGuard`
+   (lmedge.controller.guard): a failure, or a value that is not a
+   `Placement`, is replaced by the last-resort fallback, an infeasible one
+   by `nearest_feasible` with the role priority (the LMs of the node's role
+   intent kept longest, then those with backlog) — the same code as the
+   controller loop's;
 4. actuate on its own node only — `plan_node`, the pending rule, idempotent pod
    names — and tell its gateway which model pods now serve;
 5. store the `Decision`, stamped like the loop stamps it.
@@ -32,10 +35,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from lmedge.api import (
     ActuationResult,
@@ -44,15 +45,11 @@ from lmedge.api import (
     Deployer,
     MacroPolicy,
     NodeObservation,
-    NodeState,
     Placement,
-    check_placement,
-    nearest_feasible,
 )
-from lmedge.api.decisions import cap_text, cap_violations
 from lmedge.backends.kubernetes.backend import KubernetesBackend
 from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
-from lmedge.controller.fallbacks import fallback_placement
+from lmedge.controller.guard import DecisionGuard
 from lmedge.errors import LmedgeError
 from lmedge.nodeagent.telemetry import TelemetryCollector
 from lmedge.store import Store
@@ -109,6 +106,9 @@ class NodeAgent:
         self.store = store
         self.telemetry = telemetry
         self.run_id = backend.settings.run
+        #: The same guard as the controller loop's: call, validate, repair with
+        #: the role priority, last-resort fallback, stamp.
+        self.guard = DecisionGuard(self.run_id, backend.clock)
         self._previous: Placement | None = None
 
     @property
@@ -129,7 +129,14 @@ class NodeAgent:
         info = ctx.node(self.node)
         state = self.backend.node_snapshot(self.node)
         macro = latest_macro(self.store, self.run_id)
-        roles = macro.role_map().get(self.node, []) if macro else []
+        # The stored policy may predate a change of the cluster (the controller
+        # re-plans at once, but its policy reaches the store a moment later):
+        # an LM that no longer exists is no role.
+        roles = [
+            lm
+            for lm in (macro.role_map().get(self.node, []) if macro else [])
+            if ctx.has_service(lm)
+        ]
         obs = NodeObservation(
             slot=slot,
             epoch=slot // ctx.epoch_slots,
@@ -141,7 +148,9 @@ class NodeAgent:
             tau_s=ctx.tau_s,
             slot_s=ctx.slot_s,
         )
-        decision = self._decide(obs, state)
+        decision = self.guard.place(
+            self.deployer, info, ctx.services, obs, epoch=obs.epoch, slot=slot
+        )
         actuation = self.backend.apply_placement(decision.value)
         self._previous = decision.value
         self._push_models()
@@ -191,58 +200,6 @@ class NodeAgent:
             log.warning("telemetry of %s not collected: %s", self.node, exc)
         except Exception:  # a malformed exporter page must not stop the node
             log.exception("telemetry of %s not collected", self.node)
-
-    def _decide(self, obs: NodeObservation, state: NodeState) -> Decision[Placement]:
-        ctx, info = self.ctx, obs.node
-        services = ctx.services
-        started = time.perf_counter()
-        update: dict[str, Any] = {}
-        try:
-            d = self.deployer.place(obs)
-            if not isinstance(d, Decision) or not isinstance(d.value, Placement):
-                raise TypeError(f"returned {type(d).__name__}, not a Decision[Placement]")
-        except Exception as exc:  # a plugin bug must not stop the node
-            d = Decision[Placement](
-                agent="deployer",
-                policy=self.deployer.name,
-                source="fallback",
-                value=fallback_placement(info, services, state),
-                parsed=False,
-                validated=False,
-                outcome="replaced",
-                error=f"{type(exc).__name__}: {exc}",
-            )
-        else:
-            try:
-                found = [str(v) for v in check_placement(d.value, info, services)]
-                if found:
-                    update = {"validated": False, "outcome": "replaced",
-                              "violations": cap_violations([*d.violations, *found])}  # fmt: skip
-                    repaired = nearest_feasible(d.value, info, services)
-                    if check_placement(repaired, info, services):
-                        repaired = fallback_placement(info, services, state)
-                        update["source"] = "fallback"
-                    update["value"] = repaired
-            except Exception as exc:  # a value the checks choke on: use the fallback
-                log.exception("checking the placement of %s failed", self.node)
-                update = {
-                    "validated": False,
-                    "outcome": "replaced",
-                    "source": "fallback",
-                    "value": fallback_placement(info, services, state),
-                    "error": cap_text(f"check failed: {type(exc).__name__}: {exc}"),
-                }
-        return d.model_copy(
-            update={
-                **update,
-                "run": self.run_id,
-                "epoch": obs.epoch,
-                "slot": obs.slot,
-                "node": self.node,
-                "latency_s": time.perf_counter() - started,
-                "sim_time_s": self.backend.clock.now(),
-            }
-        )
 
     def _push_models(self) -> None:
         gateways = self.backend.gateways

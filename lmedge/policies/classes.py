@@ -2,7 +2,7 @@
 
 A request class several LMs serve (`LMServiceSpec.serves`) reaches the router
 as an `Arrival` whose `lm` is the class. A router that does not choose models
-(its class has no `routes_request_classes = True`) sees instead the class's
+(it does not declare `Capabilities(routes_request_classes=True)`) sees instead the class's
 first model (`ClusterContext.default_model`: manifest order), with the class's
 arrivals merged into that model's; its routes for the model are then copied
 back to the class with `Route.model` set (and its rejections to the class).

@@ -13,13 +13,14 @@ from lmedge.errors import StoreError
 from lmedge.store.buffer import BufferStats
 from lmedge.store.documents import AnyDecision, RunInfo
 from lmedge.store.location import DEFAULT_STORE, STORE_ENV, StoreLocation, parse_store_location
-from lmedge.store.repository import Store, StoreOptions, StoreStatus
+from lmedge.store.repository import RecordCursor, Store, StoreOptions, StoreStatus
 
 __all__ = [
     "DEFAULT_STORE",
     "STORE_ENV",
     "AnyDecision",
     "BufferStats",
+    "RecordCursor",
     "RunInfo",
     "Store",
     "StoreLocation",

@@ -445,12 +445,31 @@ def open_backend(location: StoreLocation, *, create: bool) -> Backend:
 
 
 def _equality(filter: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
-    """A predicate for a filter of top-level equalities (a missing field equals None)."""
-    items = list(filter.items())
-    for key, value in items:
+    """A predicate for a filter of top-level equalities (a missing field equals None).
+
+    One range operator is understood besides: `{field: {"$gt": number}}`, the
+    store's incremental read of a run's records (`Store.requests_after`).
+    """
+    items: list[tuple[str, Any]] = []
+    above: list[tuple[str, float]] = []
+    for key, value in filter.items():
+        if isinstance(value, dict) and set(value) == {"$gt"} and not key.startswith("$"):
+            above.append((key, value["$gt"]))
+            continue
         if key.startswith("$") or "." in key or isinstance(value, dict | list):
             raise ValueError(f"the embedded store only filters by field equality, not {key!r}")
-    return lambda doc: all(doc.get(k) == v for k, v in items)
+        items.append((key, value))
+
+    def matches(doc: Mapping[str, Any]) -> bool:
+        if not all(doc.get(k) == v for k, v in items):
+            return False
+        for k, bound in above:
+            v = doc.get(k)
+            if not isinstance(v, int | float) or isinstance(v, bool) or not v > bound:
+                return False
+        return True
+
+    return matches
 
 
 def _sort_key(field: str) -> Callable[[Mapping[str, Any]], tuple[int, Any]]:

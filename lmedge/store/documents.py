@@ -37,7 +37,6 @@ from lmedge.api.base import WireModel
 from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.observations import MemoryCase
 from lmedge.api.records import NodeTelemetry, RequestRecord
-from lmedge.api.runconfig import RunConfig
 from lmedge.store.schema import bson_schema
 
 __all__ = [
@@ -64,11 +63,6 @@ class RunInfo(WireModel):
     seed: int | None = Field(default=None, description="Random seed; None on a real cluster.")
     started: datetime = Field(default_factory=lambda: datetime.now(UTC))
     backend: str = Field(default="emulated", description="emulated or kubernetes.")
-    config: RunConfig | None = Field(
-        default=None,
-        description="The run's loop constants and policy; every node agent and gateway "
-        "of a cluster run reads them from here (None: a run recorded without one).",
-    )
 
 
 @dataclass(frozen=True)
@@ -137,6 +131,8 @@ COLLECTIONS: Final[dict[str, CollectionSpec]] = {
         (
             Index((("run", 1), ("submit_s", 1)), "run_submit"),
             Index((("run", 1), ("lm", 1), ("outcome", 1)), "run_lm_outcome"),
+            # a controller reads a run's records incrementally (`Store.requests_after`)
+            Index((("run", 1), ("_seq", 1)), "run_seq"),
         ),
         extra_properties={**_STORE_FIELDS, "latency_s": {"bsonType": ["double", "int", "long"]}},
     ),

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -76,6 +76,32 @@ class StoreOptions:
     #: component stopped with the default 30 s termination grace period still
     #: has time to spill before it is killed.
     drain_s: float = 15.0
+
+
+@dataclass
+class RecordCursor:
+    """Where an incremental reader of one run's request records stands.
+
+    `seq` is the highest `_seq` read; `recent` the ids read within the last
+    `lookback_ns` below it, so a record re-read in the lookback window is not
+    returned twice. Its size is bounded by the records of one lookback
+    window, whatever the length of the run.
+    """
+
+    run: str
+    lookback_s: float = 600.0
+    seq: int = 0
+    recent: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lookback_ns(self) -> int:
+        return int(self.lookback_s * 1e9)
+
+    def forget(self) -> None:
+        """Drop the ids that fell below the lookback window (they cannot be read again)."""
+        floor = self.seq - self.lookback_ns
+        if any(s <= floor for s in self.recent.values()):
+            self.recent = {k: s for k, s in self.recent.items() if s > floor}
 
 
 @dataclass(frozen=True)
@@ -316,6 +342,32 @@ class Store:
         for record in _valid(RequestRecord, docs, "requests"):
             yield cast(RequestRecord, record)
 
+    def requests_after(self, cursor: RecordCursor) -> list[RequestRecord]:
+        """The request records of `cursor.run` not yet read through `cursor`, oldest first.
+
+        Reads only documents stored after the cursor's position (the `_seq`
+        of the newest record it returned, less its lookback), never the whole
+        run, and advances the cursor. The lookback is there because records
+        come from several processes (the gateways) whose `_seq` is their own
+        clock, and a buffered write can land after newer ones: a record that
+        arrives at most `lookback_s` "late" is still returned, once. A
+        missing run is not an error (its records have not arrived yet).
+        """
+        floor = max(0, cursor.seq - cursor.lookback_ns)
+        docs = self._backend.find(
+            "requests", {"run": cursor.run, "_seq": {"$gt": floor}}, sort=[("_seq", 1)]
+        )
+        fresh: list[RequestRecord] = []
+        for doc in docs:
+            doc_id, seq = str(doc.get("_id")), int(doc.get("_seq") or 0)
+            if doc_id in cursor.recent:
+                continue
+            cursor.recent[doc_id] = seq
+            cursor.seq = max(cursor.seq, seq)
+            fresh.extend(cast(RequestRecord, r) for r in _valid(RequestRecord, [doc], "requests"))
+        cursor.forget()
+        return fresh
+
     def lm_stats(self, run: str) -> list[LMStats]:
         """Per-LM arrivals, successes, success ratio, success-only mean latency and
         requests refused by admission control (failures, counted in arrivals)."""
@@ -383,16 +435,6 @@ class Store:
         if not docs:
             self._raise_empty()
         return [cast(RunInfo, r) for r in _valid(RunInfo, docs, "runs")]
-
-    def run(self, run_id: str) -> RunInfo | None:
-        """The run registered as `run_id` (None when there is none, or it does not validate)."""
-        docs = self._backend.find("runs", {"_id": run_id}, limit=1)
-        return next((cast(RunInfo, r) for r in _valid(RunInfo, docs, "runs")), None)
-
-    def latest_run(self, *, backend: str | None = None) -> RunInfo | None:
-        """The most recently started run (of `backend` only, when given); None without one."""
-        docs = self._backend.find("runs", _filter(backend=backend), sort=[("started", -1)], limit=1)
-        return next((cast(RunInfo, r) for r in _valid(RunInfo, docs, "runs")), None)
 
     def status(self) -> StoreStatus:
         """Documents per collection and the latest run; raises on an empty store."""

@@ -63,7 +63,7 @@ from lmedge.backends.kubernetes.gateways import GatewayClient
 from lmedge.backends.kubernetes.live import LiveCluster, LoopConstants
 from lmedge.backends.kubernetes.pods import ObservedPod, model_pod, plan_node
 from lmedge.errors import LmedgeError, ManifestError
-from lmedge.store import Store
+from lmedge.store import RecordCursor, Store
 
 __all__ = ["KubernetesBackend", "KubernetesSettings", "WallClock", "load_context"]
 
@@ -307,8 +307,9 @@ class KubernetesBackend:
         )
         self.live = LiveCluster(kube, settings.namespace, settings.constants, watch=settings.watch)
         self._ctx, self._owners = self.live.context(), self.live.owners()
-        # (origin, id): ids are only unique per origin gateway (a client may choose one)
-        self._seen: set[tuple[str, str]] = set()
+        # Records reach the loop incrementally: only those stored since the last
+        # slot are read, and what is remembered is bounded by the lookback window.
+        self._cursor = RecordCursor(settings.run)
         self._last_arrivals: Counter[tuple[str, str]] = Counter()
         self._last_prompts: Counter[tuple[str, str]] = Counter()
 
@@ -364,8 +365,20 @@ class KubernetesBackend:
         return out
 
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
+        """Push the map to every gateway, with the LMServices in force and the nodes lost.
+
+        A gateway serves exactly the pushed LMServices from then on and ends
+        the sets waiting for one that left (`lm_removed`) or at or for a node
+        that left (`node_lost`), writing their records.
+        """
         if self.gateways is None:
             return
+        ctx = self._ctx
+        classes: dict[str, list[str]] = {}
+        for s in ctx.services:
+            for name in s.spec.serves:
+                if name != s.name:
+                    classes.setdefault(name, []).append(s.name)
         failed = self.gateways.push_routing(
             self.settings.run,
             slot,
@@ -373,6 +386,9 @@ class KubernetesBackend:
             self.wall_clock.start,
             self.settings.slot_s,
             self.settings.tau_s,
+            services={s.name: s.spec.modality for s in ctx.services},
+            classes=classes,
+            lost=sorted(n for n in self.gateways.urls if not ctx.has_node(n)),
         )
         if failed:
             log.warning("slot %d: routing not delivered to %s", slot, ", ".join(failed))
@@ -401,16 +417,13 @@ class KubernetesBackend:
     def drain_records(self) -> list[RequestRecord]:
         if self.store is None or not self.settings.run:
             return []
+        if self._cursor.run != self.settings.run:
+            self._cursor = RecordCursor(self.settings.run)
         try:
-            fresh = [
-                r
-                for r in self.store.requests(self.settings.run)
-                if (r.origin, r.id) not in self._seen
-            ]
+            fresh = self.store.requests_after(self._cursor)
         except LmedgeError as exc:
             log.warning("no request records this slot: %s", exc)
             return []
-        self._seen.update((r.origin, r.id) for r in fresh)
         # Requests finished in the last slot estimate the next slot's arrivals:
         # in steady state as many finish per slot as arrive.
         self._last_arrivals, self._last_prompts = Counter(), Counter()

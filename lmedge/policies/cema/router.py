@@ -27,7 +27,15 @@ from typing import Any
 
 from pydantic import Field
 
-from lmedge.api import ClusterContext, Decision, RequestRecord, Route, RoutingMap, SlotObservation
+from lmedge.api import (
+    Capabilities,
+    ClusterContext,
+    Decision,
+    RequestRecord,
+    Route,
+    RoutingMap,
+    SlotObservation,
+)
 from lmedge.errors import ConfigError
 from lmedge.policies.cema.evaluator import BatchEvaluator, Weights
 from lmedge.policies.cema.quality import (
@@ -64,7 +72,7 @@ class CemaRouter:
 
     name = NAME
     #: The controller passes request-class arrivals through: genes choose the model.
-    routes_request_classes = True
+    capabilities = Capabilities(routes_request_classes=True)
 
     def __init__(
         self, context: ClusterContext, seed: int, params: CemaParams, predictor: QualityPredictor

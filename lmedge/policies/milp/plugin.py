@@ -2,20 +2,23 @@
 
 Routing and activation come out of the same MILP, but the catalog builds the
 router and each node's deployer separately. The coupling is explicit: the
-router's factory creates a `JointPlan` and files it on a small board under
-the run's `ClusterContext` object; each `milp` deployer built for the same
-context object picks it up. Every slot the router solves and writes the
-slot's placements into the plan; a node's deployer returns the placement
-solved for its node *in that slot*. The loop calls the router before the
-deployers in every slot (paper Fig. 4), which is what makes this work.
+router owns a `JointPlan`; each `milp` deployer is built with the run's
+router (`BuildContext.router`, set when the deployers are built in the same
+process) and reads that router's plan. Every slot the router solves and
+writes the slot's placements into the plan; a node's deployer returns the
+placement solved for its node *in that slot*. The loop calls the router
+before the deployers in every slot (paper Fig. 4), which is what makes this
+work. The deployer declares `Capabilities(joint_router="milp")`: where the
+deployers run in node agents, apart from the router (a cluster), the
+profile is refused when it is loaded, with the reason.
 
 When HiGHS finds no incumbent in its time limit the slot gets the greedy
 plan of `greedy.py` instead, and both the router's and the deployers'
 decisions say so (`source="fallback"`, the solver status in `error`). If a
 deployer is asked about a slot the router did not solve at all (the router
 failed), it keeps the node's running instances — the safe "no change"
-action. A `milp` deployer built without a `milp` router for the same context
-is a configuration error.
+action. A `milp` deployer built without the run's `milp` router is a
+configuration error.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from pydantic import Field
 
 from lmedge.api import (
+    Capabilities,
     ClusterContext,
     Decision,
     LMPlacement,
@@ -42,7 +46,6 @@ from lmedge.policies.milp.estimates import transfer_s
 from lmedge.policies.milp.model import Solution, SurrogateWeights, solve_slot
 
 NAME = "milp"
-_BOARD_SIZE = 16
 
 
 class MilpParams(PluginParams):
@@ -76,18 +79,6 @@ class JointPlan:
     slot: int = -1
     placements: dict[str, Placement] = field(default_factory=dict)
     last: Solution | None = None
-
-
-_BOARD: list[tuple[ClusterContext, JointPlan]] = []
-
-
-def _file(ctx: ClusterContext, plan: JointPlan) -> None:
-    _BOARD[:] = [(c, p) for c, p in _BOARD if c is not ctx][-(_BOARD_SIZE - 1) :]
-    _BOARD.append((ctx, plan))
-
-
-def _find(ctx: ClusterContext) -> JointPlan | None:
-    return next((p for c, p in reversed(_BOARD) if c is ctx), None)
 
 
 class MilpRouter:
@@ -136,6 +127,7 @@ class MilpDeployer:
     """Returns the activation the router solved for this node and slot."""
 
     name = NAME
+    capabilities = Capabilities(joint_router=NAME)
 
     def __init__(self, context: ClusterContext, plan: JointPlan) -> None:
         self.context = context
@@ -175,19 +167,21 @@ def _running(obs: NodeObservation) -> Placement:
 
 
 def build_router(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> MilpRouter:
-    """Factory of the router; creates and files the plan the deployers will share."""
+    """Factory of the router; it owns the plan its deployers share."""
     del seed
-    plan = JointPlan()
-    _file(context, plan)
-    return MilpRouter(context, parse_params(MilpParams, params, NAME), plan)
+    return MilpRouter(context, parse_params(MilpParams, params, NAME), JointPlan())
 
 
-def build_deployer(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> MilpDeployer:
-    """Factory of a node's deployer; needs the `milp` router built for the same context."""
+def build_deployer(
+    context: ClusterContext, seed: int, params: Mapping[str, Any], router: object = None
+) -> MilpDeployer:
+    """Factory of a node's deployer; needs the run's `milp` router, built in the same process."""
     del seed
     if params:
         raise ConfigError(f"the milp deployer takes no parameters, got: {', '.join(params)}")
-    plan = _find(context)
-    if plan is None:
-        raise ConfigError("the milp deployer needs the milp router in the same profile")
-    return MilpDeployer(context, plan)
+    if not isinstance(router, MilpRouter):
+        raise ConfigError(
+            "the milp deployer needs the milp router of the same run, in the same process (it "
+            "places what that router solved jointly): pair them in one profile"
+        )
+    return MilpDeployer(context, router.plan)

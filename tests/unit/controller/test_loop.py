@@ -34,6 +34,7 @@ from lmedge.api import (
     check_macro_policy,
     check_placement,
 )
+from lmedge.api.live import ContextChange, ContextUpdate
 from lmedge.api.manifests import load_resources
 from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
 from lmedge.controller.loop import ControlLoop
@@ -64,9 +65,14 @@ class StubBackend:
         self.applied: list[Placement] = []
         self.published: list[RoutingMap] = []
         self._pending: list[RequestRecord] = []
+        self.changes: dict[int, list[ContextChange]] = {}
 
     def context(self) -> ClusterContext:
         return self.ctx
+
+    def refresh(self, slot: int) -> ContextUpdate:
+        """A static cluster, unless a test queued `changes` for a slot."""
+        return ContextUpdate(slot=slot, context=self.ctx, changes=self.changes.pop(slot, []))
 
     def snapshot(self, slot: int) -> Snapshot:
         nodes = [

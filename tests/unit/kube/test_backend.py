@@ -25,7 +25,7 @@ from lmedge.backends.kubernetes.client import ClusterRefused, KubeClient, RetryP
 from lmedge.backends.kubernetes.gateways import GatewayClient, models_body, routing_body
 from lmedge.backends.kubernetes.pods import model_pod, observe_pod
 from lmedge.dataplane.wire import LocalModels, RoutingUpdate
-from lmedge.errors import ClusterUnavailable
+from lmedge.errors import ClusterUnavailable, NotFound
 from lmedge.nodeagent.agent import serving_endpoints
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "testbed"
@@ -156,9 +156,16 @@ def test_refusals_are_not_retried(status: int) -> None:
     assert (refused.value.status, refused.value.message) == (status, "denied by policy")
 
 
-def test_not_found_passes_through() -> None:
-    with pytest.raises(ApiException):
-        client().call("read", failing(api_error(404)))
+def test_not_found_is_classified_once_and_never_retried() -> None:
+    calls: list[int] = []
+
+    def missing(*args: Any, **kwargs: Any) -> str:
+        calls.append(1)
+        raise api_error(404)
+
+    with pytest.raises(NotFound, match="read Node w9: not found") as err:
+        client(attempts=3).call("read Node w9", missing)
+    assert isinstance(err.value.__cause__, ApiException) and len(calls) == 1
 
 
 # -- gateway messages ------------------------------------------------------------
@@ -227,6 +234,12 @@ class Records:
 
     def requests(self, run: str) -> list[RequestRecord]:
         return list(self.records)
+
+    def requests_after(self, cursor: Any) -> list[RequestRecord]:
+        """The records not read through `cursor` yet (its position: how many were read)."""
+        fresh = self.records[cursor.seq :]
+        cursor.seq = len(self.records)
+        return fresh
 
 
 def record(i: int, origin: str, lm: str, prompts: int) -> RequestRecord:

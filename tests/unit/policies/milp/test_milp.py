@@ -41,7 +41,7 @@ def test_routes_and_activations_are_feasible_and_consistent(
     ctx = paper_testbed()
     obs = slot_obs(arrivals, backlog, running)
     router = build_router(ctx, 0, {})
-    deployer = build_deployer(ctx, 0, {})
+    deployer = build_deployer(ctx, 0, {}, router)
     decision = router.route(obs)
     assert decision.policy == "milp" and decision.source == "rule"
     assert check_routing_map(decision.value, ctx, obs.arrivals) == []
@@ -75,7 +75,7 @@ def test_fairness_term_activates_the_scarce_lm_where_it_fits() -> None:
 def test_deployer_keeps_running_instances_for_a_slot_the_router_did_not_solve() -> None:
     ctx = paper_testbed()
     router = build_router(ctx, 0, {})
-    deployer = build_deployer(ctx, 0, {})
+    deployer = build_deployer(ctx, 0, {}, router)
     router.route(slot_obs([("worker-2", "lm3", 3)], slot=4))
     stale = deployer.place(node_obs("worker-3", {}, {"lm1": "cpu"}, slot=5)).value
     assert {p.lm: p.mode for p in stale.lms} == {
@@ -126,7 +126,7 @@ def test_cpu_modes_parameter_allows_cpu_activations() -> None:
 def test_solver_timeout_yields_a_greedy_plan_audited_as_such(seed: int) -> None:
     ctx = paper_testbed()
     router = build_router(ctx, 0, {"time_limit_s": 1e-6})  # no incumbent in 1 us
-    deployer = build_deployer(ctx, 0, {})
+    deployer = build_deployer(ctx, 0, {}, router)
     obs = slot_obs(full_slot(seed), {"worker-5": {"lm4": 30}}, {"worker-5": {"lm4": "gpu"}})
     decision = router.route(obs)
     assert decision.source == "fallback" and "greedy plan" in (decision.error or "")
