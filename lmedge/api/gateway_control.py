@@ -15,6 +15,7 @@ from pydantic import Field
 
 from lmedge.api.base import WireModel
 from lmedge.api.decisions import RoutingMap
+from lmedge.api.resources import Modality
 
 __all__ = ["LocalModels", "ModelEndpoint", "RoutingUpdate"]
 
@@ -28,6 +29,13 @@ class RoutingUpdate(WireModel):
     the map's `rejections` to retry after what is left of it. `tau_s` is the
     run's request deadline (its `RunConfig.tau_s`), which the gateway applies
     to the records it writes from then on. None: the gateway's own setting.
+
+    The live cluster rides on the same push: `services` and `classes` are the
+    LMServices in force (name -> modality) and the request classes they serve
+    (class -> LMs); the gateway serves exactly those from then on, and sets
+    waiting for an LM that left end at once with outcome `lm_removed`.
+    `lost` names nodes that left the cluster (down or deleted): sets waiting
+    at or for them end with outcome `node_lost`. None / empty: no change.
     """
 
     run: str = Field(default="", max_length=128)
@@ -40,6 +48,15 @@ class RoutingUpdate(WireModel):
         default=None, gt=0, allow_inf_nan=False, description="Request deadline tau, seconds."
     )
     routing: RoutingMap
+    services: dict[str, Modality] | None = Field(
+        default=None, description="The LMServices in force, name -> modality."
+    )
+    classes: dict[str, list[str]] | None = Field(
+        default=None, description="Request class -> the LMs serving it (manifest order)."
+    )
+    lost: list[str] = Field(
+        default_factory=list, description="Nodes that left the cluster since the last push."
+    )
 
 
 class ModelEndpoint(WireModel):

@@ -29,13 +29,13 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
 from lmedge.api.constants import TAU_S
 from lmedge.api.inference import Prompt
 from lmedge.api.observations import ServiceInfo
-from lmedge.api.records import RequestRecord
+from lmedge.api.records import RequestOutcome, RequestRecord
 from lmedge.api.resources import Modality
 from lmedge.dataplane.metrics import GatewayMetrics
 from lmedge.dataplane.queues import LMQueues, LocalModels, ModelCaller
@@ -52,7 +52,7 @@ from lmedge.dataplane.wire import (
 from lmedge.dataplane.wire import (
     LocalModels as LocalModelsMessage,
 )
-from lmedge.errors import ConfigError, TransientError, UserError
+from lmedge.errors import ConfigError, DuplicateRequestId, Rejected, TransientError, UnknownLM
 
 __all__ = [
     "DuplicateRequestId",
@@ -73,31 +73,6 @@ log = logging.getLogger(__name__)
 
 #: The error of a set given up on because the gateway is shutting down.
 SHUTTING_DOWN = "gateway shutting down"
-
-
-class UnknownLM(UserError):
-    """A request named an LM service this cluster does not have."""
-
-
-class DuplicateRequestId(UserError):
-    """A client-chosen request id was already used at this gateway (HTTP 409).
-
-    Answering it again would give two users one record (and a model server
-    one progress file for two prompt sets), so the second use is refused.
-    """
-
-
-class Rejected(TransientError):
-    """Admission control refused a set at once; retry after `retry_after_s` seconds.
-
-    Retryable: the next slot's map may admit it. The set is already recorded
-    (outcome `rejected`) when this is raised.
-    """
-
-    def __init__(self, message: str, *, request_id: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.request_id = request_id
-        self.retry_after_s = retry_after_s
 
 
 class PeerCaller(Protocol):
@@ -241,6 +216,9 @@ class Gateway:
         # an outcome at once instead of holding the process until its deadline.
         self._stopped: asyncio.Future[None] | None = None
         self._waiting = 0
+        # Resolved by a routing push when an LM or a node leaves the cluster:
+        # ("lm", name) / ("node", name) -> (outcome, why) for the sets waiting on it.
+        self._ends: dict[tuple[str, str], asyncio.Future[tuple[RequestOutcome, str]]] = {}
 
     # -- control ------------------------------------------------------------------
 
@@ -251,18 +229,49 @@ class Gateway:
         `model` does not serve its class, is refused whole: the gateway keeps
         the previous map rather than serve a class with the wrong model.
         """
+        settings = self._live_settings(update)
         named = {r.lm for r in update.routing.routes} | {r.lm for r in update.routing.rejections}
-        unknown = sorted(n for n in named if not self.settings.models_for(n))
+        unknown = sorted(n for n in named if not settings.models_for(n))
         if unknown:
             raise UnknownLM(f"routing map names unknown LM(s): {', '.join(unknown)}")
         wrong = sorted(
             f"{r.lm} -> {r.model}"
             for r in update.routing.routes
-            if r.model is not None and r.model not in self.settings.models_for(r.lm)
+            if r.model is not None and r.model not in settings.models_for(r.lm)
         )
         if wrong:
             raise UnknownLM(f"routing map routes a class to an LM that does not serve it: {wrong}")
+        removed = sorted(set(self.settings.services) - set(settings.services))
+        self.settings = settings
+        if removed:
+            kept = {lm: self.local.url(lm) for lm in self.local.active() if lm not in removed}
+            self.local.replace({lm: u for lm, u in kept.items() if u})
+        for lm in removed:
+            self._end(("lm", lm), "lm_removed", f"LMService {lm} was deleted")
+        for node in update.lost:
+            self._end(("node", node), "node_lost", f"node {node} left the cluster")
         return self.routing.update(update, self._monotonic())
+
+    def _live_settings(self, update: RoutingUpdate) -> GatewaySettings:
+        """The settings with the pushed LMServices and classes (the same without them)."""
+        if update.services is None:
+            return self.settings
+        services = dict(update.services)
+        try:
+            return replace(
+                self.settings,
+                services=services,
+                classes=dict(update.classes or {}),
+                model_urls={k: v for k, v in self.settings.model_urls.items() if k in services},
+            )
+        except ConfigError as exc:  # e.g. a class naming an LM not pushed: refuse the map
+            raise UnknownLM(f"routing push: {exc}") from exc
+
+    def _end(self, key: tuple[str, str], outcome: RequestOutcome, error: str) -> None:
+        """End every set waiting on `key` (an LM or a node) now, with `outcome`."""
+        ended = self._ends.pop(key, None)
+        if ended is not None and not ended.done():
+            ended.set_result((outcome, error))
 
     def set_models(self, message: LocalModelsMessage) -> list[str]:
         """Replace the set of model pods serving on this node; return the active LMs."""
@@ -347,6 +356,8 @@ class Gateway:
         result = await self._unless_stopped(
             self._dispatch(destination, forward),
             lambda: self._undelivered(forward, destination, SHUTTING_DOWN),
+            ends=(("lm", model), ("node", destination)),
+            ended=lambda outcome, why: self._lost(forward, destination, outcome, why),
         )
         rtt = self._monotonic() - start
         if result.outcome == "success" and rtt > tau:
@@ -415,6 +426,13 @@ class Gateway:
             error=error,
         )
 
+    def _lost(
+        self, forward: ForwardRequest, destination: str, outcome: RequestOutcome, why: str
+    ) -> ForwardResult:
+        """The answer for a set ended because its LM or node left the cluster."""
+        log.warning("set %s for %s at %s ended: %s", forward.id, forward.lm, destination, why)
+        return self._undelivered(forward, destination, why).model_copy(update={"outcome": outcome})
+
     def _refuse(
         self, rid: str, lm: str, prompts: int, slot: int, run: str, anchor: float
     ) -> NoReturn:
@@ -456,6 +474,8 @@ class Gateway:
         return await self._unless_stopped(
             self.queues.submit(forward),
             lambda: self._undelivered(forward, self.node, SHUTTING_DOWN),
+            ends=(("lm", forward.lm), ("node", self.node)),
+            ended=lambda outcome, why: self._lost(forward, self.node, outcome, why),
         )
 
     # -- shutdown -------------------------------------------------------------------
@@ -474,17 +494,27 @@ class Gateway:
         return self._waiting
 
     async def _unless_stopped(
-        self, work: Coroutine[Any, Any, ForwardResult], stopped: Callable[[], ForwardResult]
+        self,
+        work: Coroutine[Any, Any, ForwardResult],
+        stopped: Callable[[], ForwardResult],
+        *,
+        ends: tuple[tuple[str, str], ...] = (),
+        ended: Callable[[RequestOutcome, str], ForwardResult] | None = None,
     ) -> ForwardResult:
+        """`work`'s result, unless the gateway stops first (`stopped()`) or one of
+        `ends` (an LM or node) leaves the cluster first (`ended(outcome, why)`)."""
+        loop = asyncio.get_running_loop()
         if self._stopped is None:
-            self._stopped = asyncio.get_running_loop().create_future()
+            self._stopped = loop.create_future()
         if self._stopped.done():
             work.close()
             return stopped()
+        watched = [self._ends.setdefault(key, loop.create_future()) for key in ends]
         task = asyncio.ensure_future(work)
         self._waiting += 1
         try:
-            await asyncio.wait((task, self._stopped), return_when=asyncio.FIRST_COMPLETED)
+            waits: list[asyncio.Future[Any]] = [task, self._stopped, *watched]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
             raise
@@ -493,6 +523,9 @@ class Gateway:
         if task.done():
             return task.result()
         task.cancel()
+        gone = next((f for f in watched if f.done()), None)
+        if gone is not None and ended is not None and not self._stopped.done():
+            return ended(*gone.result())
         return stopped()
 
     async def close(self) -> None:

@@ -34,6 +34,7 @@ import httpx
 
 from lmedge.api import RoutingMap
 from lmedge.api.gateway_control import LocalModels, ModelEndpoint, RoutingUpdate
+from lmedge.api.resources import Modality
 from lmedge.errors import ConfigError
 
 __all__ = ["BearerToken", "GatewayClient", "models_body", "routing_body"]
@@ -88,6 +89,10 @@ def routing_body(
     run_started_at: float | None,
     slot_s: float | None = None,
     tau_s: float | None = None,
+    *,
+    services: Mapping[str, Modality] | None = None,
+    classes: Mapping[str, Sequence[str]] | None = None,
+    lost: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A `RoutingUpdate` as JSON (validated: a bad value fails here, not at the gateway)."""
     update = RoutingUpdate(
@@ -97,6 +102,9 @@ def routing_body(
         slot_s=slot_s,
         tau_s=tau_s,
         routing=routing,
+        services=None if services is None else dict(services),
+        classes=None if classes is None else {c: list(m) for c, m in classes.items()},
+        lost=list(lost),
     )
     return update.model_dump(mode="json")
 
@@ -135,9 +143,19 @@ class GatewayClient:
         run_started_at: float | None,
         slot_s: float | None = None,
         tau_s: float | None = None,
+        *,
+        services: Mapping[str, Modality] | None = None,
+        classes: Mapping[str, Sequence[str]] | None = None,
+        lost: Sequence[str] = (),
     ) -> list[str]:
-        """PUT the map to every gateway; the nodes whose gateway failed."""
-        body = routing_body(run, slot, routing, run_started_at, slot_s, tau_s)
+        """PUT the map to every gateway; the nodes whose gateway failed.
+
+        `services`, `classes` and `lost` as in `RoutingUpdate` (the live cluster).
+        """
+        body = routing_body(
+            run, slot, routing, run_started_at, slot_s, tau_s,
+            services=services, classes=classes, lost=lost,
+        )  # fmt: skip
         return [n for n in sorted(self.urls) if not self._put(n, "/control/routing", body)]
 
     def push_models(self, node: str, endpoints: Mapping[str, str]) -> bool:
