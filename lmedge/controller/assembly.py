@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmedge.api import ClusterContext, Deployer, Planner, Router
+from lmedge.api.runconfig import PolicyConfig
 from lmedge.controller.catalog import (
     BuildContext,
     Profile,
@@ -42,6 +43,25 @@ class PolicyChoice:
     router: str | None = None
     deployer: str | None = None
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config: PolicyConfig) -> PolicyChoice:
+        """The choice a run's stored `PolicyConfig` names (its seed is the caller's)."""
+        params: dict[str, Mapping[str, Any]] = {t: dict(p) for t, p in config.params.items()}
+        return cls(config.profile, config.planner, config.router, config.deployer, params)
+
+    def config(self, seed: int = 0) -> PolicyConfig:
+        """This choice as the `PolicyConfig` a run stores (names checked first)."""
+        self.resolve()
+        params: dict[Any, dict[str, Any]] = {t: dict(p) for t, p in self.params.items() if p}
+        return PolicyConfig(
+            profile=self.profile or "rr",
+            planner=self.planner,
+            router=self.router,
+            deployer=self.deployer,
+            params=params,
+            seed=seed,
+        )
 
     def resolve(self) -> Profile:
         """The effective planner/router/deployer names (raises `ConfigError` if unknown)."""

@@ -18,7 +18,9 @@ loop; `lmedge.controller` sits below the operator in the layering.
 When the Lease is lost both stop and `run_controller` returns 1, so the
 Deployment restarts the replica as a candidate; a replica that never acted
 cannot double-act. Configuration comes from flags / Helm values (no settings
-CRD): they are read once at start, like the loop reads its context.
+CRD), read once at start; the run's `RunConfig` (loop constants, policy,
+plugin parameters, seed) is stored with the run, where every node agent and
+gateway reads it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from lmedge.api.runconfig import RunConfig
 from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings, WallClock
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.leader import LeaseElector
@@ -60,6 +63,21 @@ class ControllerSettings:
     slots: int | None = None
     operator: bool = True
     lease_duration_s: float = 15.0
+
+    def run_config(self) -> RunConfig:
+        """The run's `RunConfig`: the loop constants, the policy and its seed.
+
+        Stored with the run; node agents and gateways read it from there, so
+        this replica's flags are the only place these settings are given.
+        """
+        b = self.backend
+        return RunConfig(
+            slot_s=b.slot_s,
+            epoch_slots=b.epoch_slots,
+            tau_s=b.tau_s,
+            lam=b.lam,
+            policy=self.policy.config(self.seed),
+        )
 
 
 class OperatorThread:
@@ -152,6 +170,7 @@ def run_controller(
                     seed=None,
                     started=started,
                     backend="kubernetes",
+                    config=settings.run_config(),
                 )
             )
         loop = ControlLoop(

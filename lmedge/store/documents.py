@@ -37,6 +37,7 @@ from lmedge.api.base import WireModel
 from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.observations import MemoryCase
 from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.api.runconfig import RunConfig
 from lmedge.store.schema import bson_schema
 
 __all__ = [
@@ -63,6 +64,11 @@ class RunInfo(WireModel):
     seed: int | None = Field(default=None, description="Random seed; None on a real cluster.")
     started: datetime = Field(default_factory=lambda: datetime.now(UTC))
     backend: str = Field(default="emulated", description="emulated or kubernetes.")
+    config: RunConfig | None = Field(
+        default=None,
+        description="The run's loop constants and policy; every node agent and gateway "
+        "of a cluster run reads them from here (None: a run recorded without one).",
+    )
 
 
 @dataclass(frozen=True)

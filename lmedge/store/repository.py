@@ -436,6 +436,16 @@ class Store:
             self._raise_empty()
         return [cast(RunInfo, r) for r in _valid(RunInfo, docs, "runs")]
 
+    def run(self, run_id: str) -> RunInfo | None:
+        """The run registered as `run_id` (None when there is none, or it does not validate)."""
+        docs = self._backend.find("runs", {"_id": run_id}, limit=1)
+        return next((cast(RunInfo, r) for r in _valid(RunInfo, docs, "runs")), None)
+
+    def latest_run(self, *, backend: str | None = None) -> RunInfo | None:
+        """The most recently started run (of `backend` only, when given); None without one."""
+        docs = self._backend.find("runs", _filter(backend=backend), sort=[("started", -1)], limit=1)
+        return next((cast(RunInfo, r) for r in _valid(RunInfo, docs, "runs")), None)
+
     def status(self) -> StoreStatus:
         """Documents per collection and the latest run; raises on an empty store."""
         counts = {name: self._backend.count(name, {}) for name in COLLECTIONS}
