@@ -25,7 +25,7 @@ from lmedge.api.inference import InferRequest, InferResult
 from lmedge.backends.kubernetes.gateways import BearerToken
 from lmedge.dataplane.queues import ModelFailed, ModelUnavailable
 from lmedge.dataplane.wire import ForwardRequest, ForwardResult
-from lmedge.errors import TransientError
+from lmedge.errors import PeerUnavailable
 
 __all__ = ["HttpClients", "PeerUnavailable"]
 
@@ -42,10 +42,6 @@ _RETRYABLE = (
     httpx.WriteError,
     httpx.RemoteProtocolError,
 )
-
-
-class PeerUnavailable(TransientError):
-    """The destination node's gateway did not answer or refused the set."""
 
 
 class _ShardedClient:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lmedge.api.inference import MAX_PROMPT_CHARS, MAX_PROMPTS, Output, Prompt
 from lmedge.api.resources import Modality
-from lmedge.errors import UserError
+from lmedge.errors import BadRequest
 
 __all__ = [
     "BadRequest",
@@ -40,10 +40,6 @@ __all__ = [
 ]
 
 _DATA_URL = re.compile(r"^data:image/(png|jpeg|jpg|webp|gif);base64,(?P<data>[A-Za-z0-9+/=\s]+)$")
-
-
-class BadRequest(UserError):
-    """A request the gateway cannot serve as asked (HTTP 400)."""
 
 
 class _Lenient(BaseModel):

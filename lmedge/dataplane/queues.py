@@ -26,7 +26,7 @@ from typing import Protocol
 
 from lmedge.api.inference import InferRequest, InferResult
 from lmedge.dataplane.wire import ForwardRequest, ForwardResult
-from lmedge.errors import LmedgeError, TransientError
+from lmedge.errors import ModelFailed, ModelUnavailable
 
 __all__ = [
     "LMQueues",
@@ -37,14 +37,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class ModelUnavailable(TransientError):
-    """The model pod did not answer or is not ready yet; retried until the deadline."""
-
-
-class ModelFailed(LmedgeError):
-    """The model pod rejected the set or failed on it; not retried."""
 
 
 class ModelCaller(Protocol):

@@ -29,7 +29,7 @@ from lmedge.backends.kubernetes.live import (
     view_of,
 )
 from lmedge.backends.kubernetes.pods import ObservedPod
-from lmedge.errors import LmedgeError, ManifestError, TransientError
+from lmedge.errors import LmedgeError, ManifestError
 from lmedge.operator import kube, logic
 from lmedge.operator.timeslicing import node_labels, render_configmap
 
@@ -50,16 +50,17 @@ STATUS_INTERVAL_S = float(os.environ.get("LMEDGE_STATUS_INTERVAL_S", "30"))
 
 @contextmanager
 def classified() -> Iterator[None]:
-    """Map lmedge errors to kopf's retry semantics."""
+    """Map lmedge errors to kopf's retry semantics by their class (`lmedge.errors`).
+
+    A `retryable` error (an API outage, a conflict, a Node not there yet) is
+    a `kopf.TemporaryError` retried after its class's `retry_delay_s`; any
+    other (a bad spec, a refusal by RBAC or admission) a `kopf.PermanentError`.
+    """
     try:
         yield
-    except ManifestError as exc:
-        raise kopf.PermanentError(str(exc)) from exc
-    except kube.NotFound as exc:
-        raise kopf.TemporaryError(str(exc), delay=30) from exc
-    except TransientError as exc:
-        raise kopf.TemporaryError(str(exc), delay=10) from exc
     except LmedgeError as exc:
+        if exc.retryable:
+            raise kopf.TemporaryError(str(exc), delay=exc.retry_delay_s) from exc
         raise kopf.PermanentError(str(exc)) from exc
 
 

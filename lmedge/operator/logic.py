@@ -21,21 +21,16 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 from pydantic import BaseModel, ValidationError
 
 from lmedge.api import ClusterContext, EdgeNodeSpec, NodeState
 from lmedge.api.manifests import format_validation_error
 from lmedge.backends.kubernetes.backend import node_state
+from lmedge.backends.kubernetes.client import parse_quantity
 from lmedge.backends.kubernetes.pods import GPU_RESOURCE, ObservedPod
 from lmedge.errors import ManifestError
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def parse_quantity(q: str | int | float) -> Decimal:
-    """A Kubernetes resource quantity ("16", "250m", "24Gi") as a number."""
-    return Decimal(_parse_quantity(q))  # type: ignore[no-untyped-call]
 
 
 def parse_spec(model: type[M], spec: Mapping[str, Any], kind: str, name: str) -> M:

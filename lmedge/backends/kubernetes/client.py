@@ -1,21 +1,23 @@
-"""The Kubernetes backend's thin client: the only module of the backend that
-imports the `kubernetes` package.
+"""lmedge's one client of the Kubernetes API: the backend, the node agents, the
+controller process and the operator's handlers all call it (the only other
+importers of the `kubernetes` package are the live context's watch,
+`lmedge.backends.kubernetes.live`, and kopf itself).
 
-Every call has a timeout and is classified once:
+Every call has a timeout and is classified once, here:
 
 - 429, 5xx, connection failures and timeouts are retried with exponential
   backoff, then raised as `ClusterUnavailable` (retryable);
 - a 409 on create means the object already exists (the pod name is a
   function of the placement, so it is the pod we wanted) and is not an error;
-  a 409 on anything else is a conflict, retried like a 429;
-- a 404 on delete means it is already gone;
-- 403 and 422 are `ClusterRefused`: RBAC or the admission policy said no, or
-  the object is invalid; retrying cannot help, and the message is the API
-  server's.
+  a 409 on anything else is a conflict, retried like a 429 (a Lease write is
+  the exception: there a 409 is the answer "someone else wrote first");
+- a 404 is `NotFound` (never retried here; on delete it means already gone);
+- 400, 403, 422 and the rest are `ClusterRefused`: RBAC or the admission
+  policy said no, or the object is invalid; retrying cannot help, and the
+  message is the API server's.
 
-There are no watches here: the backend and the node agent list what they need
-each slot, so a dropped watch can lose no state. (kopf keeps its own watches
-and re-establishes them.)
+`retryable` on those classes (`lmedge.errors`) is what the operator maps to
+kopf's TemporaryError or PermanentError.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,11 +35,20 @@ import urllib3
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
 from lmedge.backends.kubernetes.pods import LABEL_LM, ObservedPod, observe_pod
-from lmedge.errors import ClusterUnavailable, ConfigError, LmedgeError
+from lmedge.errors import ClusterRefused, ClusterUnavailable, ConfigError, NotFound
 
-__all__ = ["GROUP", "VERSION", "ClusterRefused", "KubeClient", "RetryPolicy"]
+__all__ = [
+    "GROUP",
+    "VERSION",
+    "ClusterRefused",
+    "KubeClient",
+    "NotFound",
+    "RetryPolicy",
+    "parse_quantity",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +57,6 @@ VERSION = "v1alpha1"
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
 
 T = TypeVar("T")
-
-
-class ClusterRefused(LmedgeError):
-    """The API server refused the request (RBAC, admission or validation)."""
-
-    def __init__(self, action: str, status: int, message: str) -> None:
-        self.status = status
-        self.message = message
-        super().__init__(f"{action}: HTTP {status}: {message}")
 
 
 class RetryPolicy:
@@ -166,7 +169,7 @@ class KubeClient:
                 return fn(*args, _request_timeout=self.retry.timeout, **kwargs)
             except ApiException as exc:
                 if exc.status == 404:
-                    raise
+                    raise NotFound(f"{action}: not found") from exc
                 if exc.status and exc.status not in RETRYABLE:
                     raise ClusterRefused(action, exc.status, _message(exc)) from exc
                 failure: Exception = exc
@@ -218,16 +221,95 @@ class KubeClient:
         )
         return list(out.get("items", []))
 
+    # -- Nodes and ConfigMaps (the operator's) --------------------------------
+
+    def node_allocatable(self, name: str) -> dict[str, str]:
+        """The Node's `status.allocatable` (NotFound when there is no such Node)."""
+        node: Any = self.call(f"read Node {name}", self.core.read_node, name)
+        return dict((node.status.allocatable if node.status else None) or {})
+
+    def label_node(self, name: str, labels: Mapping[str, str | None]) -> None:
+        """Merge-patch labels onto a Node; a None value removes the label."""
+        body = {"metadata": {"labels": dict(labels)}}
+        self.call(f"label Node {name}", self.core.patch_node, name, body)
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every Node as its JSON object (health: Ready condition, spec.unschedulable)."""
+        out: Any = self.call("list Nodes", self.core.list_node)
+        return [self._json(n) for n in out.items]
+
+    def set_configmap_data(self, namespace: str, name: str, data: Mapping[str, str]) -> bool:
+        """Make the ConfigMap's data exactly `data` (created when missing); True if it changed.
+
+        Keys no longer in `data` are removed (a merge patch with null values),
+        others are left alone, so RBAC needs only get and patch on this name
+        when the chart created the ConfigMap.
+        """
+        where = f"ConfigMap {namespace}/{name}"
+        try:
+            live: Any = self.call(
+                f"read {where}", self.core.read_namespaced_config_map, name, namespace
+            )
+        except NotFound:
+            body: Any = {"metadata": {"name": name, "namespace": namespace}, "data": dict(data)}
+            self.call(f"create {where}", self.core.create_namespaced_config_map, namespace, body)
+            return True
+        current = dict(live.data or {})
+        if current == dict(data):
+            return False
+        patch: dict[str, str | None] = {k: None for k in current if k not in data}
+        patch.update(data)
+        self.call(
+            f"patch {where}",
+            self.core.patch_namespaced_config_map,
+            name,
+            namespace,
+            {"data": patch},
+        )
+        return True
+
+    def apply_configmap(self, manifest: Mapping[str, Any]) -> None:
+        """Create the ConfigMap, or patch it with `manifest` when it exists."""
+        meta = manifest["metadata"]
+        where = f"ConfigMap {meta['namespace']}/{meta['name']}"
+        body: Any = dict(manifest)
+        try:
+            self.call(f"apply {where}", self._create_configmap_once, meta["namespace"], body)
+        except _AlreadyExists:
+            self.call(
+                f"apply {where}",
+                self.core.patch_namespaced_config_map,
+                meta["name"],
+                meta["namespace"],
+                body,
+            )
+
+    def _create_configmap_once(self, namespace: str, body: Any, **kwargs: Any) -> Any:
+        try:
+            return self.core.create_namespaced_config_map(namespace, body, **kwargs)
+        except ApiException as exc:
+            if exc.status == 409 and "AlreadyExists" in (exc.body or ""):
+                raise _AlreadyExists from exc
+            raise
+
     # -- model pods ---------------------------------------------------------
 
-    def list_model_pods(self, namespace: str, node: str | None = None) -> list[ObservedPod]:
-        """Model pods in `namespace` (on `node` only, when given)."""
+    def list_model_pods(self, namespace: str | None, node: str | None = None) -> list[ObservedPod]:
+        """Model pods in `namespace` (every namespace when None; on `node` only, when given)."""
         kwargs: dict[str, str] = {"label_selector": LABEL_LM}
         if node is not None:
             kwargs["field_selector"] = f"spec.nodeName={node}"
-        pods: Any = self.call(
-            f"list model pods in {namespace}", self.core.list_namespaced_pod, namespace, **kwargs
-        )
+        if namespace is None:
+            pods: Any = self.call(
+                "list model pods", self.core.list_pod_for_all_namespaces, **kwargs
+            )
+        else:
+            pods = self.call(
+                f"list model pods in {namespace}",
+                self.core.list_namespaced_pod,
+                namespace,
+                **kwargs,
+            )
         return [observe_pod(self._json(p)) for p in pods.items]
 
     def create_pod(self, manifest: Mapping[str, Any]) -> bool:
@@ -263,10 +345,8 @@ class KubeClient:
                 namespace,
                 grace_period_seconds=grace_s,
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        except NotFound:
+            return False
         return True
 
     # -- leases (leader election) ---------------------------------------------
@@ -280,10 +360,8 @@ class KubeClient:
                 name,
                 namespace,
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         out: dict[str, Any] = self._json(lease)
         return out
 
@@ -319,6 +397,11 @@ class KubeClient:
 
 class _AlreadyExists(Exception):
     pass
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """A Kubernetes resource quantity ("16", "250m", "24Gi") as a number (the client's parser)."""
+    return Decimal(_parse_quantity(value))  # type: ignore[no-untyped-call]
 
 
 def _one_line(exc: BaseException) -> str:
