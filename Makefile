@@ -12,6 +12,8 @@ EXTRAS  ?= dev
 comma   := ,
 STAMP   := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 export LMEDGE_TOOLS_DIR ?= $(CURDIR)/$(TOOLS)
+# Playwright drives the system chromium (tools/install-chromium.sh); it never downloads one.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: install lock tools images realnode test test-unit lint typecheck demo bench crds clean
 
@@ -30,11 +32,13 @@ install: $(STAMP)
 lock:
 	bash tools/lock.sh
 
-# Test servers built from the Go module proxy, cached under $(TOOLS)/ (git-ignored).
+# Test servers built from the Go module proxy, cached under $(TOOLS)/ (git-ignored),
+# and the chromium the dashboard's browser tests drive (Debian's package, tests/browser/).
 tools:
 	bash tools/build-ferretdb.sh
 	@if [ -f tools/build-k8s.sh ]; then LMEDGE_BUILD_KUBELET=1 bash tools/build-k8s.sh; fi
 	@if [ -f tools/build-helm.sh ]; then bash tools/build-helm.sh; fi
+	bash tools/install-chromium.sh
 
 # The real-node tier's images (tools/build-images.sh: buildah + debootstrap, as
 # root), cached under $(TOOLS)/images/. Where they cannot be built the script

@@ -418,6 +418,11 @@ def register(app: typer.Typer) -> None:
             "--agent planner",
             soft_wrap=True,
         )
+        out.print(
+            f"see it in a browser: {_self_command()} dashboard --store {uri} --reports "
+            f"{out_dir.parent}  (then open http://localhost:8090/)",
+            soft_wrap=True,
+        )
         _exit_on(_store_problem(st, run_id))
 
 

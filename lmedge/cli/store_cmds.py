@@ -113,7 +113,7 @@ def _decisions_table(found: list[AnyDecision], *, wide: bool, full_ids: bool) ->
     if len(runs) == 1:
         title += f" of run {runs[0]}"
     elif not full_ids:
-        title += "; runs: " + ", ".join(f"{keys[r]} {r}" for r in runs)
+        title += f" of {len(runs)} runs:" + "".join(f"\n{keys[r]} {r}" for r in runs)
     table = Table(
         title=title,
         title_justify="left",

@@ -221,5 +221,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert f"report: {tmp_path / 'demo' / 'summary.md'}" in result.stdout.replace("\n", "")
     assert "lmedge decisions --store" in result.stdout and "--agent planner" in result.stdout
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("see it in a browser: ") and " dashboard --store " in last
     assert (tmp_path / "demo" / "summary.md").exists()
     assert (tmp_path / "store").is_dir()
