@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, cast
 
+from lmedge.api.constants import SLOT_S
 from lmedge.api.decisions import MacroPolicy, Placement
 from lmedge.api.records import NodeTelemetry
 from lmedge.metrics import LAMBDA, TAU_S, conflict_stats, fairness, segment_metrics
@@ -25,7 +26,7 @@ from lmedge.store import AnyDecision, RunInfo, Store
 
 #: The slot length assumed for a run stored without its configuration, seconds
 #: (the paper's 30 s slot).
-DEFAULT_SLOT_S: Final = 30.0
+DEFAULT_SLOT_S: Final = SLOT_S
 #: Decisions read for one run's cluster view: enough for a 1000-slot run of
 #: eight nodes; beyond it the page says how many it shows.
 MAX_DEPLOYMENTS: Final = 20_000

@@ -54,6 +54,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 from lmedge.api import ClusterContext, EdgeNodeSpec, LMServiceSpec, NodeInfo, ServiceInfo
+from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
 from lmedge.api.live import ContextChange, ContextUpdate
 from lmedge.backends.kubernetes.client import GROUP, VERSION, ClusterRefused, KubeClient
 from lmedge.errors import LmedgeError
@@ -84,10 +85,10 @@ BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 class LoopConstants:
     """The loop constants a context carries besides nodes and services."""
 
-    tau_s: float = 900.0
-    lam: float = 0.5
-    slot_s: float = 30.0
-    epoch_slots: int = 50
+    tau_s: float = TAU_S
+    lam: float = LAMBDA
+    slot_s: float = SLOT_S
+    epoch_slots: int = EPOCH_SLOTS
 
 
 @dataclass(frozen=True)
