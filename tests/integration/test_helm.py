@@ -444,7 +444,7 @@ def test_every_container_command_parses_with_the_lmedge_cli(
             command, *args = c["args"]
             _click_command(command).make_context(command, list(args))
             checked.append(command)
-    assert sorted(checked) == ["controller", "gateway", "node-agent", "status"]
+    assert sorted(checked) == ["controller", "dashboard", "gateway", "node-agent", "status"]
 
 
 # -- the test API server ------------------------------------------------------------
