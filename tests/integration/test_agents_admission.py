@@ -49,7 +49,8 @@ def test_a_rejection_is_infeasible_when_admission_is_off(llm_server: LLMServer) 
     llm_server.default = "reject"
     obs = _slot(0)
     d = _router(llm_server, admit_fraction="off").route(obs)
-    assert (d.source, d.parsed, d.validated) == ("llm", True, False)
+    assert (d.source, d.parsed, d.validated) == ("fallback", True, False), "the rule runs"
+    assert not d.value.rejections, "the rule admits everything with admission off"
     assert any("admission control is off" in v for v in d.violations)
     assert "Admission control is off" in _system(llm_server)
     assert len(llm_server.bodies) == 2, "the violation was sent back once"

@@ -30,6 +30,7 @@ from lmedge.api import (
     NodeObservation,
     PlanningObservation,
     SlotObservation,
+    capabilities_of,
     check_macro_policy,
     check_placement,
     check_routing_map,
@@ -90,6 +91,16 @@ def _decide(agent: str, server: LLMServer, world: Any) -> Decision[Any]:
     return AgenticDeployer.build(ctx, params).place(node_obs)
 
 
+def _rule(agent: str, world: Any) -> Any:
+    """The value the agent's rule backend decides for the same observation (no endpoint)."""
+    ctx, plan_obs, slot_obs, node_obs = world
+    if agent == "planner":
+        return AgenticPlanner.build(ctx, {}, seed=3).plan(plan_obs).value
+    if agent == "scheduler":
+        return AgenticRouter.build(ctx, {}).route(slot_obs).value
+    return AgenticDeployer.build(ctx, {}).place(node_obs).value
+
+
 def _violations(agent: str, d: Decision[Any], world: Any) -> list[Any]:
     ctx, _, slot_obs, node_obs = world
     if agent == "planner":
@@ -125,6 +136,7 @@ def test_unusable_reply_falls_back_after_one_repair(
     assert d.error
     assert len(llm_server.bodies) == 2, "one repair turn, then the fallback"
     assert _violations(agent, d, world) == [], "the fallback value is feasible"
+    assert d.value == _rule(agent, world), "the fallback is the agent's own rule decision"
     if fault != "empty":
         assert d.raw
 
@@ -144,14 +156,16 @@ INFEASIBLE = [
 
 
 @pytest.mark.parametrize(("agent", "fault"), INFEASIBLE, ids=[f"{a}-{f}" for a, f in INFEASIBLE])
-def test_infeasible_reply_is_flagged_for_the_controller(
+def test_infeasible_reply_runs_the_rule_with_the_violations_kept(
     agent: str, fault: str, llm_server: LLMServer, world: Any
 ) -> None:
     llm_server.default = fault
     d = _decide(agent, llm_server, world)
-    assert (d.source, d.parsed, d.validated) == ("llm", True, False)
-    assert d.violations
-    assert [str(v) for v in _violations(agent, d, world)] == d.violations
+    assert (d.source, d.parsed, d.validated, d.outcome) == ("fallback", True, False, "replaced")
+    assert d.violations, "why the LLM's value was not used"
+    assert d.raw, "the LLM's reply stays in the audit"
+    assert d.value == _rule(agent, world), "the agent's own rule decision runs"
+    assert _violations(agent, d, world) == []
     assert len(llm_server.bodies) == 2, "the violations were sent back once"
     assert "infeasible" in llm_server.bodies[1]
 
@@ -171,6 +185,7 @@ def test_failed_calls_fall_back_within_budget(
     assert elapsed < BUDGET_S + 1.0
     assert 1 <= len(llm_server.bodies) <= 3
     assert _violations(agent, d, world) == []
+    assert d.value == _rule(agent, world), "a failed call runs the agent's own rule"
 
 
 @pytest.mark.parametrize("fault", ["429", "503", "timeout"])
@@ -358,8 +373,8 @@ def test_deployers_run_concurrently_only_on_the_llm_path(
     for key in [k for k in os.environ if k.startswith("LMEDGE_")]:
         monkeypatch.delenv(key)
     ctx = load_scenario(TESTBED).context()
-    assert AgenticDeployer.build(ctx, _params(llm_server)).io_bound
-    assert not AgenticDeployer.build(ctx, {}).io_bound
+    assert capabilities_of(AgenticDeployer.build(ctx, _params(llm_server))).io_bound
+    assert not capabilities_of(AgenticDeployer.build(ctx, {})).io_bound
 
 
 def test_other_bad_request_is_a_fallback_not_a_format_switch(
