@@ -1,0 +1,79 @@
+"""Pure parts of the dashboard: liveness, bearer tokens, report folders."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from lmedge.dashboard.app import _local, bearer_token
+from lmedge.dashboard.views import NotFound, find_reports, is_live, load_report, report_file
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("age_s", "live"), [(0, True), (119, True), (121, False)], ids=["now", "inside", "past"]
+)
+def test_a_run_is_live_while_it_decided_recently(age_s: float, live: bool) -> None:
+    assert is_live(NOW - timedelta(seconds=age_s), 120.0, now=NOW) is live
+
+
+def test_a_run_without_decisions_is_not_live() -> None:
+    assert is_live(None, 120.0, now=NOW) is False
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [("Bearer abc", "abc"), ("bearer  abc ", "abc"), ("Basic abc", None), ("abc", None),
+     ("Bearer a b", None), ("", None), (None, None)],
+    ids=["plain", "case-and-space", "other-scheme", "no-scheme", "space-inside", "empty", "none"],
+)  # fmt: skip
+def test_bearer_tokens_are_read_like_the_gateways(header: str | None, token: str | None) -> None:
+    assert bearer_token(header) == token
+
+
+@pytest.mark.parametrize(
+    ("target", "kept"),
+    [("/runs/x?window=5", "/runs/x?window=5"), ("//evil.example/", "/"), ("https://e/", "/")],
+    ids=["local", "scheme-relative", "absolute"],
+)
+def test_login_redirects_stay_on_the_site(target: str, kept: str) -> None:
+    assert _local(target) == kept
+
+
+def _report(folder: Path, figures: tuple[str, ...]) -> None:
+    folder.mkdir(parents=True)
+    rows = {"testbed": {"ma": {"objective": 0.1, "seeds": [1]}}}
+    (folder / "summary.json").write_text(json.dumps({"runs": [], "scenarios": rows}))
+    for f in figures:
+        (folder / f).write_bytes(b"x")
+
+
+def test_reports_are_found_two_levels_deep_and_flattened(tmp_path: Path) -> None:
+    root = tmp_path / "reports"
+    _report(root / "demo", ("fig6-testbed.png", "fig6-testbed.svg", "fig7-testbed.png"))
+    _report(root / "bench" / "a", ())
+    (root / "empty").mkdir()
+    found = find_reports([root])
+    assert list(found) == ["reports/bench/a", "reports/demo"]
+    report = load_report("reports/demo", found)
+    assert report.scenarios == [
+        {"scenario": "testbed", "policy": "ma", "objective": 0.1, "seeds": [1]}
+    ]
+    # An SVG and a PNG of one figure: the SVG only.
+    assert report.figures == ["fig6-testbed.svg", "fig7-testbed.png"]
+
+
+def test_only_a_reports_own_figures_are_served(tmp_path: Path) -> None:
+    root = tmp_path / "reports"
+    _report(root / "demo", ("fig6-testbed.png",))
+    report = load_report("reports/demo", find_reports([root]))
+    assert report_file(report, "fig6-testbed.png") == root / "demo" / "fig6-testbed.png"
+    for bad in ("summary.json", "../demo/fig6-testbed.png", "/etc/passwd"):
+        with pytest.raises(NotFound):
+            report_file(report, bad)
+    with pytest.raises(NotFound, match="no report 'other'"):
+        load_report("other", find_reports([root]))
