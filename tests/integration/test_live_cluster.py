@@ -14,52 +14,42 @@ and never assert how fast it came.
 
 from __future__ import annotations
 
-import copy
+import concurrent.futures
 import os
-import threading
+import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-import yaml
 from kopf.testing import KopfRunner
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from lmedge.api import RoutingMap
-from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings, WallClock
 from lmedge.backends.kubernetes.client import KubeClient
-from lmedge.backends.kubernetes.pods import LABEL_LM, parse_memory_gib
-from lmedge.controller.assembly import PolicyChoice
-from lmedge.controller.catalog import BuildContext, build_deployer
-from lmedge.errors import StoreError
-from lmedge.nodeagent.agent import NodeAgent
-from lmedge.operator.process import ControllerSettings, run_controller
-from lmedge.store import Store, open_store
-from tests.fixtures.cluster import REPO, KubeCluster, wait_until
+from lmedge.backends.kubernetes.pods import parse_memory_gib
+from lmedge.store import open_store
+from tests.fixtures.cluster import KubeCluster, wait_until
+from tests.fixtures.dataplane import TOKEN
+from tests.integration.live_plane import (
+    AGENT_NODES,
+    GROUP,
+    SYSTEM,
+    VERSION,
+    WAIT,
+    Plane,
+    lm5,
+    model_pods,
+    plan_gateways,
+    services_yaml,
+    start_agents,
+    start_controller,
+    start_data_plane,
+)
 
-GROUP, VERSION = "lmedge.io", "v1alpha1"
-SYSTEM = "lmedge-system"
 SLOT_S = 1.0
-WAIT = 45.0  # seconds for a change to show; dozens of slots on a loaded machine
-AGENT_NODES = ("worker-1", "worker-2")
-
-
-def services_yaml() -> dict[str, dict[str, Any]]:
-    docs = yaml.safe_load_all((REPO / "examples/testbed/services.yaml").read_text())
-    return {d["metadata"]["name"]: d for d in docs if d}
-
-
-def lm5() -> dict[str, Any]:
-    """A new text LMService: lm1's spec under another name."""
-    doc = copy.deepcopy(services_yaml()["lm1"])
-    doc["metadata"] = {"name": "lm5"}
-    doc["spec"]["serves"] = []
-    return doc
 
 
 @pytest.fixture(scope="module")
@@ -108,92 +98,6 @@ def operator(lmedge_cluster: KubeCluster, store_dir: Path) -> Iterator[KopfRunne
                 os.environ[key] = value
 
 
-@dataclass
-class Plane:
-    """The controller and node agents of one run, in threads of this process."""
-
-    namespace: str
-    run: str
-    store: Store
-    stop: threading.Event = field(default_factory=threading.Event)
-    threads: list[threading.Thread] = field(default_factory=list)
-    errors: list[BaseException] = field(default_factory=list)
-
-    def spawn(self, target: Any, name: str) -> None:
-        def guarded() -> None:
-            try:
-                target()
-            except BaseException as exc:  # reported by the test's teardown
-                self.errors.append(exc)
-
-        t = threading.Thread(target=guarded, name=name, daemon=True)
-        t.start()
-        self.threads.append(t)
-
-    def routing(self) -> RoutingMap | None:
-        found = self.store.decisions(agent="scheduler", run=self.run, limit=1)
-        value = found[0].value if found else None
-        return value if isinstance(value, RoutingMap) else None
-
-    def routed(self) -> set[tuple[str, str, str]]:
-        """(origin, lm, destination) of the newest routing map."""
-        r = self.routing()
-        return {(x.origin, x.lm, x.destination) for x in r.routes} if r else set()
-
-
-def start_controller(plane: Plane, kube: KubeClient, store_dir: Path, lease: str) -> None:
-    settings = ControllerSettings(
-        backend=KubernetesSettings(
-            namespace=plane.namespace, slot_s=SLOT_S, epoch_slots=30, run=plane.run
-        ),
-        policy=PolicyChoice(profile="rf"),
-        lease_namespace=SYSTEM,
-        lease_name=lease,
-        identity=f"replica-{uuid.uuid4().hex[:4]}",
-        operator=False,  # the module's KopfRunner operates
-        lease_duration_s=6.0,
-    )
-
-    def controller() -> None:
-        store = open_store(str(store_dir))
-        try:
-            run_controller(settings, kube, store, stop=plane.stop)
-        finally:
-            store.close()
-
-    plane.spawn(controller, "controller")
-
-
-def start_agents(plane: Plane, kube: KubeClient, store_dir: Path) -> None:
-    def started() -> bool:
-        try:
-            return any(r.id == plane.run for r in plane.store.runs(limit=5))
-        except StoreError:  # nothing stored yet
-            return False
-
-    wait_until(started, WAIT, f"the controller to store run {plane.run}")
-    (run,) = [r for r in plane.store.runs(limit=5) if r.id == plane.run]
-    start = run.started.replace(tzinfo=UTC).timestamp()
-    for node in AGENT_NODES:
-
-        def agent(node: str = node) -> None:
-            store = open_store(str(store_dir))
-            backend = KubernetesBackend(
-                kube,
-                KubernetesSettings(namespace=plane.namespace, slot_s=SLOT_S, run=plane.run),
-                store=store,
-                clock=WallClock(start),
-            )
-            deployer = build_deployer("full", BuildContext(backend.context(), 0))
-            try:
-                NodeAgent(node, backend, deployer, store=store).run(stop=plane.stop)
-            finally:
-                backend.close()
-                store.close()
-
-        plane.spawn(agent, f"agent-{node}")
-
-
 @pytest.fixture
 def plane(
     lmedge_cluster: KubeCluster,
@@ -208,24 +112,16 @@ def plane(
     for name in ("lm1", "lm4"):
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "lmservices", docs[name])
     store = open_store(str(store_dir))
-    p = Plane(namespace=ns, run=f"live-{uuid.uuid4().hex[:6]}", store=store)
-    start_controller(p, kube, store_dir, lease=f"live-{uuid.uuid4().hex[:6]}")
-    start_agents(p, kube, store_dir)
+    p = Plane(ns, f"live-{uuid.uuid4().hex[:6]}", store, store_dir, slot_s=SLOT_S)
+    start_controller(p, kube, lease=f"live-{uuid.uuid4().hex[:6]}")
+    start_agents(p, kube)
     try:
         yield p
     finally:
-        p.stop.set()
-        for t in p.threads:
-            t.join(30)
+        p.close()
         store.close()
         client.CoreV1Api(kube.api).delete_namespace(ns)
     assert not p.errors, p.errors
-
-
-def model_pods(core: client.CoreV1Api, ns: str, lm: str | None = None) -> list[Any]:
-    selector = f"{LABEL_LM}={lm}" if lm else LABEL_LM
-    pods = core.list_namespaced_pod(ns, label_selector=selector).items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
 def lmservice(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
@@ -437,19 +333,122 @@ def test_a_deleted_edge_node_leaves_the_routing_maps(
             "routing maps without worker-4",
         )
     finally:
-        body = {k: saved[k] for k in ("apiVersion", "kind", "spec")}
-        body["metadata"] = {"name": "worker-4"}
-
-        def recreated() -> bool:
-            try:
-                custom.create_cluster_custom_object(GROUP, VERSION, "edgenodes", body)
-            except ApiException as exc:
-                if exc.status == 409:  # still finalizing
-                    return False
-                raise
-            return True
-
-        wait_until(recreated, WAIT, "worker-4's EdgeNode re-created")
+        restore_edge_node(custom, saved)
     wait_until(
         lambda: any(d == "worker-4" for _, _, d in plane.routed()), WAIT, "routes to worker-4 again"
     )
+
+
+def submit(url: str, lm: str, rid: str) -> int:
+    """POST one prompt set with id `rid`; the HTTP status (0: no answer at all)."""
+    try:
+        r = httpx.post(
+            f"{url}/v1/prompt-sets",
+            json={"lm": lm, "id": rid, "prompts": [{"text": "hi"}, {"text": "there"}]},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=60,
+        )
+    except httpx.HTTPError:
+        return 0
+    return r.status_code
+
+
+def test_no_request_record_is_missing_when_a_node_and_an_lm_go_away(
+    lmedge_cluster: KubeCluster,
+    operator: KopfRunner,
+    kube: KubeClient,
+    core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
+    store_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """Requests keep arriving at both gateways while worker-2 goes NotReady and comes
+    back, lm5 is deleted and worker-2's EdgeNode is deleted: every request a
+    gateway accepted (answered with a status other than "unknown LM") has its
+    record in the store, whatever its outcome (`node_lost` and `lm_removed`
+    among the possible ones)."""
+    ns = lmedge_cluster.create_namespace(f"live-{uuid.uuid4().hex[:6]}")
+    docs = services_yaml()
+    for doc in (docs["lm1"], lm5()):
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "lmservices", doc)
+    store = open_store(str(store_dir))
+    plane = Plane(ns, f"live-{uuid.uuid4().hex[:6]}", store, store_dir, slot_s=SLOT_S)
+    plan_gateways(plane)
+    start_data_plane(plane, kube, tmp_path, {"lm1": "text-to-text", "lm5": "text-to-text"})
+    start_controller(plane, kube, lease=f"live-{uuid.uuid4().hex[:6]}")
+    start_agents(plane, kube)
+    saved = custom.get_cluster_custom_object(GROUP, VERSION, "edgenodes", "worker-2")
+    sent: list[tuple[str, str, concurrent.futures.Future[int]]] = []
+    pool = concurrent.futures.ThreadPoolExecutor(8)
+    stop_load = concurrent.futures.Future[None]()
+
+    def load() -> None:
+        i = 0
+        while not stop_load.done():
+            for node, url in plane.gateways.items():
+                for lm in ("lm1", "lm5"):
+                    rid = f"r{i}-{node}-{lm}"
+                    sent.append((node, rid, pool.submit(submit, url, lm, rid)))
+            i += 1
+            time.sleep(0.25)
+
+    try:
+        wait_until(
+            lambda: {(o, lm) for o, lm, _ in plane.routed()} >= {("worker-1", "lm5")},
+            WAIT,
+            "a routing map for lm5",
+        )
+        loader = pool.submit(load)
+        time.sleep(3 * SLOT_S)
+        set_ready(core, "worker-2", False)
+        time.sleep(3 * SLOT_S)
+        give_back(core, "worker-2")
+        time.sleep(3 * SLOT_S)
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "lmservices", "lm5")
+        time.sleep(3 * SLOT_S)
+        custom.delete_cluster_custom_object(GROUP, VERSION, "edgenodes", "worker-2")
+        time.sleep(3 * SLOT_S)
+        stop_load.set_result(None)
+        loader.result(60)
+        statuses = {(node, rid): f.result(90) for node, rid, f in sent}
+    finally:
+        if not stop_load.done():
+            stop_load.set_result(None)
+        give_back(core, "worker-2")
+        restore_edge_node(custom, saved)
+        plane.close()  # gateways flush their records to the store on shutdown
+        pool.shutdown(wait=True)
+        core.delete_namespace(ns)
+    accepted = {k for k, code in statuses.items() if code not in (0, 400, 404)}
+    records = {(r.origin, r.id): r for r in store.requests(plane.run)}
+    store.close()
+
+    assert not plane.errors, plane.errors
+    assert len(accepted) > 20, statuses  # the load did reach the gateways
+    missing = sorted(accepted - set(records))
+    assert missing == [], f"{len(missing)} of {len(accepted)} accepted requests have no record"
+    outcomes = {r.outcome for r in records.values()}
+    assert outcomes <= {"success", "timeout", "rejected", "node_lost", "lm_removed"}
+    assert "success" in outcomes
+
+
+def restore_edge_node(custom: client.CustomObjectsApi, saved: dict[str, Any]) -> None:
+    body = {k: saved[k] for k in ("apiVersion", "kind", "spec")}
+    body["metadata"] = {"name": saved["metadata"]["name"]}
+
+    def recreated() -> bool:
+        try:
+            custom.create_cluster_custom_object(GROUP, VERSION, "edgenodes", body)
+        except ApiException as exc:
+            if exc.status == 409:  # still there, or still finalizing
+                try:
+                    now = custom.get_cluster_custom_object(
+                        GROUP, VERSION, "edgenodes", body["metadata"]["name"]
+                    )
+                except ApiException:
+                    return False
+                return not now["metadata"].get("deletionTimestamp")
+            raise
+        return True
+
+    wait_until(recreated, 3 * WAIT, f"EdgeNode {body['metadata']['name']} back")
