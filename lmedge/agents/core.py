@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from lmedge.agents.guard import choose
-from lmedge.agents.llm import LLMClient
+from lmedge.agents.llm import LLMClient, ReplyFormat
 from lmedge.agents.settings import AgentName, LLMSettings, resolve_settings
 from lmedge.api import AgentKind, Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.decisions import cap_text
@@ -46,6 +46,9 @@ _SETTING_FIELDS = (
     "max_retries",
     "guard",
     "guard_margin",
+    "temperature",
+    "concurrency",
+    "slot_cap",
 )
 _AGENTS = ("planner", "scheduler", "deployer")
 #: Parameter keys an agentic plugin accepts (the CLI passes the same set to all three).
@@ -100,6 +103,7 @@ class AgentCore:
         fallback: Callable[[], T],
         score: Callable[[T], float] | None = None,
         node: str | None = None,
+        reply_format: Callable[[], ReplyFormat[T]] | None = None,
     ) -> Decision[T]:
         """Ask the LLM (or run the rule) and wrap the result in an audited `Decision`.
 
@@ -125,7 +129,9 @@ class AgentCore:
                 violations=violations,
             )
         system, user = prompts()
-        reply = self.client.ask(system, user, model, schema_name, check)
+        # The agent's observation-specific schema, token bound and expander (llm.ReplyFormat).
+        fmt = reply_format() if reply_format is not None else None
+        reply = self.client.ask(system, user, model, schema_name, check, fmt)
         common: dict[str, Any] = {
             "agent": self.agent,
             "policy": self.policy,

@@ -20,7 +20,7 @@ from typing import Any
 
 from lmedge.agents.core import AgentCore
 from lmedge.agents.guard import placement_objective
-from lmedge.agents.rendering import render_node
+from lmedge.agents.rendering import placement_format, render_node
 from lmedge.agents.rules.deployer import rule_placement
 from lmedge.api import (
     Capabilities,
@@ -67,6 +67,7 @@ class AgenticDeployer:
             model=Placement,
             schema_name="placement",
             prompts=lambda: render_node(obs, reference),
+            reply_format=lambda: placement_format(obs),
             rule=lambda: reference,
             check=lambda v: [str(x) for x in check_placement(v, obs.node, obs.services)],
             fallback=lambda: keep_running(obs),

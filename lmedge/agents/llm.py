@@ -7,11 +7,21 @@ LLM side and turns it into an `LLMReply`, never an exception:
 - transport: timeouts, connection errors, 429 and 5xx are retried with a short
   backoff while the decision's time budget lasts (the SDK's own retries are
   off, because its backoff does not know about the slot);
-- structured output: `response_format: json_schema, strict` with the schema
-  from `lmedge.api.schema.strict_json_schema`; an endpoint that rejects it
-  with an HTTP 400 naming the format is remembered (per base URL and model,
-  process-wide) and asked with `{"type": "json_object"}` and the schema in
-  the prompt from then on;
+- structured output, in the endpoint's dialect: OpenAI `response_format:
+  json_schema, strict`; llama.cpp's `{"type": "json_object", "schema": S}`
+  (grammar-constrained decoding); or plain `{"type": "json_object"}` with the
+  schema in the prompt. The schema is the caller's `ReplyFormat` (enums of
+  the scenario's names, fixed array lengths) or the decision model's strict
+  schema. An endpoint that refuses a dialect -- whatever the status it
+  answers with: llama-cpp-python says 500, others 400 or 422 -- is
+  remembered (per base URL and model, process-wide) and asked in the next
+  one from then on, at once (not counted as a retry);
+- generation bounds: every request carries `max_tokens` sized to the reply
+  and a temperature, so no abandoned request can generate for minutes; an
+  endpoint that speaks the llama.cpp dialect serves one request at a time,
+  so calls to it are serialised (a lock per endpoint, waited on inside the
+  budget) and a timed-out call is not retried there (the retry would only
+  queue behind the abandoned generation);
 - the response body: read as plain JSON, not through the SDK's models, which
   hand back a `str` for an HTML page and `None` for `message: null`; a 200
   that is not a chat completion counts as a failed call (retried like a 5xx),
@@ -21,7 +31,8 @@ LLM side and turns it into an `LLMReply`, never an exception:
   first fenced block or the first balanced JSON object taken from prose;
   `NaN`/`Infinity` refused); a reply that holds no such object or not the
   model is answered once with the error (a *repair* turn) when time allows;
-  so is a reply the caller's `check` finds infeasible.
+  so is a reply the caller's `check` finds infeasible. The repair turn lists
+  every problem, not the first few.
 
 It does not decide what to do with a failed reply (the agents fall back) and
 it never sees user prompt text: callers pass rendered telemetry only.
@@ -34,7 +45,8 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -45,11 +57,31 @@ from lmedge.agents.settings import LLMSettings
 from lmedge.api.schema import strict_json_schema
 
 M = TypeVar("M", bound=BaseModel)
-OutputMode = Literal["json_schema", "json_object"]
+#: Structured-output dialects, in the order they are tried: OpenAI strict
+#: `json_schema`; llama.cpp's `json_object` + `schema` (grammar decoding);
+#: plain `json_object` with the schema in the prompt.
+OutputMode = Literal["json_schema", "json_object_schema", "json_object"]
+_NEXT_MODE: dict[OutputMode, OutputMode] = {
+    "json_schema": "json_object_schema",
+    "json_object_schema": "json_object",
+}
 
-#: Endpoints (base URL, model) that answered 400 to `json_schema`.
-_NO_JSON_SCHEMA: set[tuple[str, str]] = set()
-_NO_JSON_SCHEMA_LOCK = threading.Lock()
+#: The dialect each endpoint (base URL, model) was found to speak.
+_DIALECT: dict[tuple[str, str], OutputMode] = {}
+#: One lock per endpoint that serves one request at a time.
+_SERIAL: dict[tuple[str, str], threading.Lock] = {}
+_DIALECT_LOCK = threading.Lock()
+
+#: Sampling temperature sent when the settings give none: low, because a
+#: decision should follow the evidence, not explore; not 0, so a repair turn
+#: can come out different from the reply it corrects.
+DEFAULT_TEMPERATURE = 0.2
+#: `max_tokens` when the caller gives no `ReplyFormat`.
+DEFAULT_MAX_TOKENS = 1024
+#: Statuses a server answers a dialect it does not speak with: 400 (OpenAI,
+#: vLLM), 422 (FastAPI validation) and 500 (llama-cpp-python wraps its
+#: validation error in an internal error).
+_FORMAT_STATUSES = (400, 422, 500)
 
 #: First backoff after a transient failure, seconds; doubles per retry, and is
 #: never more than a quarter of what is left of the budget.
@@ -66,9 +98,27 @@ MAX_OBJECT_STARTS = 64
 
 
 def forget_endpoint_capabilities() -> None:
-    """Forget which endpoints rejected `json_schema` (tests start clean)."""
-    with _NO_JSON_SCHEMA_LOCK:
-        _NO_JSON_SCHEMA.clear()
+    """Forget every endpoint's dialect (tests start clean)."""
+    with _DIALECT_LOCK:
+        _DIALECT.clear()
+        _SERIAL.clear()
+
+
+@dataclass(frozen=True)
+class ReplyFormat(Generic[M]):
+    """What one decision asks the server to generate, and how to read it.
+
+    `schema` is sent as the structured-output schema (the server enforces
+    enums and array lengths; numeric bounds it may drop are the model's and
+    `check`'s job). `parse` turns the reply's JSON into the decision -- the
+    deterministic expander of a compact reply -- raising `ValueError` (or a
+    pydantic `ValidationError`) that names every problem. `max_tokens` bounds
+    the generation.
+    """
+
+    schema: dict[str, Any]
+    max_tokens: int
+    parse: Callable[[Any], M]
 
 
 @dataclass
@@ -202,12 +252,12 @@ def _usage(body: Any) -> tuple[int | None, int | None]:
 
 
 def _describe_validation(exc: ValidationError) -> str:
+    """Every validation error, one `path: message` each (the repair turn lists them all)."""
     parts = []
-    for e in exc.errors()[:6]:
+    for e in exc.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(root)"
         parts.append(f"{loc}: {e['msg']}")
-    more = exc.error_count() - len(parts)
-    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    return "; ".join(parts)
 
 
 class LLMClient:
@@ -231,8 +281,43 @@ class LLMClient:
         return (str(self._client.base_url), self.settings.model)
 
     def output_mode(self) -> OutputMode:
-        with _NO_JSON_SCHEMA_LOCK:
-            return "json_object" if self._endpoint in _NO_JSON_SCHEMA else "json_schema"
+        """The structured-output dialect this endpoint is known to speak (json_schema first)."""
+        with _DIALECT_LOCK:
+            return _DIALECT.get(self._endpoint, "json_schema")
+
+    def serial(self) -> bool:
+        """Whether calls to this endpoint are serialised (one generation at a time)."""
+        if self.settings.concurrency == 1:
+            return True
+        with _DIALECT_LOCK:
+            return self._endpoint in _SERIAL
+
+    def _downgrade(self, mode: OutputMode) -> OutputMode | None:
+        """Remember that the endpoint refused `mode`; the next dialect, or None."""
+        nxt = _NEXT_MODE.get(mode)
+        if nxt is None:
+            return None
+        with _DIALECT_LOCK:
+            _DIALECT[self._endpoint] = nxt
+            if nxt == "json_object_schema":
+                # llama-cpp-python speaks this dialect and runs one generation at a time.
+                _SERIAL.setdefault(self._endpoint, threading.Lock())
+        return nxt
+
+    @contextmanager
+    def _turn(self, wait_s: float) -> Iterator[bool]:
+        """Hold the endpoint's lock when it is serial; yields False if not had in time."""
+        if not self.serial():
+            yield True
+            return
+        with _DIALECT_LOCK:
+            lock = _SERIAL.setdefault(self._endpoint, threading.Lock())
+        got = lock.acquire(timeout=max(0.0, wait_s))
+        try:
+            yield got
+        finally:
+            if got:
+                lock.release()
 
     def close(self) -> None:
         self._finalizer()
@@ -244,9 +329,17 @@ class LLMClient:
         model: type[M],
         schema_name: str,
         check: Callable[[M], list[str]] | None = None,
+        fmt: ReplyFormat[M] | None = None,
     ) -> LLMReply[M]:
-        """One decision: ask, retry transient failures, repair once; never raises."""
+        """One decision: ask, retry transient failures, repair once; never raises.
+
+        `fmt` gives the schema to enforce, the reply's token bound and the
+        parser (default: the model's strict schema, `DEFAULT_MAX_TOKENS`,
+        `model.model_validate`).
+        """
         s = self.settings
+        if fmt is None:
+            fmt = ReplyFormat(strict_json_schema(model), DEFAULT_MAX_TOKENS, model.model_validate)
         start = self._clock()
         deadline = start + s.budget_s
         reply: LLMReply[M] = LLMReply(model=s.model, mode=self.output_mode())
@@ -265,36 +358,46 @@ class LLMClient:
             reply.mode = self.output_mode()
             t0 = self._clock()
             try:
-                content, usage = self._create(messages, model, schema_name, reply.mode, remaining)
-            except openai.BadRequestError as exc:
+                with self._turn(remaining) as got:
+                    if not got:
+                        reply.error = "the LLM endpoint serves one call at a time and stayed busy"
+                        break
+                    content, usage = self._create(
+                        messages, fmt, schema_name, reply.mode, deadline - self._clock()
+                    )
+            except openai.APIStatusError as exc:
                 reply.calls += 1
-                if reply.mode == "json_schema" and _about_output_format(exc):
-                    # The endpoint does not take strict json_schema: remember it and ask again
-                    # in JSON mode at once; this does not count as a retry.
-                    with _NO_JSON_SCHEMA_LOCK:
-                        _NO_JSON_SCHEMA.add(self._endpoint)
-                    reply.error = f"json_schema rejected (400), using json_object: {_msg(exc)}"
-                    continue
-                reply.error = f"bad request (400): {_msg(exc)}"
-                break
-            except (openai.APIConnectionError, openai.RateLimitError) as exc:
-                reply.calls += 1
-                reply.error = _classify(exc)
-                if retries_left > 0 and deadline - self._clock() > backoff * 2:
+                if exc.status_code in _FORMAT_STATUSES and _about_output_format(exc):
+                    nxt = self._downgrade(reply.mode)
+                    if nxt is not None:
+                        # The endpoint does not speak this dialect: remember it and ask again
+                        # in the next one at once; this does not count as a retry.
+                        reply.error = (
+                            f"{reply.mode} rejected ({exc.status_code}), using {nxt}: {_msg(exc)}"
+                        )
+                        continue
+                reply.error = (
+                    f"bad request (400): {_msg(exc)}" if exc.status_code == 400 else _classify(exc)
+                )
+                transient = isinstance(exc, openai.RateLimitError) or exc.status_code >= 500
+                if transient and retries_left > 0 and deadline - self._clock() > backoff * 2:
                     retries_left -= 1
                     time.sleep(min(backoff, (deadline - self._clock()) / 4))
                     backoff *= 2
                     continue
                 break
-            except openai.APIStatusError as exc:
+            except openai.APIConnectionError as exc:
                 reply.calls += 1
                 reply.error = _classify(exc)
-                if exc.status_code >= 500 and retries_left > 0:
+                if isinstance(exc, openai.APITimeoutError) and self.serial():
+                    # The server is still generating the abandoned reply (up to max_tokens):
+                    # a retry would only queue behind it.
+                    break
+                if retries_left > 0 and deadline - self._clock() > backoff * 2:
                     retries_left -= 1
-                    if deadline - self._clock() > backoff * 2:
-                        time.sleep(min(backoff, (deadline - self._clock()) / 4))
-                        backoff *= 2
-                        continue
+                    time.sleep(min(backoff, (deadline - self._clock()) / 4))
+                    backoff *= 2
+                    continue
                 break
             except _BadBody as exc:
                 reply.calls += 1
@@ -316,7 +419,7 @@ class LLMClient:
             prompt_chars = sum(len(m["content"]) for m in messages)
             reply.tokens_in += usage[0] if usage[0] else max(1, prompt_chars // 4)
             reply.tokens_out += usage[1] if usage[1] else estimate_tokens(content or "")
-            feedback = self._judge(reply, model, check)
+            feedback = self._judge(reply, fmt, check)
             if feedback is None:
                 break
             # One repair turn, only if another full attempt still fits in the budget.
@@ -333,7 +436,7 @@ class LLMClient:
         return reply
 
     def _judge(
-        self, reply: LLMReply[M], model: type[M], check: Callable[[M], list[str]] | None
+        self, reply: LLMReply[M], fmt: ReplyFormat[M], check: Callable[[M], list[str]] | None
     ) -> str | None:
         """Parse and check the reply; return repair feedback, or None when done."""
         reply.value, reply.parsed, reply.violations = None, False, []
@@ -345,21 +448,24 @@ class LLMClient:
             reply.error = f"reply is not JSON: {problem}"
             return f"Your reply is not valid JSON ({problem}). Reply with the JSON object only."
         try:
-            reply.value = model.model_validate(data)
+            reply.value = fmt.parse(data)
         except ValidationError as exc:
             reply.error = f"reply does not match the schema: {_describe_validation(exc)}"
             return (
                 f"Your reply does not match the schema: {_describe_validation(exc)}. "
                 "Reply again with a corrected JSON object."
             )
+        except ValueError as exc:
+            reply.error = f"reply does not match the schema: {exc}"
+            return f"Your reply is not usable: {exc}. Reply again with a corrected JSON object."
         reply.parsed = True
         reply.error = None
         if check is not None:
             reply.violations = check(reply.value)
             if reply.violations:
-                listed = "; ".join(reply.violations[:8])
+                listed = "; ".join(f"({i}) {v}" for i, v in enumerate(reply.violations, 1))
                 return (
-                    f"Your decision is infeasible: {listed}. "
+                    f"Your decision is infeasible ({len(reply.violations)} problems): {listed}. "
                     "Reply again with a corrected JSON object that fixes every item."
                 )
         return None
@@ -367,19 +473,23 @@ class LLMClient:
     def _create(
         self,
         messages: list[dict[str, str]],
-        model: type[M],
+        fmt: ReplyFormat[M],
         schema_name: str,
         mode: OutputMode,
         remaining_s: float,
     ) -> tuple[str | None, tuple[int | None, int | None]]:
-        schema = strict_json_schema(model)
+        schema = fmt.schema
         response_format: dict[str, Any]
+        sent = messages
         if mode == "json_schema":
             response_format = {
                 "type": "json_schema",
                 "json_schema": {"name": schema_name, "schema": schema, "strict": True},
             }
-            sent = messages
+        elif mode == "json_object_schema":
+            # llama.cpp's dialect: the server compiles the schema into a grammar, so the
+            # prompt need not carry it.
+            response_format = {"type": "json_object", "schema": schema}
         else:
             response_format = {"type": "json_object"}
             hint = (
@@ -389,11 +499,18 @@ class LLMClient:
             )
             sent = [{"role": messages[0]["role"], "content": messages[0]["content"] + hint}]
             sent += messages[1:]
+        temperature = (
+            self.settings.temperature
+            if self.settings.temperature is not None
+            else DEFAULT_TEMPERATURE
+        )
         raw = self._client.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
             model=self.settings.model,
             messages=sent,
             response_format=response_format,
-            timeout=min(self.settings.timeout_s, remaining_s),
+            max_tokens=fmt.max_tokens,
+            temperature=temperature,
+            timeout=max(0.01, min(self.settings.timeout_s, remaining_s)),
         )
         # The SDK builds its models without validation (a `str` for an HTML page,
         # `message=None` kept as is): read the body as plain JSON and check each step.
@@ -405,22 +522,23 @@ class LLMClient:
         return _completion_content(body), _usage(body)
 
 
-def _msg(exc: openai.APIStatusError) -> str:
+def _msg(exc: openai.APIStatusError, limit: int = 200) -> str:
     body = exc.body
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict) and "message" in err:
-            return str(err["message"])[:200]
-    return str(exc)[:200]
+            return str(err["message"])[:limit]
+    return str(exc)[:limit]
 
 
-#: Words of a 400 answer that blame the output format rather than the prompt
-#: (OpenAI, vLLM, llama.cpp and Ollama phrasings).
+#: Words of an error answer that blame the output format rather than the prompt
+#: (OpenAI, vLLM, llama.cpp, llama-cpp-python and Ollama phrasings).
 _FORMAT_WORDS = ("response_format", "json_schema", "schema", "format", "guided")
 
 
-def _about_output_format(exc: openai.BadRequestError) -> bool:
-    text = _msg(exc).lower()
+def _about_output_format(exc: openai.APIStatusError) -> bool:
+    # The whole message: llama-cpp-python's names the field in a pydantic dump.
+    text = _msg(exc, limit=4000).lower()
     return any(w in text for w in _FORMAT_WORDS)
 
 

@@ -19,8 +19,15 @@ from typing import Any
 
 from lmedge.agents.core import AgentCore
 from lmedge.agents.guard import macro_objective
+from lmedge.agents.hierarchy import (
+    PromptForm,
+    choose_form,
+    demand_format,
+    parse_form,
+    render_planning_hierarchical,
+)
 from lmedge.agents.memory import select_cases
-from lmedge.agents.rendering import render_planning
+from lmedge.agents.rendering import policy_format, render_planning
 from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
 from lmedge.api import (
     ClusterContext,
@@ -37,23 +44,38 @@ class AgenticPlanner:
 
     name = "agentic"
 
-    def __init__(self, core: AgentCore, seed: int = 0) -> None:
+    def __init__(self, core: AgentCore, seed: int = 0, prompt_form: PromptForm = "auto") -> None:
         self.core = core
+        self.prompt_form = prompt_form
         self._state = RulePlannerState()
         self._rng = random.Random(seed)
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any], seed: int = 0) -> AgenticPlanner:
-        return cls(AgentCore.from_params("planner", params, ctx.slot_s, cls.name), seed)
+        """Parameter `prompt_form`: auto (default: flat while the prompt fits
+        `hierarchy.PROMPT_TOKEN_LIMIT`), flat (per-node weights and roles) or
+        hierarchical (a demand factor per LM, expanded by the rule; hierarchy.py)."""
+        rest = {k: v for k, v in params.items() if k != "prompt_form"}
+        core = AgentCore.from_params("planner", rest, ctx.slot_s, cls.name)
+        return cls(core, seed, parse_form("planner", params.get("prompt_form")))
 
     def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:
         ctx = obs.context
         reference = rule_macro_policy(obs, self._state)
         cases = select_cases(obs.memory, obs.traffic)
+        flat = render_planning(obs, cases, reference) if self.core.uses_llm else ("", "")
+        if choose_form(self.prompt_form, flat) == "flat":
+            schema_name, prompts = "macro-policy", lambda: flat
+            fmt = lambda: policy_format(ctx, reference)  # noqa: E731
+        else:
+            schema_name = "demand-factors"
+            prompts = lambda: render_planning_hierarchical(obs, cases)  # noqa: E731
+            fmt = lambda: demand_format(obs, self._state)  # noqa: E731
         return self.core.decide(
             model=MacroPolicy,
-            schema_name="macro-policy",
-            prompts=lambda: render_planning(obs, cases, reference),
+            schema_name=schema_name,
+            prompts=prompts,
+            reply_format=fmt,
             rule=lambda: reference,
             check=lambda v: [str(x) for x in check_macro_policy(v, ctx)],
             fallback=lambda: random_macro_policy(ctx, self._rng),

@@ -17,18 +17,27 @@ import json
 from functools import cache
 from importlib import resources
 from string import Template
+from typing import Any
 
+from lmedge.agents.llm import ReplyFormat
 from lmedge.agents.memory import SelectedCase
+from lmedge.agents.rules.capacity import GPU_POD_CORES
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Candidate
 from lmedge.api import (
     Arrival,
     ClusterContext,
     EpochMetrics,
+    LMPlacement,
+    LMRouting,
     MacroPolicy,
     NodeInfo,
     NodeObservation,
+    NodeRole,
     Placement,
     PlanningObservation,
+    Rejection,
+    Route,
+    RouteWeight,
     RoutingMap,
     ServiceInfo,
 )
@@ -120,14 +129,50 @@ def compact_json(value: MacroPolicy | Placement | RoutingMap) -> str:
     return json.dumps(value.model_dump(mode="json"), separators=(",", ":"))
 
 
+#: The flat planner's output instruction: per-node weights and roles.
+PLANNER_FLAT_OUTPUT = (
+    'Output one JSON object {"routing": {"<lm>": {"<node>": weight, ...}, ...}, "roles":'
+    ' {"<worker>": ["<lm>", ...], ...}}: for every LM a weight for each node that can host it'
+    " (relative shares of the LM's traffic, 0 for none; normalised to sum to 1 for you), and"
+    " for every worker the LMs it is expected to host (the set must fit the node at once:"
+    " memory; one vGPU per GPU-only LM). The shape, for another network:"
+    ' {"routing": {"a": {"n1": 3, "n2": 1}}, "roles": {"n1": ["a"], "n2": ["a"]}}'
+)
+
+
+def planner_system(ctx: ClusterContext, output: str) -> str:
+    """The planner's system prompt with the output instruction of its prompt form."""
+    return template("planner").substitute(
+        epoch_slots=ctx.epoch_slots,
+        slot_s=f"{ctx.slot_s:g}",
+        tau_s=f"{ctx.tau_s:g}",
+        lam=ctx.lam,
+        output=output,
+    )
+
+
+def scheduler_system(ctx: ClusterContext, admit_fraction: float | None, output: str) -> str:
+    """The scheduler's system prompt (admission sentence, output instruction of its form)."""
+    if admit_fraction is None:
+        admission = "Admission control is off: serve every listed pair."
+    else:
+        admission = (
+            "Admission control is on: when even the best candidate would finish a set later"
+            f" than {admit_fraction * ctx.tau_s:g} s (est), you may refuse its pair"
+            " instead (its requests count as failures, so refuse only what cannot be served"
+            " in time; it keeps the queues short for the others)."
+        )
+    return template("scheduler").substitute(
+        slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", admission=admission, output=output
+    )
+
+
 def render_planning(
     obs: PlanningObservation, cases: list[SelectedCase], reference: MacroPolicy
 ) -> tuple[str, str]:
     """(system, user) prompts for the planner."""
     ctx = obs.context
-    system = template("planner").substitute(
-        epoch_slots=ctx.epoch_slots, slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", lam=ctx.lam
-    )
+    system = planner_system(ctx, PLANNER_FLAT_OUTPUT)
     lines = [f"Epoch {obs.epoch}.", describe_cluster(ctx)]
     if obs.traffic:
         mix = ", ".join(f"{lm} {n}" for lm, n in sorted(obs.traffic.items()))
@@ -164,21 +209,13 @@ def render_slot(
     admit_fraction: float | None = ADMIT_FRACTION,
 ) -> tuple[str, str]:
     """(system, user) prompts for the scheduler: top-k candidates per LM, then the pairs."""
-    if admit_fraction is None:
-        admission = (
-            "Admission control is off: route every listed pair and leave `rejections` empty."
-        )
-    else:
-        admission = (
-            "Admission control is on: when even the best candidate would finish a set later"
-            f" than {admit_fraction * ctx.tau_s:g} s (est), you may list its pair in"
-            " `rejections` instead of routing it; its requests are then refused at once"
-            " (they count as failures, so reject only what cannot be served in time, and"
-            " it keeps the queues short for the others)."
-        )
-    system = template("scheduler").substitute(
-        slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", admission=admission
+    output = (
+        'Output one JSON object {"routes": {"<origin>/<lm>": "<destination>", ...}} with one'
+        " entry for every listed pair and only destinations listed as candidates for its LM"
+        + (f' (or "{REJECT}" to refuse the pair)' if admit_fraction is not None else "")
+        + '. The shape, for another network: {"routes": {"n1/a": "n2", "n3/a": "n3"}}'
     )
+    system = scheduler_system(ctx, admit_fraction, output)
     lines = [f"Epoch {epoch}, slot {slot}."]
     if macro is None:
         lines.append("No macro policy yet: use any candidate.")
@@ -196,11 +233,13 @@ def render_slot(
         lines.append(f"- {lm}: {shown}")
     prompts = {(a.origin, a.lm): a.prompts for a in arrivals}
     suggested = [(r.origin, r.lm, r.destination) for r in reference.routes]
-    suggested += [(r.origin, r.lm, "reject") for r in reference.rejections]
+    suggested += [(r.origin, r.lm, REJECT) for r in reference.rejections]
     pairs = ", ".join(
         f"{o}/{lm}({prompts.get((o, lm), 0)})->{dest}" for o, lm, dest in sorted(suggested)
     )
-    lines.append(f"Pairs to route, origin/lm(prompts)->suggested destination (or reject): {pairs}")
+    lines.append(
+        f"Pairs to route, origin/lm(prompts)->suggested destination (or {REJECT}): {pairs}"
+    )
     return system, "\n".join(lines)
 
 
@@ -254,3 +293,257 @@ def render_node(obs: NodeObservation, reference: Placement) -> tuple[str, str]:
         )
     lines.append(f"Reference placement from a heuristic: {compact_json(reference)}")
     return system, "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Reply formats: what each agent asks the server to generate, and the
+# deterministic side that turns the reply into the decision.
+#
+# The schemas are built per observation so a grammar-constrained server
+# cannot generate an invalid name or count: every node and LM name is a key
+# or an enum of the scenario's names (objects keyed by name have a fixed set
+# of required keys, which every structured-output dialect enforces; arrays
+# with `prefixItems` are not portable). Numbers a grammar cannot bound
+# (weights, which it does not normalise) are checked or normalised here.
+# Each parser also takes the full decision model (a list-shaped `lms`,
+# `routes` or `routing`): what a server without structured output, or an
+# older prompt, may send.
+
+#: Destination of a refused pair in the compact routing reply. Upper case, so
+#: it is never an RFC 1123 node name.
+REJECT = "REJECT"
+#: Reply-size bounds (`max_tokens`): a JSON key, a short value and the
+#: punctuation are about 10-15 tokens; these leave room for whitespace.
+TOKENS_PER_PLACEMENT_LM = 25
+TOKENS_PER_ROUTE = 25
+TOKENS_PER_WEIGHT = 10
+TOKENS_BASE = 40
+
+
+def _obj(props: dict[str, Any]) -> dict[str, Any]:
+    """A closed JSON Schema object with every property required."""
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(props),
+        "additionalProperties": False,
+    }
+
+
+def _dict_of(data: Any, key: str) -> dict[str, Any]:
+    value = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(value, dict):
+        raise ValueError(f"`{key}` must be an object keyed by name")
+    return value
+
+
+def _keys_problems(got: dict[str, Any], want: list[str], what: str) -> list[str]:
+    problems = [f"{what} {k!r} is not one of {', '.join(want)}" for k in got if k not in want]
+    problems += [f"{what} {k!r} is missing" for k in want if k not in got]
+    return problems
+
+
+def allowed_modes(sv: ServiceInfo, node: NodeInfo) -> list[str]:
+    """Modes an LM can run in on a node (always including `off`)."""
+    s, spec = sv.spec, node.spec
+    if spec.role != "worker":
+        return ["off"]
+    modes = []
+    if spec.has_gpu and s.min_vram_gib <= spec.total_vram_gib:
+        modes.append("gpu")
+    if s.runs_on == "cpu-or-gpu" and s.profile.cpu_seconds_per_prompt is not None:
+        modes.append("cpu")
+    return [*modes, "off"]
+
+
+def placement_format(obs: NodeObservation) -> ReplyFormat[Placement]:
+    """The deployer's reply: per LM a mode and, in gpu mode, vGPUs; cores are sized here."""
+    props: dict[str, Any] = {}
+    for sv in obs.services:
+        modes = allowed_modes(sv, obs.node)
+        top = min(sv.spec.max_vgpus, obs.node.spec.total_vgpus) if "gpu" in modes else 0
+        props[sv.name] = _obj(
+            {
+                "mode": {"type": "string", "enum": modes},
+                "vgpus": {"type": "integer", "enum": list(range(top + 1))},
+            }
+        )
+    tokens = TOKENS_BASE + TOKENS_PER_PLACEMENT_LM * len(obs.services)
+    return ReplyFormat(_obj({"lms": _obj(props)}), tokens, lambda d: parse_placement(d, obs))
+
+
+def parse_placement(data: Any, obs: NodeObservation) -> Placement:
+    """A deployer reply as a `Placement` (compact form: the cores are sized here).
+
+    The model chooses what runs and how (mode, vGPUs); the arithmetic is
+    deterministic: a running pod that keeps its mode (and vGPUs) keeps its
+    cores (a resize restarts it); a new GPU pod gets `GPU_POD_CORES`; new CPU
+    pods share the cores left equally (whole cores, at least one). vGPUs
+    count only in gpu mode (0 otherwise, at least 1 there). `check_placement`
+    then judges the sums (memory, vRAM, cores, vGPUs) as for any placement.
+    """
+    if isinstance(data, dict) and isinstance(data.get("lms"), list):
+        return Placement.model_validate(data)
+    names = [s.name for s in obs.services]
+    lms = _dict_of(data, "lms")
+    problems = _keys_problems(lms, names, "LM")
+    choice: dict[str, tuple[str, int]] = {}
+    for lm in names:
+        c = lms.get(lm)
+        if lm not in lms:
+            continue
+        if not isinstance(c, dict):
+            problems.append(f"{lm}: must be an object with mode and vgpus")
+            continue
+        mode, vgpus = c.get("mode"), c.get("vgpus", 0)
+        if mode not in ("gpu", "cpu", "off"):
+            problems.append(f"{lm}.mode must be gpu, cpu or off, not {mode!r}")
+            continue
+        if isinstance(vgpus, bool) or not isinstance(vgpus, int) or vgpus < 0:
+            problems.append(f"{lm}.vgpus must be a whole number >= 0, not {vgpus!r}")
+            continue
+        choice[lm] = (mode, max(1, vgpus) if mode == "gpu" else 0)
+    if problems:
+        raise ValueError("; ".join(problems))
+    spec = obs.node.spec
+    running = {i.lm: i for i in obs.state.instances}
+    cores: dict[str, float] = {}
+    for lm, (mode, vgpus) in choice.items():
+        inst = running.get(lm)
+        if mode == "off":
+            cores[lm] = 0.0
+        elif inst is not None and inst.mode == mode and (mode == "cpu" or inst.vgpus == vgpus):
+            cores[lm] = inst.cpu_cores
+        elif mode == "gpu":
+            cores[lm] = GPU_POD_CORES
+    new_cpu = [lm for lm, (mode, _) in choice.items() if mode == "cpu" and lm not in cores]
+    if new_cpu:
+        left = spec.cpu_cores - sum(cores.values())
+        share = max(1.0, float(int(left / len(new_cpu))))
+        cores.update(dict.fromkeys(new_cpu, share))
+    return Placement(
+        node=obs.node.name,
+        lms=[
+            LMPlacement(lm=lm, mode=choice[lm][0], cpu_cores=cores[lm], vgpus=choice[lm][1])
+            for lm in names
+        ],
+    )
+
+
+def routing_pairs(reference: RoutingMap) -> list[tuple[str, str, str]]:
+    """(origin, lm, suggested destination or REJECT) of every pair to decide, sorted."""
+    out = [(r.origin, r.lm, r.destination) for r in reference.routes]
+    out += [(r.origin, r.lm, REJECT) for r in reference.rejections]
+    return sorted(out)
+
+
+def routing_format(
+    ranked: dict[str, list[Candidate]], reference: RoutingMap, admission: bool
+) -> ReplyFormat[RoutingMap]:
+    """The scheduler's reply: per "origin/lm" pair one destination among its candidates."""
+    props: dict[str, Any] = {}
+    for o, lm, suggested in routing_pairs(reference):
+        dests = [c.node for c in ranked.get(lm, [])[:TOP_K]]
+        if suggested != REJECT and suggested not in dests:
+            dests.append(suggested)
+        if admission:
+            dests.append(REJECT)
+        props[f"{o}/{lm}"] = {"type": "string", "enum": dests}
+    tokens = TOKENS_BASE + TOKENS_PER_ROUTE * len(props)
+    return ReplyFormat(_obj({"routes": _obj(props)}), tokens, lambda d: parse_routing(d, reference))
+
+
+def parse_routing(data: Any, reference: RoutingMap) -> RoutingMap:
+    """A scheduler reply as a `RoutingMap` (compact form: {"origin/lm": destination})."""
+    if isinstance(data, dict) and isinstance(data.get("routes"), list):
+        return RoutingMap.model_validate(data)
+    routes = _dict_of(data, "routes")
+    pairs = {f"{o}/{lm}": (o, lm) for o, lm, _ in routing_pairs(reference)}
+    problems = _keys_problems(routes, list(pairs), "pair")
+    out, rejected = [], []
+    for key, (o, lm) in pairs.items():
+        dest = routes.get(key)
+        if key not in routes:
+            continue
+        if not isinstance(dest, str) or not dest:
+            problems.append(f"{key}: destination must be a node name or {REJECT}")
+        elif dest == REJECT:
+            rejected.append(Rejection(origin=o, lm=lm))
+        else:
+            out.append(Route(origin=o, lm=lm, destination=dest))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return RoutingMap(routes=out, rejections=rejected)
+
+
+def policy_format(ctx: ClusterContext, reference: MacroPolicy) -> ReplyFormat[MacroPolicy]:
+    """The planner's flat reply: relative weights per LM over its nodes, roles per worker."""
+    routing = {
+        lm: _obj({n: {"type": "number"} for n in ctx.feasible_nodes(lm)})
+        for lm in ctx.lm_names
+        if ctx.feasible_nodes(lm)
+    }
+    roles: dict[str, Any] = {}
+    for n in ctx.workers:
+        hostable = [lm for lm in ctx.lm_names if ctx.can_host(n.name, lm)]
+        if hostable:
+            roles[n.name] = {
+                "type": "array",
+                "items": {"type": "string", "enum": hostable},
+                "maxItems": len(hostable),
+            }
+    weights = sum(len(v["properties"]) for v in routing.values())
+    tokens = TOKENS_BASE + TOKENS_PER_WEIGHT * (
+        weights + sum(len(v["items"]["enum"]) for v in roles.values())
+    )
+    schema = _obj({"routing": _obj(routing), "roles": _obj(roles)})
+    return ReplyFormat(schema, tokens, lambda d: parse_policy(d, ctx))
+
+
+def parse_policy(data: Any, ctx: ClusterContext) -> MacroPolicy:
+    """A planner reply as a `MacroPolicy` (compact form: weights are relative, normalised here)."""
+    if isinstance(data, dict) and isinstance(data.get("routing"), list):
+        return MacroPolicy.model_validate(data)
+    routing = _dict_of(data, "routing")
+    roles = _dict_of(data, "roles")
+    lms = [lm for lm in ctx.lm_names if ctx.feasible_nodes(lm)]
+    problems = _keys_problems(routing, lms, "LM")
+    out: list[LMRouting] = []
+    for lm in lms:
+        ws = routing.get(lm)
+        if lm not in routing:
+            continue
+        if not isinstance(ws, dict):
+            problems.append(f"routing.{lm} must be an object {{node: weight}}")
+            continue
+        bad = [
+            f"routing.{lm}.{n}: weight {w!r} is not a number >= 0"
+            for n, w in ws.items()
+            if isinstance(w, bool) or not isinstance(w, int | float) or not w >= 0
+        ]
+        if bad:
+            problems += bad
+            continue
+        total = float(sum(ws.values()))
+        if total <= 0:
+            problems.append(f"routing.{lm}: every weight is 0")
+            continue
+        out.append(
+            LMRouting(
+                lm=lm,
+                weights=[RouteWeight(node=n, p=w / total) for n, w in ws.items() if w > 0],
+            )
+        )
+    role_list: list[NodeRole] = []
+    for n in ctx.workers:
+        got = roles.get(n.name, [])
+        if not isinstance(got, list) or not all(isinstance(x, str) for x in got):
+            problems.append(f"roles.{n.name} must be a list of LM names")
+            continue
+        role_list.append(NodeRole(node=n.name, lms=list(dict.fromkeys(got))))
+    problems += [
+        f"roles: {k!r} is not a worker" for k in roles if k not in {n.name for n in ctx.workers}
+    ]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return MacroPolicy(routing=out, roles=role_list, rationale=str(data.get("rationale", ""))[:500])

@@ -13,8 +13,12 @@ Settings resolve per agent, first match wins:
 Secret), `timeout_s`, `budget_s`, `max_retries`, `guard` (the scoring guard
 of guard.py: on by default, `off`/`false` runs every valid LLM proposal) or
 `guard_margin` (how much worse in estimated J than the rule a proposal may
-be). An agent uses its LLM only when a base URL or an API key is
-configured; otherwise it runs its rule backend. Nothing here reads
+be), `temperature` (default 0.2), `concurrency` (calls at once to the
+endpoint; default: 1 for a server found to speak llama.cpp's dialect, else
+unbounded) or `slot_cap` (`off` lifts the cap of the budgets at the slot:
+for the emulator, whose time is virtual, so a slow CPU-hosted model is
+judged on its decisions, never on a cluster). An agent uses its LLM only
+when a base URL or an API key is configured; otherwise it runs its rule backend. Nothing here reads
 `OPENAI_API_KEY`: an lmedge run never calls a paid endpoint unless it was
 told to.
 """
@@ -62,6 +66,9 @@ _FIELDS = (
     "max_retries",
     "guard",
     "guard_margin",
+    "temperature",
+    "concurrency",
+    "slot_cap",
 )
 
 
@@ -87,6 +94,19 @@ class LLMSettings(BaseModel):
     )
     max_retries: int = Field(
         ge=0, le=5, description="Retries after timeouts, 429 and 5xx, inside budget_s."
+    )
+    temperature: float | None = Field(
+        default=None, ge=0, le=2, description="Sampling temperature; unset: the client's 0.2."
+    )
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Calls at once to the endpoint; unset: 1 for llama.cpp servers, else any.",
+    )
+    slot_cap: bool = Field(
+        default=True,
+        description="Cap budget_s at the agent's share of the slot (off: emulator runs only).",
     )
     guard: bool = Field(
         default=True,
@@ -130,8 +150,8 @@ def resolve_settings(
 ) -> LLMSettings:
     """Settings for one agent from params, then environment, then defaults.
 
-    With `slot_s`, the per-slot agents' budget is capped at half a slot, the
-    planner's at `PLANNER_SLOT_SHARE` of it, and the per-attempt timeout at the
+    With `slot_s` (and `slot_cap` on), the per-slot agents' budget is capped at
+    half a slot, the planner's at `PLANNER_SLOT_SHARE` of it, and the per-attempt timeout at the
     budget, so a slow endpoint can never push a decision past the slot
     boundary (the deployers run after the scheduler, which runs after the
     planner at an epoch boundary).
@@ -155,7 +175,7 @@ def resolve_settings(
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"LLM setting {agent}.{field}: {err['msg']}") from exc
-    if slot_s is not None:
+    if slot_s is not None and s.slot_cap:
         share = PLANNER_SLOT_SHARE if agent == "planner" else 0.5
         budget = min(s.budget_s, slot_s * share)
         s = s.model_copy(update={"budget_s": budget, "timeout_s": min(s.timeout_s, budget)})

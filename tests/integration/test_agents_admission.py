@@ -73,6 +73,6 @@ def test_the_rules_suggested_rejections_reach_the_llm(llm_server: LLMServer) -> 
     user = next(
         m["content"] for m in json.loads(llm_server.bodies[0])["messages"] if m["role"] == "user"
     )
-    assert "->reject" in user
+    assert "->REJECT" in user
     pairs = {(a.origin, a.lm) for a in obs.arrivals}
     assert d.value.rejected() == pairs and d.value.routes == []

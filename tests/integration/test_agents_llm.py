@@ -15,6 +15,7 @@ time budget, with an audit record, and never raise:
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -258,16 +259,33 @@ def test_bogus_usage_is_estimated_not_trusted(
     assert 0 < d.tokens_out <= len(d.raw or "")
 
 
-def test_json_schema_rejection_switches_to_json_mode_once(
-    llm_server: LLMServer, world: Any
+@pytest.mark.parametrize("fault", ["no_json_schema", "json_schema_422", "json_schema_500"])
+def test_json_schema_rejection_switches_to_the_llama_dialect_once(
+    fault: str, llm_server: LLMServer, world: Any
 ) -> None:
-    llm_server.default = "no_json_schema"
+    # Whatever the status of the refusal (400, 422, llama-cpp-python's 500), the client
+    # asks again at once in `{"type": "json_object", "schema": S}` and remembers it.
+    llm_server.default = fault
     first = _decide("deployer", llm_server, world)
     second = _decide("deployer", llm_server, world)
     assert (first.source, first.validated) == ("llm", True)
     assert (second.source, second.validated) == ("llm", True)
     assert llm_server.schemas == ["json_schema", "json_object", "json_object"]
-    assert "JSON Schema named placement" in llm_server.bodies[1]
+    fmt = json.loads(llm_server.bodies[1])["response_format"]
+    # the schema the grammar enforces: every LM of the scenario once, by name
+    assert set(fmt["schema"]["properties"]["lms"]["required"]) == {"lm1", "lm2", "lm3", "lm4"}
+    # the server enforces it: the prompt does not carry it
+    assert "JSON Schema named" not in llm_server.bodies[1]
+
+
+def test_every_request_bounds_its_generation(llm_server: LLMServer, world: Any) -> None:
+    for agent in AGENTS:
+        _decide(agent, llm_server, world)
+    assert len(llm_server.bodies) == len(AGENTS)
+    for raw in llm_server.bodies:
+        body = json.loads(raw)
+        assert isinstance(body["max_tokens"], int) and 0 < body["max_tokens"] <= 4096
+        assert body["temperature"] == pytest.approx(0.2)
 
 
 def test_ma_runs_end_to_end_on_the_llm_path(llm_server: LLMServer) -> None:

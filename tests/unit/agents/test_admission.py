@@ -47,10 +47,10 @@ def test_the_prompt_says_whether_rejecting_is_allowed(
     system, user = render_slot(ctx, 0, 0, macro, ranked, arrivals, reference, admit)
     pairs = next(x for x in user.splitlines() if x.startswith("Pairs to route"))
     if admit is None:
-        assert "Admission control is off" in system and "->reject" not in pairs
+        assert "Admission control is off" in system and "->REJECT" not in pairs
     else:
         assert "Admission control is on" in system and "270 s" in system
-        assert "worker-2/lm4(3)->reject" in pairs
+        assert "worker-2/lm4(3)->REJECT" in pairs
     assert "$" not in system, "every template placeholder was filled"
 
 
