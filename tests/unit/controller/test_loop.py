@@ -468,3 +468,128 @@ def test_routed_backlog_counts_prompts_per_serving_lm() -> None:
     out = routed_backlog(snap, routing, arrivals)
     assert [n.backlog for n in out.nodes] == [{"lm1": 7, "lm2": 5}, {}]
     assert snap.nodes[0].backlog == {"lm1": 4}, "the snapshot itself is not changed"
+
+
+# -- long runs, background planning, live changes ------------------------------------
+
+
+class CountingPlanner:
+    """The uniform policy, numbered by call (its rationale says which call made it)."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:
+        self.calls += 1
+        value = uniform_macro_policy(obs.context).model_copy(update={"rationale": str(self.calls)})
+        return Decision[MacroPolicy](agent="planner", policy=self.name, source="rule", value=value)
+
+
+class MacroSeeingRouter:
+    """Local routing that remembers the macro policy each slot saw."""
+
+    name = "macro-seeing"
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        self.seen.append(obs.macro.rationale if obs.macro is not None else None)
+        value = local_routing(obs.context, obs.arrivals)
+        return Decision[RoutingMap](agent="scheduler", policy=self.name, source="rule", value=value)
+
+
+class RecordingStore:
+    """Takes what the loop hands to a store (the loop's only store calls)."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+        self.decisions: list[Decision[Any]] = []
+
+    def record_requests(self, records: Sequence[RequestRecord]) -> None:
+        self.records.extend(records)
+
+    def record_decisions(self, decisions: Sequence[Decision[Any]]) -> None:
+        self.decisions.extend(decisions)
+
+    def record_telemetry(self, snapshots: Sequence[NodeTelemetry]) -> None:
+        pass
+
+    def record_memory(self, case: Any) -> None:
+        pass
+
+
+def test_a_run_without_history_keeps_nothing_per_request_but_stores_everything(
+    ctx: ClusterContext,
+) -> None:
+    store: Any = RecordingStore()
+    result, backend = run(ctx, plugins(ctx), slots=9, keep_history=False, store=store)
+    assert result.records == [] and result.decisions == [] and result.timings == []
+    assert result.placements == [] and result.actuations == []
+    assert len(result.epochs) == 3, "epoch metrics are still computed"
+    assert sum(e.requests for e in result.epochs) == len(store.records) > 0
+    assert len(store.decisions) == 9 * (2 + len(ctx.workers)) - 6, "plan every 3rd slot"
+    assert len(backend.applied) == 9 * len(ctx.workers), "every placement was actuated"
+
+
+def test_a_run_with_history_keeps_it(ctx: ClusterContext) -> None:
+    result, _ = run(ctx, plugins(ctx), slots=3)
+    assert result.records and result.decisions and result.timings and result.placements
+
+
+@pytest.mark.parametrize("lag", [0, 1, 2])
+def test_background_planning_applies_at_a_defined_slot(ctx: ClusterContext, lag: int) -> None:
+    # epoch_slots=3: plans at slots 0, 3, 6; each applies `lag` slots later
+    router = MacroSeeingRouter()
+    p = plugins(ctx, planner=CountingPlanner(), router=router)
+    result, _ = run(ctx, p, slots=9, plan_lag_slots=lag)
+    expected: list[str | None] = []
+    current: str | None = None
+    for slot in range(9):
+        if slot >= lag and (slot - lag) % 3 == 0:
+            current = str((slot - lag) // 3 + 1)
+        expected.append(current)
+    assert router.seen == expected
+    plans = by_agent(result, "planner")
+    assert [d.slot for d in plans] == [0, 3, 6], "stamped with the slot that asked"
+
+
+def test_background_planning_without_a_lag_never_waits_for_the_planner(
+    ctx: ClusterContext,
+) -> None:
+    import threading
+
+    release = threading.Event()
+
+    class SlowPlanner(CountingPlanner):
+        def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:
+            release.wait(30)
+            return super().plan(obs)
+
+    router = MacroSeeingRouter()
+    p = plugins(ctx, planner=SlowPlanner(), router=router)
+    backend = StubBackend(ctx)
+    loop = ControlLoop(backend, p, run_id="t", seed=1, background_planning=True)
+    for slot in range(2):
+        loop.step(slot)  # the planner is still blocked: the slots go on without a policy
+    assert router.seen == [None, None]
+    release.set()
+    loop._pending_plan.result(timeout=30)  # type: ignore[union-attr]
+    loop.step(2)
+    loop.close()
+    assert router.seen == [None, None, "1"], "applied at the first slot after it was ready"
+
+
+def test_a_cluster_change_replans_at_once_with_the_reason(ctx: ClusterContext) -> None:
+    backend = StubBackend(ctx)
+    backend.changes[1] = [ContextChange(kind="node_down", name="worker-2", detail="Node NotReady")]
+    backend.changes[2] = [ContextChange(kind="link_changed", name="a->b")]
+    planner = CountingPlanner()
+    loop = ControlLoop(backend, plugins(ctx, planner=planner), run_id="t", seed=1)
+    result = loop.run(3)
+    plans = by_agent(result, "planner")
+    assert [d.slot for d in plans] == [0, 1], "a link change needs no new plan"
+    assert plans[0].trigger is None
+    assert plans[1].trigger == "cluster changed: node_down worker-2: Node NotReady"

@@ -1,0 +1,106 @@
+"""The plugin catalog and the capabilities plugins declare.
+
+A family of plugins that fails to import must cost that family only, be
+reported, and never leave the catalog empty; a joint router+deployer (milp)
+runs where both live in one process and is refused, saying why, where the
+deployers run in node agents.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from lmedge.api import Capabilities, ClusterContext, capabilities_of
+from lmedge.api.manifests import load_resources
+from lmedge.controller import catalog, registrations
+from lmedge.controller.assembly import PolicyChoice, build_node_deployer, build_plugins
+from lmedge.controller.catalog import Registry, fill
+from lmedge.errors import ConfigError
+
+TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
+
+
+@pytest.fixture
+def ctx() -> ClusterContext:
+    nodes, services = load_resources(TESTBED)
+    return ClusterContext(nodes=nodes, services=services)
+
+
+def _broken(reg: Registry) -> None:
+    reg.add_router("half-registered", lambda b: None, "registered before the import fails")  # type: ignore[arg-type, return-value]
+    import lmedge_no_such_module  # type: ignore[import-not-found]  # noqa: F401
+
+
+def test_a_failing_family_is_reported_and_the_rest_registers(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    families = (("broken", _broken), *registrations.FAMILIES)
+    monkeypatch.setattr(registrations, "FAMILIES", families)
+    target, unavailable = Registry(), {}
+    with caplog.at_level(logging.WARNING):
+        fill(target, unavailable)
+    assert "broken" in unavailable and "lmedge_no_such_module" in unavailable["broken"]
+    assert "half-registered" not in target.routers, "a family registers whole or not at all"
+    assert {"agentic", "random", "milp"} <= set(target.routers)
+    assert {"ma", "rr", "milp"} <= set(target.profiles)
+    assert any("broken" in r.getMessage() for r in caplog.records)
+
+
+def test_a_profile_whose_plugin_failed_is_left_out_and_said_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    families = tuple((n, f) for n, f in registrations.FAMILIES if n != "lyapunov")
+    monkeypatch.setattr(registrations, "FAMILIES", families)
+    target, unavailable = Registry(), {}
+    fill(target, unavailable)
+    assert "rl" not in target.profiles and "ma" in target.profiles
+    assert "deployer lyapunov" in unavailable["profile rl"]
+
+
+def test_an_unknown_name_names_what_did_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog.profile("rr")  # the real catalog, loaded
+    monkeypatch.setitem(catalog.UNAVAILABLE, "cema", "ImportError: no module named 'x'")
+    with pytest.raises(ConfigError, match=r"known routers: .*not loaded: cema \(ImportError"):
+        catalog.entry("router", "cema-typo")
+
+
+def test_the_loaded_catalog_has_every_family() -> None:
+    catalog.profile("rr")
+    assert catalog.UNAVAILABLE == {}
+    assert {"ma", "rr", "rf", "ll", "milp", "cema", "lyreo", "perllm", "mal"} <= set(
+        catalog.PROFILES
+    )
+
+
+def test_capabilities_are_declared_not_probed(ctx: ClusterContext) -> None:
+    cema = build_plugins(PolicyChoice("cema"), ctx, 1)
+    assert capabilities_of(cema.router).routes_request_classes
+    rr = build_plugins(PolicyChoice("rr"), ctx, 1)
+    assert capabilities_of(rr.router) == Capabilities()
+    milp = build_plugins(PolicyChoice("milp"), ctx, 1)
+    deployer = next(iter(milp.deployers.values()))
+    assert capabilities_of(deployer).joint_router == "milp"
+    assert catalog.entry("deployer", "milp").capabilities == capabilities_of(deployer)
+
+
+def test_milp_deployers_read_their_own_routers_plan(ctx: ClusterContext) -> None:
+    # Two runs on the same context object: each deployer reads its own run's
+    # router (the process-global board handed the newest router's plan to all).
+    first = build_plugins(PolicyChoice("milp"), ctx, 1)
+    second = build_plugins(PolicyChoice("milp"), ctx, 2)
+    for p in (first, second):
+        for d in p.deployers.values():
+            assert d.plan is p.router.plan  # type: ignore[attr-defined]
+
+
+def test_a_joint_profile_is_refused_for_a_cluster_saying_why(ctx: ClusterContext) -> None:
+    with pytest.raises(ConfigError, match=r"the milp deployer .* node agents"):
+        build_plugins(PolicyChoice("milp"), ctx, 1, deployers_in_process=False)
+    with pytest.raises(ConfigError, match=r"the milp deployer .* node agents"):
+        build_node_deployer(PolicyChoice("milp"), ctx, "worker-2", 1)
+    remote = build_plugins(PolicyChoice("ma"), ctx, 1, deployers_in_process=False)
+    assert remote.deployers == {}
+    assert build_node_deployer(PolicyChoice("ma"), ctx, "worker-2", 1).name == "agentic"
