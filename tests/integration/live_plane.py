@@ -37,7 +37,7 @@ from lmedge.dataplane.app import ApiSettings, create_app
 from lmedge.dataplane.clients import HttpClients
 from lmedge.dataplane.gateway import Gateway, GatewaySettings
 from lmedge.dataplane.records import StoreSink
-from lmedge.errors import StoreError
+from lmedge.errors import LmedgeError
 from lmedge.modelserver.app import ModelServer
 from lmedge.modelserver.app import create_app as create_model_app
 from lmedge.modelserver.backends import StubBackend
@@ -117,7 +117,13 @@ class Plane:
 
 
 def start_controller(
-    plane: Plane, kube: KubeClient, lease: str, *, epoch_slots: int = 30, identity: str = ""
+    plane: Plane,
+    kube: KubeClient,
+    lease: str,
+    *,
+    epoch_slots: int = 30,
+    identity: str = "",
+    profile: str = "rf",
 ) -> None:
     settings = ControllerSettings(
         backend=KubernetesSettings(
@@ -129,7 +135,7 @@ def start_controller(
             gateways=dict(plane.gateways),
             control_token=CONTROL if plane.gateways else None,
         ),
-        policy=PolicyChoice(profile="rf"),
+        policy=PolicyChoice(profile=profile),
         lease_namespace=SYSTEM,
         lease_name=lease,
         identity=identity or f"replica-{uuid.uuid4().hex[:4]}",
@@ -153,7 +159,7 @@ def run_start(plane: Plane) -> float:
     def started() -> bool:
         try:
             return any(r.id == plane.run for r in plane.store.runs(limit=5))
-        except StoreError:  # nothing stored yet
+        except LmedgeError:  # nothing stored yet, or the store is being created
             return False
 
     wait_until(started, WAIT, f"the controller to store run {plane.run}")
