@@ -433,7 +433,7 @@ def test_every_container_command_parses_with_the_lmedge_cli(
     # $(VAR) references are expanded by the kubelet and stay opaque here, and
     # NODE_NAME is what the pod's downward API sets.
     monkeypatch.setenv("NODE_NAME", "worker-2")
-    values = ["--set-file", f"lmServices={SERVICES}", "--set", "policy.planner=milp",
+    values = ["--set-file", f"lmServices={SERVICES}", "--set", "policy.planner=static",
               "--set", "policy.deployer=lyapunov",
               "--set", "controller.operator=false"]  # fmt: skip
     checked = []
