@@ -101,6 +101,7 @@ from lmedge.api import (
     Snapshot,
     capabilities_of,
 )
+from lmedge.api.feasibility import check_macro_policy
 from lmedge.api.live import REPLAN_KINDS, ContextUpdate
 from lmedge.controller.assembly import PolicyPlugins, derive_seed
 from lmedge.controller.guard import DecisionGuard
@@ -263,6 +264,18 @@ class ControlLoop:
                     pool.shutdown(wait=True)
             self._pool = self._planner_pool = None
             self._pending_plan = None
+
+    def resume(self, macro: MacroPolicy) -> bool:
+        """Continue a run mid-epoch with the macro policy it stored (a restarted controller).
+
+        The policy is used until the next epoch's plan if it still fits the
+        cluster; False (and no policy) when it does not, e.g. an LMService it
+        names was deleted while no controller ran.
+        """
+        if check_macro_policy(macro, self.ctx):
+            return False
+        self._macro = macro
+        return True
 
     def step(self, slot: int) -> None:
         """One slot: follow the cluster, decide, actuate, advance the clock, record."""

@@ -32,12 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from lmedge.api import MacroPolicy
 from lmedge.api.runconfig import RunConfig
 from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings, WallClock
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.leader import LeaseElector
 from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
 from lmedge.controller.loop import ControlLoop
+from lmedge.errors import LmedgeError
 from lmedge.store import RunInfo, Store
 
 __all__ = ["ControllerSettings", "OperatorThread", "run_controller"]
@@ -125,6 +127,35 @@ def remote_deployers(plugins: PolicyPlugins) -> PolicyPlugins:
     return PolicyPlugins(plugins.name, plugins.planner, plugins.router, {})
 
 
+def _stored_run(store: Store | None, run_id: str) -> RunInfo | None:
+    """The cluster run `run_id` as stored, when a replica before this one started it."""
+    if store is None:
+        return None
+    try:
+        found = store.run(run_id)
+    except LmedgeError as exc:  # no store yet, or it is down: a fresh run
+        log.warning("run %s not read from the store (%s); starting it afresh", run_id, exc)
+        return None
+    return found if found is not None and found.backend == "kubernetes" else None
+
+
+def _resume_policy(loop: ControlLoop, store: Store | None, run_id: str, slot: int) -> None:
+    """Give `loop` the run's newest stored macro policy, to use until the next epoch."""
+    found = store.decisions(agent="planner", run=run_id, limit=1) if store else []
+    macro = found[0].value if found else None
+    if isinstance(macro, MacroPolicy) and loop.resume(macro):
+        log.info(
+            "run %s resumed at slot %d with the policy of slot %d", run_id, slot, found[0].slot
+        )
+    else:
+        log.warning(
+            "run %s resumed at slot %d without a stored policy that fits the cluster; "
+            "fallback routing until the next epoch's plan",
+            run_id,
+            slot,
+        )
+
+
 def run_controller(
     settings: ControllerSettings,
     kube: KubeClient,
@@ -153,14 +184,17 @@ def run_controller(
     try:
         if operator is not None:
             operator.start()
-        clock = WallClock()
         run_id = settings.backend.run or f"k8s-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+        resumed = _stored_run(store, run_id) if settings.backend.run else None
+        # A replica taking over a run keeps its clock: the node agents and the
+        # gateways anchor their slots on the run's stored start.
+        clock = WallClock(resumed.started.replace(tzinfo=UTC).timestamp() if resumed else None)
         backend_settings = KubernetesSettings(**{**settings.backend.__dict__, "run": run_id})
         backend = KubernetesBackend(kube, backend_settings, store=store, clock=clock)
         plugins = build_plugins(
             settings.policy, backend.context(), settings.seed, deployers_in_process=False
         )
-        if store is not None:
+        if store is not None and resumed is None:
             started = datetime.fromtimestamp(clock.start, UTC)
             store.record_run(
                 RunInfo(
@@ -177,9 +211,14 @@ def run_controller(
             backend, plugins, run_id=run_id, seed=settings.seed, store=store, keep_decisions=False
         )
         log.info("controller leading run %s with %s", run_id, plugins.name)
-        slot = 0
+        first = 0
+        if resumed is not None:
+            first = clock.slot(backend_settings.slot_s) + 1
+            _resume_policy(loop, store, run_id, first)
+            clock.sleep_until(first * backend_settings.slot_s)
+        slot = first
         try:
-            while not stop.is_set() and (settings.slots is None or slot < settings.slots):
+            while not stop.is_set() and (settings.slots is None or slot - first < settings.slots):
                 if elector.lost.is_set():
                     log.error("leadership lost; stopping")
                     code = 1

@@ -124,7 +124,9 @@ def start_controller(
     epoch_slots: int = 30,
     identity: str = "",
     profile: str = "rf",
+    stop: threading.Event | None = None,
 ) -> None:
+    """Start `run_controller` in a thread; it stops with `stop` (default: the plane's)."""
     settings = ControllerSettings(
         backend=KubernetesSettings(
             namespace=plane.namespace,
@@ -146,7 +148,7 @@ def start_controller(
     def controller() -> None:
         store = open_store(str(plane.store_dir))
         try:
-            run_controller(settings, kube, store, stop=plane.stop)
+            run_controller(settings, kube, store, stop=stop or plane.stop)
         finally:
             store.close()
 

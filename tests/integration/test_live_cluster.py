@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.pods import parse_memory_gib
+from lmedge.errors import LmedgeError
 from lmedge.store import open_store
 from tests.fixtures.cluster import KubeCluster, wait_until
 from tests.fixtures.dataplane import TOKEN
@@ -452,3 +454,55 @@ def restore_edge_node(custom: client.CustomObjectsApi, saved: dict[str, Any]) ->
         return True
 
     wait_until(recreated, 3 * WAIT, f"EdgeNode {body['metadata']['name']} back")
+
+
+def test_a_restarted_controller_resumes_the_run_with_its_stored_policy(
+    lmedge_cluster: KubeCluster,
+    operator: KopfRunner,
+    kube: KubeClient,
+    custom: client.CustomObjectsApi,
+    store_dir: Path,
+) -> None:
+    """A controller stopped mid-epoch and a new replica taking over the same run:
+    the run keeps its start (the agents' slot clock), the new replica goes on
+    at the current slot, not at 0, and routes with the epoch's stored policy
+    instead of planning again before the epoch ends."""
+    ns = lmedge_cluster.create_namespace(f"live-{uuid.uuid4().hex[:6]}")
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "lmservices", services_yaml()["lm1"])
+    store = open_store(str(store_dir))
+    plane = Plane(ns, f"live-{uuid.uuid4().hex[:6]}", store, store_dir, slot_s=SLOT_S)
+    lease = f"live-{uuid.uuid4().hex[:6]}"
+    first = threading.Event()
+    try:
+        start_controller(plane, kube, lease, epoch_slots=1000, stop=first)
+
+        def routed_slots() -> list[int]:
+            try:
+                found = store.decisions(agent="scheduler", run=plane.run, limit=50)
+            except LmedgeError:  # nothing stored yet
+                return []
+            return sorted(d.slot for d in found)
+
+        wait_until(lambda: len(routed_slots()) >= 3, WAIT, "three routed slots")
+        (started,) = [r.started for r in store.runs(limit=5) if r.id == plane.run]
+        first.set()  # the first replica goes away mid-epoch
+        for t in plane.threads:
+            t.join(30)
+        stopped_at = max(routed_slots())
+
+        start_controller(plane, kube, lease, epoch_slots=1000)
+        wait_until(lambda: max(routed_slots()) >= stopped_at + 3, WAIT, "the new replica routing")
+    finally:
+        plane.close()
+        client.CoreV1Api(kube.api).delete_namespace(ns)
+    planned = store.decisions(agent="planner", run=plane.run, limit=10)
+    (run,) = [r for r in store.runs(limit=5) if r.id == plane.run]
+    slots = routed_slots()
+    store.close()
+
+    assert not plane.errors, plane.errors
+    assert run.started == started  # the run's clock is the first replica's
+    assert [d.slot for d in planned] == [0]  # one plan for the epoch, by the first replica
+    resumed = [s for s in slots if s > stopped_at]
+    assert resumed and min(resumed) > stopped_at  # on the same clock, not from slot 0 again
+    assert len(slots) == len(set(slots))  # no slot routed twice
