@@ -207,8 +207,16 @@ def run_controller(
                     config=settings.run_config(),
                 )
             )
+        # A controller runs for weeks: no per-request history in memory, and the
+        # planner beside the slot loop so that no slot waits for it.
         loop = ControlLoop(
-            backend, plugins, run_id=run_id, seed=settings.seed, store=store, keep_decisions=False
+            backend,
+            plugins,
+            run_id=run_id,
+            seed=settings.seed,
+            store=store,
+            keep_history=False,
+            background_planning=True,
         )
         log.info("controller leading run %s with %s", run_id, plugins.name)
         first = 0
