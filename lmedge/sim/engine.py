@@ -323,7 +323,9 @@ class Emulator:
 
     def _hostable_pairs(self) -> set[tuple[str, str]]:
         ctx = self.ctx
-        return {(n.name, lm) for lm in ctx.lm_names for n in ctx.workers if ctx.can_host(n.name, lm)}
+        return {
+            (n.name, lm) for lm in ctx.lm_names for n in ctx.workers if ctx.can_host(n.name, lm)
+        }
 
     # ---------------------------------------------------------------- timeline
     def advance(self, slot: int) -> None:
@@ -375,7 +377,7 @@ class Emulator:
             self._stop(node, inst)
 
     def _drop_node(self, node: NodeSim) -> None:
-        """A node lost: every request queued or in service here ends `node_lost`; no pod survives."""
+        """A node lost: its queued and in-service requests end `node_lost`; no pod survives."""
         for lm in node.queues:
             self._strand_queue(node, lm, "node_lost")
         for inst in list(node.instances.values()):

@@ -99,7 +99,9 @@ class LinkSpec(SpecModel):
 class EventSpec(SpecModel):
     """One event: a slot and exactly one action."""
 
-    slot: int = Field(ge=1, description="The slot at whose start it takes effect (slot 0 is the manifests).")
+    slot: int = Field(
+        ge=1, description="The slot at whose start it takes effect (slot 0 is the manifests)."
+    )
     apply: dict[str, Any] | None = Field(default=None, description="An LMService manifest.")
     delete: DeleteSpec | None = None
     node_down: NodeDownSpec | None = None
@@ -108,7 +110,7 @@ class EventSpec(SpecModel):
 
     @model_validator(mode="after")
     def _one_action(self) -> EventSpec:
-        given = [k for k in ACTIONS if getattr(self, k) is not None]
+        given = [wire for k, wire in ACTIONS.items() if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
                 "each event needs exactly one of apply, delete, nodeDown, nodeUp, link"
@@ -117,7 +119,14 @@ class EventSpec(SpecModel):
         return self
 
 
-ACTIONS = ("apply", "delete", "node_down", "node_up", "link")
+#: Field name -> wire name of each action.
+ACTIONS = {
+    "apply": "apply",
+    "delete": "delete",
+    "node_down": "nodeDown",
+    "node_up": "nodeUp",
+    "link": "link",
+}
 
 
 class TimelineMeta(SpecModel):
@@ -219,23 +228,23 @@ def compile_timeline(
     steps = [Step(0, tuple(nodes), tuple(services), frozenset(), ())]
     # an untilSlot is a nodeUp event of its own, after the events written for that slot
     events: list[tuple[int, int, str, EventSpec | str]] = []
-    for i, ev in enumerate(spec.events):
-        events.append((ev.slot, 0, f"Timeline.events.{i}", ev))
-        nd = ev.node_down
+    for i, written in enumerate(spec.events):
+        events.append((written.slot, 0, f"Timeline.events.{i}", written))
+        nd = written.node_down
         if nd is not None and nd.until_slot is not None:
-            if nd.until_slot <= ev.slot:
+            if nd.until_slot <= written.slot:
                 raise ManifestError(
                     source,
                     f"Timeline.events.{i}.nodeDown.untilSlot",
-                    f"must be after the event's slot {ev.slot}, not {nd.until_slot}",
+                    f"must be after the event's slot {written.slot}, not {nd.until_slot}",
                 )
             events.append((nd.until_slot, 1, f"Timeline.events.{i}.nodeDown.untilSlot", nd.node))
     events.sort(key=lambda e: (e[0], e[1]))
-    for slot, _, where, ev in events:
+    for slot, _, where, item in events:
         changes: list[ContextChange] = []
-        if isinstance(ev, str):
-            changes.append(_node_up(ev, down, removed, source, where))
-        elif ev.apply is not None:
+        if isinstance(item, str):
+            changes.append(_node_up(item, down, removed, source, where))
+        elif (ev := item).apply is not None:
             svc = _parse_service(ev.apply, source, f"{where}.apply")
             known = svc.name in cur_services
             if known and cur_services[svc.name].spec == svc.spec:
@@ -291,9 +300,7 @@ def compile_timeline(
         last = steps[-1]
         step = Step(slot, tuple(cur_nodes), tuple(cur_services.values()), frozenset(down), ())
         if last.slot == slot:
-            steps[-1] = Step(
-                slot, step.nodes, step.services, step.down, (*last.changes, *changes)
-            )
+            steps[-1] = Step(slot, step.nodes, step.services, step.down, (*last.changes, *changes))
         else:
             steps.append(Step(slot, step.nodes, step.services, step.down, tuple(changes)))
     return Timeline(tuple(steps))
@@ -324,7 +331,9 @@ def _check_worker(
 def _parse_service(manifest: dict[str, Any], source: str, where: str) -> ServiceInfo:
     if manifest.get("kind") == "EdgeNode":
         raise ManifestError(
-            source, f"{where}.kind", "apply takes an LMService; nodes change by nodeDown/nodeUp/link"
+            source,
+            f"{where}.kind",
+            "apply takes an LMService; nodes change by nodeDown/nodeUp/link",
         )
     try:
         nodes, services = parse_resources([(source, manifest)])

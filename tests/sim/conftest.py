@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from lmedge.api import LMPlacement, Placement, RequestRecord, Route, RoutingMap
+from lmedge.api.manifests import API
 from lmedge.backends.emulated import EmulatedBackend, load_scenario
 from lmedge.sim import Scenario
 from lmedge.sim.synthetic import edge_node, lm_service, scenario_doc, write_scenario
@@ -48,7 +50,7 @@ def default_services() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def make_scenario(tmp_path: Path) -> Callable[..., Scenario]:
-    """make_scenario(rows, nodes=..., services=..., emulation=..., loop=...) -> Scenario."""
+    """make_scenario(rows, nodes=..., services=..., emulation=..., loop=..., timeline=[events])."""
 
     def make(
         rows: Sequence[Row] = (),
@@ -58,6 +60,7 @@ def make_scenario(tmp_path: Path) -> Callable[..., Scenario]:
         emulation: dict[str, Any] | None = None,
         loop: dict[str, Any] | None = None,
         name: str = "case",
+        timeline: Sequence[dict[str, Any]] | None = None,
     ) -> Scenario:
         folder = tmp_path / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -71,6 +74,10 @@ def make_scenario(tmp_path: Path) -> Callable[..., Scenario]:
             emulation={**EXACT_EMULATION, **(emulation or {})},
             workload={"trace": "trace.csv"},
         )
+        if timeline is not None:
+            tl = {"apiVersion": API, "kind": "Timeline", "metadata": {"name": name}}
+            (folder / "timeline.yaml").write_text(yaml.safe_dump({**tl, "events": list(timeline)}))
+            doc["timeline"] = "timeline.yaml"
         write_scenario(
             folder, nodes or default_nodes(), services or default_services(), scenario=doc
         )
