@@ -19,8 +19,8 @@ Many runs (a grid of scenarios, policies and seeds) go through a
 `RunExecutor`: `SequentialExecutor` in this process, or
 `ProcessPoolRunExecutor` over a pool of worker processes. Each run is
 independent and fully determined by its `RunSpec`, so every executor returns
-the same `RunData` for the same specs, in spec order; an executor on other
-machines (a Ray cluster, say) only has to implement `RunExecutor.map`.
+the same `RunData` for the same specs, in spec order; `RayRunExecutor`
+(lmedge.bench.distributed) runs them on a Ray cluster the same way.
 """
 
 from __future__ import annotations
@@ -274,7 +274,8 @@ def execute(spec: RunSpec) -> RunData:
     """Perform `spec` without a store; a module-level function, so a pool can pickle it."""
     cpu = time.process_time()
     outcome = run(spec)
-    timing = {**outcome.timing, "cpu_s": round(time.process_time() - cpu, 3)}
+    cpu_s = round(time.process_time() - cpu, 3)
+    timing = {"run_id": outcome.run_id, **outcome.timing, "cpu_s": cpu_s}
     return RunData(spec, outcome.summary, request_table(outcome.result), timing)
 
 
@@ -345,9 +346,32 @@ class ProcessPoolRunExecutor:
         return [results[i] for i in range(len(specs))]
 
 
-def executor_for(workers: int | None) -> RunExecutor:
-    """The executor for `workers` processes: this process for 1, a pool otherwise
-    (default: one per CPU core)."""
+#: `--executor` values: `local` (this machine's cores) or `ray` (a cluster at `--address`).
+EXECUTORS = ("local", "ray")
+
+
+def executor_for(
+    workers: int | None, executor: str = "local", address: str | None = None
+) -> RunExecutor:
+    """The executor for the CLI's flags.
+
+    `local`: this process for `workers == 1`, else a pool of `workers`
+    processes (default: one per CPU core). `ray`: tasks on the Ray cluster at
+    `address` (lmedge.bench.distributed), which sizes itself; `workers` does
+    not apply there.
+    """
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "ray":
+        if address is None:
+            raise ConfigError("--executor ray needs --address (HOST:PORT, ray://..., auto)")
+        if workers is not None:
+            raise ConfigError("--workers applies to --executor local; Ray sizes itself")
+        from lmedge.bench.distributed import RayRunExecutor  # ray: only when asked for
+
+        return RayRunExecutor(address)
+    if address is not None:
+        raise ConfigError("--address applies to --executor ray")
     count = (os.cpu_count() or 1) if workers is None else workers
     if count < 1:
         raise ConfigError(f"--workers must be at least 1, got {count}")

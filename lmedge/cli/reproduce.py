@@ -1,7 +1,8 @@
 """`lmedge reproduce`: the paper's §VI results regenerated in one command.
 
 Runs the grid of `lmedge.bench.grid` over a process pool (one worker per CPU
-core by default), prints every side-by-side table and the paper's orderings
+core by default) or, with `--executor ray --address ...`, on a Ray cluster
+(same results either way), prints every side-by-side table and the paper's orderings
 with holds / does not hold, and writes a report folder (`REPORT.md`,
 `summary.json`, figures). A bad flag is a `ConfigError`: one line, exit 2.
 """
@@ -80,6 +81,15 @@ def register(app: typer.Typer) -> None:
         workers: int | None = typer.Option(
             None, help="Worker processes (default: one per CPU core; 1 runs in this process)."
         ),
+        executor_name: str = typer.Option(
+            "local",
+            "--executor",
+            help="Where the runs execute: local (a process pool) or ray (a Ray cluster).",
+        ),
+        address: str | None = typer.Option(
+            None,
+            help="Ray cluster for --executor ray: HOST:PORT of its head, ray://HOST:10001, auto.",
+        ),
         quick: bool = typer.Option(
             False,
             "--quick",
@@ -107,12 +117,13 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(
                 f"--out {out_dir}: cannot create the report folder: {exc.strerror}"
             ) from exc
+        executor = executor_for(workers, executor_name, address)
         count = workers or os.cpu_count() or 1
-        executor = executor_for(count)
+        where = f"Ray at {address}" if executor_name == "ray" else f"{count} workers"
         bar = progress_bar()
         started = time.perf_counter()
         with bar:
-            task = bar.add_task(f"reproduce ({count} workers)", total=None)
+            task = bar.add_task(f"reproduce ({where})", total=None)
 
             def done(n: int, total: int, data: Any) -> None:
                 s = data.summary
@@ -131,6 +142,8 @@ def register(app: typer.Typer) -> None:
             parts.append("--quick")
         if policies:
             parts.append(f"--policies {policies}")
+        if executor_name == "ray":
+            parts.append(f"--executor ray --address {address}")
         command = " ".join(["lmedge reproduce", *parts, f"-o {out_dir}"])
         note = paper_report.timing_note(repro.runs, count, wall)
         md = paper_report.write(out_dir, repro, command=command, cpu_note=note)

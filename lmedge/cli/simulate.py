@@ -27,7 +27,7 @@ from rich.table import Table
 
 from lmedge.agents.settings import agentic_params
 from lmedge.api.params_file import ParamsFile, merge_params, read_params
-from lmedge.bench.runner import RunOutcome, RunSpec, resolve_scenario, run
+from lmedge.bench.runner import RunData, RunOutcome, RunSpec, executor_for, resolve_scenario, run
 from lmedge.bench.summary import dumps
 from lmedge.cli.console import err, progress_bar
 from lmedge.controller.assembly import PolicyChoice
@@ -140,6 +140,10 @@ def _maybe_store(uri: str | None, enabled: bool) -> Iterator[Store | None]:
         store.close()
 
 
+def _label(spec: RunSpec) -> str:
+    return f"{spec.scenario.name} {spec.choice.resolve().name} s{spec.seed}"
+
+
 def _run_with_progress(spec: RunSpec, store: Store | None, update: Any, label: str) -> RunOutcome:
     return run(spec, store=store, on_slot=lambda d, t: update(d, t, label))
 
@@ -155,7 +159,7 @@ def _loops(paths: Sequence[Path]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _bench_tables(outcomes: Sequence[RunOutcome]) -> list[Table]:
+def _bench_tables(outcomes: Sequence[RunOutcome | RunData]) -> list[Table]:
     """One table per scenario: each policy's headline, means over seeds (fits 80 columns)."""
     from lmedge.bench.report import aggregate
 
@@ -330,10 +334,28 @@ def register(app: typer.Typer) -> None:
         slots: int | None = typer.Option(None, help="Measured slots (default: the scenario's)."),
         seeds: str = typer.Option("1", help="Comma-separated seeds, e.g. 1,2,3."),
         out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = BENCH_OUT,
-        store: str | None = typer.Option(None, help="Also store every run in this store."),
+        store: str | None = typer.Option(
+            None, help="Also store every run in this store (runs then execute in this process)."
+        ),
         params_file: ParamsOpt = None,
+        workers: int | None = typer.Option(
+            None, help="Worker processes (default: one per CPU core; 1 runs in this process)."
+        ),
+        executor_name: str = typer.Option(
+            "local",
+            "--executor",
+            help="Where the runs execute: local (a process pool) or ray (a Ray cluster).",
+        ),
+        address: str | None = typer.Option(
+            None,
+            help="Ray cluster for --executor ray: HOST:PORT of its head, ray://HOST:10001, auto.",
+        ),
     ) -> None:
-        """Run policies side by side on identical traces and write a report folder."""
+        """Run policies side by side on identical traces and write a report folder.
+
+        Without --store the grid runs on a process pool (or on Ray with
+        --executor ray); the results are those of a run in this process.
+        """
         _check_slots(slots)
         names = [p.strip() for p in policies.split(",") if p.strip()]
         if not names:
@@ -345,17 +367,32 @@ def register(app: typer.Typer) -> None:
             choices = _with_params(choices, read_params(params_file))
         seed_list = _seeds(seeds)
         paths = [resolve_scenario(s) for s in scenarios or ["testbed"]]
+        grid = [
+            RunSpec(path, choice, seed, slots)
+            for path in paths
+            for seed in seed_list
+            for choice in choices
+        ]
+        if store is not None and (executor_name != "local" or (workers or 1) > 1):
+            raise ConfigError("--store runs in this process; drop --executor/--workers with it")
+        executor = None if store is not None else executor_for(workers, executor_name, address)
         _report_folder(out_dir)
-        outcomes: list[RunOutcome] = []
-        with _maybe_store(store, store is not None) as st, _progress(err.is_terminal) as update:
-            for path in paths:
-                for seed in seed_list:
-                    for choice in choices:
-                        spec = RunSpec(path, choice, seed, slots)
-                        label = f"{path.name} {choice.resolve().name} s{seed}"
-                        outcomes.append(_run_with_progress(spec, st, update, label))
         from lmedge.bench.report import write_report  # matplotlib: only when reporting
 
+        if executor is not None:
+            with _progress(err.is_terminal) as update:
+                runs = executor.map(grid, lambda i, d: update(1, 1, _label(d.spec)))
+            md = write_report(
+                out_dir, [d.summary for d in runs], [d.timing for d in runs], loops=_loops(paths)
+            )
+            for table in _bench_tables(runs):
+                out.print(table)
+            out.print(f"report: {md}", soft_wrap=True)
+            return
+        outcomes: list[RunOutcome] = []
+        with _maybe_store(store, store is not None) as st, _progress(err.is_terminal) as update:
+            for spec in grid:
+                outcomes.append(_run_with_progress(spec, st, update, _label(spec)))
         md = write_report(
             out_dir,
             [o.summary for o in outcomes],
