@@ -24,8 +24,6 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-# Text stays text in SVGs: searchable, selectable, and editable in a paper.
-matplotlib.rcParams["svg.fonttype"] = "none"
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
@@ -63,7 +61,9 @@ def save(fig: Figure, path: Path, formats: Sequence[str] = ("png",)) -> list[Pat
     out = []
     for fmt in formats:
         p = path.with_suffix(f".{fmt}")
-        fig.savefig(p, dpi=DPI, bbox_inches="tight")
+        # Text stays text in SVGs: searchable, selectable, editable in a paper.
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            fig.savefig(p, dpi=DPI, bbox_inches="tight")
         out.append(p)
     plt.close(fig)
     return out
