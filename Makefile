@@ -39,12 +39,15 @@ tools:
 	bash tools/build-ferretdb.sh
 	@if [ -f tools/build-k8s.sh ]; then LMEDGE_BUILD_KUBELET=1 bash tools/build-k8s.sh; fi
 	@if [ -f tools/build-helm.sh ]; then bash tools/build-helm.sh; fi
+	$(MAKE) --no-print-directory install
+	LMEDGE_VENV=$(VENV) bash tools/build-llama.sh
 	bash tools/install-chromium.sh
 
 # The real-node tier's images (tools/build-images.sh: buildah + debootstrap, as
 # root), cached under $(TOOLS)/images/. Where they cannot be built the script
 # says why and the tier skips, except under LMEDGE_REQUIRE_TOOLS=1 (CI).
 images: install tools
+	bash tools/realnode/install-packages.sh
 	bash tools/build-images.sh
 
 # Just the real-node tier (tests/realnode/): two real kubelets + containerd.

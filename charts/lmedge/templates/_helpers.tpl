@@ -108,7 +108,7 @@ lookup sees nothing under `helm template`, which then renders a fresh one.
 {{- if .Values.llm.existingSecret }}{{ .Values.llm.existingSecretKey }}{{ else }}api-key{{ end }}
 {{- end }}
 {{- define "lmedge.llmEnabled" -}}
-{{- if or .Values.llm.baseUrl .Values.llm.apiKey .Values.llm.existingSecret }}true{{ end }}
+{{- if or .Values.llm.baseUrl .Values.llm.apiKey .Values.llm.existingSecret .Values.agentLLM.enabled }}true{{ end }}
 {{- end }}
 
 {{- define "lmedge.gatewayEnabled" -}}
@@ -124,6 +124,13 @@ environment variable's value.
 - name: LMEDGE_STORE_FILE
   value: /var/run/secrets/lmedge/store/uri
 {{- if include "lmedge.llmEnabled" . }}
+{{- if .Values.agentLLM.enabled }}
+{{- /* the in-chart agent LLM (agent-llm.yaml) wins over llm.baseUrl */}}
+- name: LMEDGE_LLM_BASE_URL
+  value: {{ printf "http://%s-agent-llm.%s.svc:%v/v1" (include "lmedge.fullname" .) .Release.Namespace .Values.agentLLM.port | quote }}
+- name: LMEDGE_LLM_MODEL
+  value: {{ .Values.agentLLM.model.name | quote }}
+{{- else }}
 {{- with .Values.llm.baseUrl }}
 - name: LMEDGE_LLM_BASE_URL
   value: {{ . | quote }}
@@ -131,6 +138,7 @@ environment variable's value.
 {{- with .Values.llm.model }}
 - name: LMEDGE_LLM_MODEL
   value: {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- if or .Values.llm.apiKey .Values.llm.existingSecret }}
 - name: LMEDGE_LLM_API_KEY_FILE

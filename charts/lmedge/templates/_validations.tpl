@@ -19,7 +19,10 @@ one line saying what to set. Called from NOTES-independent templates via
 {{- if and .Values.llm.apiKey .Values.llm.existingSecret }}
 {{- fail "set llm.apiKey or llm.existingSecret, not both" }}
 {{- end }}
-{{- if and (include "lmedge.llmEnabled" .) (not .Values.llm.model) }}
+{{- if and .Values.agentLLM.enabled (or .Values.llm.baseUrl .Values.llm.apiKey .Values.llm.existingSecret) }}
+{{- fail "agentLLM.enabled points the agents at the in-chart LLM: leave llm.baseUrl, llm.apiKey and llm.existingSecret unset" }}
+{{- end }}
+{{- if and (include "lmedge.llmEnabled" .) (not .Values.agentLLM.enabled) (not .Values.llm.model) }}
 {{- fail "an LLM is configured: set llm.model (e.g. gpt-4.1-mini)" }}
 {{- end }}
 {{- if and .Values.gateway.enabled .Values.gateway.hostPort (not (contains "{node}" .Values.gateway.urlTemplate)) }}
