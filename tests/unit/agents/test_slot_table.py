@@ -1,0 +1,114 @@
+"""The array-priced rule routing chooses exactly what ranking `candidates()` chooses."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmedge.agents.rules.scheduler import LAST_RESORT, Plan, candidates, rule_routing
+from lmedge.api import Arrival, ClusterContext, MacroPolicy, NodeState, Rejection, Route, RoutingMap
+from lmedge.bench.runner import emulated_backend, resolve_scenario
+from lmedge.controller.assembly import PolicyChoice, build_plugins
+from lmedge.controller.loop import ControlLoop
+from lmedge.sim import load_scenario
+
+
+def reference_routing(
+    ctx: ClusterContext,
+    macro: MacroPolicy | None,
+    states: dict[str, NodeState],
+    arrivals: list[Arrival],
+    admit_fraction: float | None,
+) -> RoutingMap:
+    """The rule as it was written before slot_table.py: `candidates()` per pair."""
+    extra: dict[tuple[str, str], int] = {}
+    routes, rejections = [], []
+    plan = Plan.of(ctx, macro)
+    sign = 1 if admit_fraction is not None else -1
+    for a in sorted(arrivals, key=lambda x: (sign * x.prompts, x.origin, x.lm)):
+        if a.requests <= 0 or not ctx.has_service(a.lm):
+            continue
+        ranked = candidates(ctx, macro, states, a.lm, extra, max(1, a.prompts), a.origin, plan)
+        if not ranked:
+            continue
+        usable = (
+            [c for c in ranked if c.status not in LAST_RESORT]
+            or [c for c in ranked if c.status == "draining"]
+            or ranked
+        )
+        best = usable[0]
+        horizon = None if admit_fraction is None else admit_fraction * ctx.deadline_s(a.lm)
+        if horizon is not None and best.backlog > 0 and best.cost_s > horizon:
+            rejections.append(Rejection(origin=a.origin, lm=a.lm))
+            continue
+        extra[(best.node, a.lm)] = extra.get((best.node, a.lm), 0) + a.prompts
+        routes.append(Route(origin=a.origin, lm=a.lm, destination=best.node))
+    routes.sort(key=lambda r: (r.origin, r.lm))
+    rejections.sort(key=lambda r: (r.origin, r.lm))
+    return RoutingMap(routes=routes, rejections=rejections)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "profile", "seed"),
+    [("testbed", "ma", 1), ("testbed", "rl", 2), ("large", "ma", 3)],
+    ids=["testbed-ma", "testbed-no-macro-rl", "large-ma"],
+)
+def test_slot_table_routing_equals_candidates_ranking(
+    scenario: str, profile: str, seed: int
+) -> None:
+    # Real states from the emulator: instances starting, running and draining,
+    # queues, and the planner's macro policy (or none, with the rl profile).
+    backend = emulated_backend(load_scenario(resolve_scenario(scenario)), seed)
+    ctx = backend.context()
+    loop = ControlLoop(backend, build_plugins(PolicyChoice(profile), ctx, seed), run_id="t")
+    compared = 0
+    for t in range(6):
+        loop.step(t)
+        plans = [d.value for d in loop.result.decisions if d.agent == "planner"]
+        macro = plans[-1] if plans and profile == "ma" else None
+        snapshot = backend.snapshot(t + 1)
+        states = {n.name: n for n in snapshot.nodes}
+        arrivals = backend.arrivals(t + 1)
+        for admit in (0.3, None, 0.01):
+            got = rule_routing(ctx, macro, states, arrivals, admit)
+            want = reference_routing(ctx, macro, states, arrivals, admit)
+            assert got == want, (t, admit)
+            compared += len(want.routes) + len(want.rejections)
+    assert compared > 0
+
+
+@pytest.mark.parametrize("scenario", ["testbed", "large"])
+def test_unit_index_picks_what_the_scan_picks(scenario: str) -> None:
+    from lmedge.agents.rules import planner as rp
+
+    ctx = emulated_backend(load_scenario(resolve_scenario(scenario)), 1).context()
+
+    def budgets() -> list[rp._NodeBudget]:
+        return [
+            rp._NodeBudget(
+                name=n.name,
+                gpu=n.spec.has_gpu,
+                vgpus_free=n.spec.total_vgpus,
+                cores_free=max(0.0, n.spec.cpu_cores - rp.GPU_POD_CORES * n.spec.total_vgpus),
+                mem_free=n.spec.memory_gib,
+                vram_free=n.spec.total_vram_gib,
+            )
+            for n in ctx.workers
+        ]
+
+    lms = list(ctx.lm_names)
+    # a previous plan naming some roles, so the role term of the key matters
+    prev = {n.name: [lms[i % len(lms)]] for i, n in enumerate(ctx.workers) if i % 3 == 0}
+    bs = budgets()
+    units = rp._UnitIndex(ctx, lms, bs, prev)
+    taken = 0
+    for step in range(400):
+        lm = lms[step % len(lms)]
+        want = rp._best_unit(ctx, lm, bs, prev)
+        got = units.best(lm)
+        assert got == (None if want is None else want), step
+        if want is None:
+            continue
+        rp._take(ctx, lm, want[0], want[1])
+        units.changed(want[0])
+        taken += 1
+    assert taken > 20
