@@ -192,6 +192,8 @@ class RealNodeTier:
         self.workdir = workdir.resolve()
         self.cluster = KubeCluster(self.workdir / "control-plane", address=HOST_IP, kwok=False)
         self.pids: dict[str, int] = {}
+        # Held so they are reaped (not garbage-collected while running).
+        self._procs: list[subprocess.Popen[bytes]] = []
         self.sysctls: dict[str, str] = {}
         self.images = image_refs()
 
@@ -235,6 +237,10 @@ class RealNodeTier:
             _teardown(self._state())
             with contextlib.suppress(Exception):
                 self.cluster.stop()
+        for proc in self._procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        self._procs.clear()
 
     def __enter__(self) -> RealNodeTier:
         self.up()
@@ -340,6 +346,7 @@ class RealNodeTier:
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=self.workdir, start_new_session=True,
             )  # fmt: skip
+        self._procs.append(proc)
         self.pids["coredns"] = proc.pid
 
     def _start_worker(self, w: Worker) -> None:
@@ -399,6 +406,7 @@ class RealNodeTier:
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )  # fmt: skip
+        self._procs.append(proc)
         self.pids[f"{w.name}/{name}"] = proc.pid
         return proc.pid
 
