@@ -14,12 +14,24 @@
    (scheduler + every deployer) and, for the LLM path, rendering the prompts
    and checking a reply, on testbed and large.
 
+4. Prompt tokens per agent vs node count (testbed 6 workers, large 120,
+   metro-1000 1,000) in the form `auto` picks (hierarchy.py), and flat for
+   scale: planner and scheduler must stay <= 4,000 at 1,000 nodes.
+5. The per-agent table on the real small model (llama-cpp-python's server,
+   the Gemma 3 270M GGUF of `make tools`): calls, parsed, validated,
+   accepted, repaired, fallback, latency p50/p95, tokens in/out, over
+   `LMEDGE_AGENT_BENCH_CALLS` decisions per agent (default 2: one
+   grammar-constrained call takes minutes on 2 loaded cores) on testbed
+   observations, budgets lifted off the slot (`slot_cap` off: the emulator's
+   setting for judging a slow model on its decisions).
+
 Results are printed and written to reports/bench-agents.json.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from collections import Counter
@@ -50,7 +62,10 @@ from lmedge.api import (
     check_routing_map,
 )
 from lmedge.sim.scenario import load_scenario
+from tests.fixtures.llama_server import LlamaServer, llama_server
 from tests.fixtures.llm_server import running_server
+
+__all__ = ["llama_server"]  # the fixture, imported for this module
 
 pytestmark = pytest.mark.bench
 
@@ -270,6 +285,97 @@ def test_deterministic_overhead_per_slot(name: str) -> None:
     }
     print(json.dumps(RESULTS[f"overhead_{name}"], indent=2))
     assert min(llm_path_s) < ctx.slot_s / 10
+
+
+def test_prompt_tokens_vs_node_count() -> None:
+    from lmedge.agents.hierarchy import PROMPT_TOKEN_LIMIT, prompt_tokens
+
+    table = {}
+    for name in ("testbed", "large", "metro-1000"):
+        ctx = _ctx(name)
+        table[name] = {"workers": len(ctx.workers)} | {
+            f"{agent}_{form}": prompt_tokens(agent, ctx, form)  # type: ignore[arg-type]
+            for agent in ("planner", "scheduler", "deployer")
+            for form in ("auto", "flat")
+            if not (form == "flat" and agent == "deployer")
+        }
+    RESULTS["prompt_tokens_vs_nodes"] = table
+    print(json.dumps(table, indent=2))
+    big = table["metro-1000"]
+    assert big["planner_auto"] <= PROMPT_TOKEN_LIMIT
+    assert big["scheduler_auto"] <= PROMPT_TOKEN_LIMIT
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
+
+
+def test_per_agent_table_on_the_small_model(llama_server: LlamaServer) -> None:
+    from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
+    from lmedge.backends.emulated.backend import EmulatedBackend
+
+    forget_endpoint_capabilities()
+    n_calls = int(os.environ.get("LMEDGE_AGENT_BENCH_CALLS", "2"))
+    params = {
+        "llm_base_url": llama_server.base_url,
+        "llm_model": llama_server.model,
+        "llm_timeout_s": 900,
+        "llm_budget_s": 1800,
+        "llm_slot_cap": "off",
+    }
+    backend = EmulatedBackend(load_scenario(ROOT / "examples" / "testbed"), seed=1)
+    ctx = backend.context()
+    planner = AgenticPlanner.build(ctx, params, seed=1)
+    router = AgenticRouter.build(ctx, params)
+    deployer = AgenticDeployer.build(ctx, params)
+    macro = rule_macro_policy(PlanningObservation(epoch=0, context=ctx), RulePlannerState())
+    decisions: dict[str, list[Decision[Any]]] = {"planner": [], "scheduler": [], "deployer": []}
+    # Repair turns are the client's (LLMReply.repairs, not in the Decision): count them
+    # at the client of each agent.
+    repairs: dict[str, list[int]] = {a: [] for a in decisions}
+    for name, agent in (("planner", planner), ("scheduler", router), ("deployer", deployer)):
+        client = agent.core.client
+        assert client is not None
+
+        def counted(*a: Any, _ask: Any = client.ask, _name: str = name, **k: Any) -> Any:
+            reply = _ask(*a, **k)
+            repairs[_name].append(reply.repairs)
+            return reply
+
+        client.ask = counted  # type: ignore[method-assign]
+    for k in range(n_calls):
+        snap = backend.snapshot(k)
+        arrivals = [a for a in backend.arrivals(k) if a.requests > 0]
+        decisions["planner"].append(planner.plan(PlanningObservation(epoch=k, context=ctx)))
+        slot = SlotObservation(
+            slot=k, epoch=0, context=ctx, macro=macro, snapshot=snap, arrivals=arrivals
+        )
+        decisions["scheduler"].append(router.route(slot))
+        worker = ctx.workers[k % len(ctx.workers)].name
+        decisions["deployer"].append(deployer.place(_node_obs(ctx, slot, worker)))
+    table = {}
+    for agent, ds in decisions.items():
+        asked = [d for d in ds if d.model is not None]
+        lat = [d.latency_s for d in asked]
+        table[agent] = {
+            "calls": len(asked),
+            "parsed": sum(d.parsed for d in asked),
+            "validated": sum(bool(d.parsed and not d.violations) for d in asked),
+            "accepted": sum(d.source == "llm" for d in asked),
+            "repaired": sum(1 for r in repairs[agent] if r > 0),
+            "fallback": sum(d.source == "fallback" for d in asked),
+            "latency_p50_s": round(statistics.median(lat), 1) if lat else None,
+            "latency_p95_s": round(_pct(lat, 0.95), 1) if lat else None,
+            "tokens_in": sum(d.tokens_in for d in asked),
+            "tokens_out": sum(d.tokens_out for d in asked),
+            "errors": sorted({d.error for d in asked if d.error}),
+        }
+    RESULTS["small_model_per_agent"] = table
+    print(json.dumps(table, indent=2))
+    # The grammar built from each observation's schema makes every reply parse.
+    total = sum(t["calls"] for t in table.values())
+    assert sum(t["parsed"] for t in table.values()) >= 0.99 * total
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -3,5 +3,6 @@
 pytest_plugins = [
     "tests.fixtures.ferretdb",
     "tests.fixtures.llm_server",
+    "tests.fixtures.llama_server",
     "tests.fixtures.cluster",
 ]
