@@ -129,9 +129,12 @@ def reconcile_edge_node(
         kopf.warn(body, reason="CapacityMismatch", message=problem)
     logger.info("EdgeNode %s reconciled (%d problems)", name, len(problems))
     status = logic.edge_node_status(es, problems, int(meta.get("generation", 0)))
-    # keep the NodeReady condition the health timer writes
     before = (body.get("status") or {}).get("conditions")
-    status["conditions"] = logic.with_condition(before, status["conditions"][0])
+    conditions = logic.with_condition(before, status["conditions"][0])
+    with classified():
+        node = next((n for n in kube.list_nodes() if n["metadata"]["name"] == name), None)
+    health = logic.edge_node_ready_condition(es.role, node_down_reason(node))
+    status["conditions"] = logic.with_condition(conditions, health)
     patch.status.update(status)
 
 
@@ -291,15 +294,35 @@ def refresh_lmservice_status(
     )
 
 
-@kopf.timer(GROUP, VERSION, "edgenodes", interval=STATUS_INTERVAL_S, initial_delay=1)
-def refresh_edge_node_health(
-    name: str, spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: Any
+#: The NodeReady condition each EdgeNode was last given (by this process).
+_node_health: dict[str, str | None] = {}
+
+
+@kopf.on.event("", "v1", "nodes")
+def edge_node_follows_node_health(
+    name: str, type: str | None, body: kopf.Body, logger: kopf.Logger, **_: Any
 ) -> None:
-    """The EdgeNode's NodeReady condition: its Node Ready, NotReady, cordoned or missing."""
-    with classified():
-        nodes = {n["metadata"]["name"]: n for n in kube.list_nodes()}
-    role = str(spec.get("role", "worker"))
-    why = node_down_reason(nodes.get(name))
-    patch.status["conditions"] = logic.with_condition(
-        status.get("conditions"), logic.edge_node_ready_condition(role, why)
-    )
+    """A Node went NotReady, was cordoned, came back or was deleted: its EdgeNode's
+    NodeReady condition says so.
+
+    A Node event, not a timer on the EdgeNode: kopf stops an object's timers
+    before it releases the finalizer, which would hold every EdgeNode deletion.
+    Heartbeats change nothing here (only the health is compared), and an event
+    handler is not retried: the next event, or the resume after a restart,
+    writes what a failed patch missed.
+    """
+    why = node_down_reason(None if type == "DELETED" else dict(body))
+    if _node_health.get(name, "unset") == why:
+        return
+    try:
+        edge = kube.read_edge_node(name)
+        if edge is None:
+            return  # a Node with no EdgeNode (e.g. a control-plane node)
+        role = str((edge.get("spec") or {}).get("role", "worker"))
+        ready = logic.edge_node_ready_condition(role, why)
+        conditions = (edge.get("status") or {}).get("conditions")
+        kube.set_edge_node_conditions(name, logic.with_condition(conditions, ready))
+    except LmedgeError as exc:
+        logger.warning("NodeReady of EdgeNode %s not updated: %s", name, exc)
+        return
+    _node_health[name] = why

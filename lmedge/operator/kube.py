@@ -32,7 +32,9 @@ __all__ = [
     "list_nodes",
     "load_config",
     "node_allocatable",
+    "read_edge_node",
     "set_configmap_data",
+    "set_edge_node_conditions",
 ]
 
 _lock = threading.Lock()
@@ -72,6 +74,37 @@ def list_edge_nodes() -> list[dict[str, Any]]:
 
 def list_lmservices(namespace: str) -> list[dict[str, Any]]:
     return client().list_lmservices(namespace)
+
+
+def read_edge_node(name: str) -> dict[str, Any] | None:
+    """The EdgeNode as JSON; None when there is no such EdgeNode."""
+    k = client()
+    try:
+        obj: Any = k.call(
+            f"read EdgeNode {name}",
+            k.custom.get_cluster_custom_object,
+            GROUP,
+            VERSION,
+            "edgenodes",
+            name,
+        )
+    except NotFound:
+        return None
+    return dict(obj)
+
+
+def set_edge_node_conditions(name: str, conditions: list[dict[str, Any]]) -> None:
+    """Merge-patch the EdgeNode's status conditions (the status subresource)."""
+    k = client()
+    k.call(
+        f"patch EdgeNode {name} status",
+        k.custom.patch_cluster_custom_object_status,
+        GROUP,
+        VERSION,
+        "edgenodes",
+        name,
+        {"status": {"conditions": conditions}},
+    )
 
 
 def set_configmap_data(namespace: str, name: str, data: Mapping[str, str]) -> bool:
