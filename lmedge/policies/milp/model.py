@@ -60,6 +60,9 @@ class Solution:
     variables: int = 0
     #: "milp" (HiGHS optimum or incumbent) or "greedy" (no incumbent in the time limit).
     source: str = "milp"
+    #: HiGHS's relative optimality gap of the returned plan (|primal - dual bound| /
+    #: |primal|); None for the greedy plan, which has no bound.
+    gap: float | None = None
 
 
 @dataclass
@@ -253,4 +256,6 @@ def solve_slot(obs: SlotObservation, w: SurrogateWeights) -> Solution:
                 lms_out.append(LMPlacement(lm=i, mode="off", cpu_cores=0, vgpus=0))
         placements[n] = Placement(node=n, lms=lms_out)
     status = "optimal" if res.status == 0 else f"incumbent ({res.message})"
-    return Solution(dest, placements, status, float(res.fun) + constant, len(v.cost))
+    raw_gap = getattr(res, "mip_gap", None)
+    gap = float(raw_gap) if raw_gap is not None and np.isfinite(raw_gap) else None
+    return Solution(dest, placements, status, float(res.fun) + constant, len(v.cost), gap=gap)

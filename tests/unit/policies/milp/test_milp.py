@@ -160,3 +160,18 @@ def test_deployer_without_router_is_a_configuration_error() -> None:
 def test_bad_params_are_rejected(params: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="milp"):
         build_router(paper_testbed(), 0, params)
+
+
+def test_the_solution_reports_the_optimality_gap() -> None:
+    ctx = paper_testbed()
+    obs = slot_obs(full_slot(1), {"worker-2": {"lm4": 20}}, {"worker-3": {"lm1": "gpu"}})
+    router = build_router(ctx, 0, {"mip_gap": 0.05})
+    router.route(obs)
+    sol = router.plan.last
+    assert sol is not None and sol.source == "milp" and sol.gap is not None
+    if sol.status == "optimal":  # HiGHS stopped at the gap it was given
+        assert 0.0 <= sol.gap <= 0.05 + 1e-9
+    timed_out = build_router(ctx, 0, {"time_limit_s": 1e-6})
+    timed_out.route(obs)
+    assert timed_out.plan.last is not None and timed_out.plan.last.source == "greedy"
+    assert timed_out.plan.last.gap is None  # the greedy plan has no bound
