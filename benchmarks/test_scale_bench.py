@@ -1,0 +1,131 @@
+"""The scale table (issue 17; run by `make bench`): cost at 10 / 100 / 1,000 workers.
+
+Per size (lmedge.bench.scale.scale_scenario: 16 LMs, the testbed workload):
+the controller's serial work per slot and one node's deployer p95 for every
+profile, the agents' prompt tokens, the emulator's time per slot and the
+process's peak RSS; then the log-log growth exponent of each column. And
+the wall time of a small `reproduce` grid on the local pool vs on a 2-CPU
+local Ray head. Targets (issue 17 item 2) are printed next to the numbers,
+not asserted: this machine is shared. Written to reports/bench-scale.json.
+
+LMEDGE_SCALE_SIZES (default 10,100,1000), LMEDGE_SCALE_PROFILES (default:
+every registered profile) and LMEDGE_SCALE_SLOTS (default 3; slot 0 runs
+the planner) narrow a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmedge.bench.runner import emulated_backend, executor_for
+from lmedge.bench.scale import control_plane_cost, growth_exponent, peak_rss_mib, scale_scenario
+from lmedge.controller.catalog import PROFILES, profile
+from lmedge.sim import load_scenario
+from tests.fixtures.ray_head import ray_head  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.bench
+
+ROOT = Path(__file__).resolve().parents[1]
+SERIAL_TARGET_MS = 500.0
+DEPLOYER_TARGET_MS = 20.0
+RESULTS: dict[str, Any] = {}
+
+
+def _env_list(name: str, default: str) -> list[str]:
+    return [s.strip() for s in os.environ.get(name, default).split(",") if s.strip()]
+
+
+def _prompt_tokens(path: Path) -> dict[str, int | None]:
+    ctx = emulated_backend(load_scenario(path), 1).context()
+    try:
+        from lmedge.agents.hierarchy import prompt_tokens
+    except ImportError:  # the hierarchy's token counter is not in this checkout
+        return dict.fromkeys(("planner", "scheduler", "deployer"))
+    return {a: prompt_tokens(a, ctx) for a in ("planner", "scheduler", "deployer")}  # type: ignore[arg-type]
+
+
+def test_scale_table(tmp_path: Path) -> None:
+    sizes = [int(s) for s in _env_list("LMEDGE_SCALE_SIZES", "10,100,1000")]
+    profile("ma")  # loads the registrations, so PROFILES lists every profile
+    profiles = _env_list("LMEDGE_SCALE_PROFILES", ",".join(PROFILES))
+    slots = int(os.environ.get("LMEDGE_SCALE_SLOTS", "3"))
+    rows: list[dict[str, Any]] = []
+    sizes_rows: list[dict[str, Any]] = []
+    for workers in sorted(sizes):
+        path = scale_scenario(tmp_path / f"s{workers}", workers)
+        tokens = _prompt_tokens(path)
+        emulator = []
+        for p in profiles:
+            cost = control_plane_cost(path, p, slots)
+            rows.append(cost.row())
+            emulator.append(cost.emulator_ms)
+            print(cost.row())
+        sizes_rows.append(
+            {
+                "workers": workers,
+                "prompt_tokens": tokens,
+                "emulator_ms_per_slot": round(min(emulator), 1),
+                "peak_rss_mib": round(peak_rss_mib(), 1),
+            }
+        )
+    exponents: dict[str, Any] = {}
+    for p in profiles:
+        mine = [r for r in rows if r["profile"] == p]
+        xs = [r["workers"] for r in mine]
+        exponents[p] = {
+            k: growth_exponent(xs, [r[k] for r in mine])
+            for k in ("serial_ms_max", "deployer_p95_ms")
+        }
+    xs = [s["workers"] for s in sizes_rows]
+    for k in ("emulator_ms_per_slot", "peak_rss_mib"):
+        exponents[k] = growth_exponent(xs, [s[k] for s in sizes_rows])
+    for agent in ("planner", "scheduler", "deployer"):
+        ys = [s["prompt_tokens"][agent] for s in sizes_rows]
+        exponents[f"{agent}_tokens"] = None if None in ys else growth_exponent(xs, ys)
+    print(f"\n{'profile':8} {'workers':>7} {'serial max ms':>13} {'deployer p95 ms':>15}")
+    for r in rows:
+        flag = (
+            "ok"
+            if r["serial_ms_max"] <= SERIAL_TARGET_MS and r["deployer_p95_ms"] <= DEPLOYER_TARGET_MS
+            else "over target"
+        )
+        print(
+            f"{r['profile']:8} {r['workers']:>7} {r['serial_ms_max']:>13} "
+            f"{r['deployer_p95_ms']:>15}  {flag if r['workers'] >= 1000 else ''}"
+        )
+    for s in sizes_rows:
+        print(s)
+    print("growth exponents (log-log slope vs workers):", json.dumps(exponents, indent=1))
+    RESULTS["control_plane"] = rows
+    RESULTS["sizes"] = sizes_rows
+    RESULTS["exponents"] = exponents
+    RESULTS["targets"] = {"serial_ms": SERIAL_TARGET_MS, "deployer_p95_ms": DEPLOYER_TARGET_MS}
+    assert rows and all(r["serial_ms_max"] > 0 for r in rows)
+
+
+def test_reproduce_grid_local_vs_ray(ray_head: str) -> None:  # noqa: F811
+    from lmedge.bench.grid import Options, plan, specs
+
+    grid = specs(plan(Options(quick=True, policies=("rr", "rf", "ll", "al"))))
+    started = time.perf_counter()
+    local = executor_for(2).map(grid)
+    local_s = time.perf_counter() - started
+    started = time.perf_counter()
+    remote = executor_for(None, "ray", ray_head).map(grid)
+    ray_s = time.perf_counter() - started
+    print(f"\nreproduce grid ({len(grid)} runs): local pool of 2 {local_s:.1f} s, "
+          f"2-CPU local Ray head {ray_s:.1f} s")  # fmt: skip
+    RESULTS["reproduce_grid"] = {"runs": len(grid), "local_2_s": local_s, "ray_2cpu_s": ray_s}
+    assert [r.summary for r in remote] == [r.summary for r in local]
+
+
+def teardown_module() -> None:
+    out = ROOT / "reports" / "bench-scale.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(RESULTS, indent=2, sort_keys=True))

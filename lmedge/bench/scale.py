@@ -1,0 +1,149 @@
+"""The scale table: control-plane and emulator cost at 10 / 100 / 1,000 workers.
+
+`scale_scenario` writes a synthetic scenario of any size (Table I's hardware
+mix over `sites` sites, the testbed's four LM types in four sizes each, the
+testbed's workload: ~14,000 requests a slot at 1,000 workers), so the
+columns grow along one axis only. `control_plane_cost` runs the real
+control loop on it and splits each slot's decision time into
+
+- the *serial* part: snapshot, arrivals, planner (on epoch slots), router,
+  validation, publication and the loop's own work -- what one controller
+  does per slot, `decide_s - deployers_s`;
+- the *per-node* part: each node's deployer call (`Decision.latency_s`),
+  which on a cluster runs in parallel, one per node agent.
+
+`growth_exponent` is the log-log least-squares slope of a column against the
+worker count (1 = linear). Nothing here asserts a target; the benchmark
+prints the table next to the targets (benchmarks/test_scale_bench.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import resource
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lmedge.bench.runner import emulated_backend, resolve_scenario
+from lmedge.controller.assembly import PolicyChoice, build_plugins
+from lmedge.controller.loop import ControlLoop
+from lmedge.sim import load_scenario
+from lmedge.sim.synthetic import scenario_doc, synthetic_cluster, write_scenario
+
+#: LM sizes: factors on the testbed LMs' service times and memory (4 types x 4 = 16 LMs).
+SIZES: dict[str, float] = {"s": 0.5, "m": 1.0, "l": 1.5, "xl": 2.0}
+#: Workers per site in the synthetic scenarios (1,000 workers: 40 sites).
+WORKERS_PER_SITE = 25
+
+
+def scale_scenario(folder: Path, workers: int, sites: int | None = None) -> Path:
+    """Write a `workers`-worker scenario with 16 LMs into `folder` (see the module docstring)."""
+    testbed = resolve_scenario("testbed")
+    base = yaml.safe_load((testbed / "scenario.yaml").read_text())
+    services = []
+    for doc in yaml.safe_load_all((testbed / "services.yaml").read_text()):
+        if not doc:
+            continue
+        for size, factor in SIZES.items():
+            svc = copy.deepcopy(doc)
+            svc["metadata"]["name"] = f"{doc['metadata']['name']}-{size}"
+            spec, profile = svc["spec"], svc["spec"]["profile"]
+            for key in ("gpuSecondsPerPrompt", "cpuSecondsPerPrompt"):
+                if key in profile:
+                    profile[key] = round(profile[key] * factor, 3)
+            for key in ("minMemoryGib", "deploymentMemoryGib", "minVramGib"):
+                spec[key] = round(spec[key] * factor, 3)
+            services.append(svc)
+    n_sites = sites or max(1, workers // WORKERS_PER_SITE)
+    doc = scenario_doc(
+        f"scale-{workers}",
+        description=f"{workers} workers over {n_sites} sites, 16 LMs (lmedge.bench.scale)",
+        loop=base["loop"],
+        emulation=base["emulation"],
+        workload=base["workload"],
+    )
+    return write_scenario(folder, synthetic_cluster(workers, n_sites), services, scenario=doc)
+
+
+@dataclass(frozen=True)
+class ControlCost:
+    """One profile's decision cost on one scenario (milliseconds)."""
+
+    profile: str
+    workers: int
+    slots: int
+    serial_ms: list[float]  # per slot
+    deployer_p95_ms: float
+    planner_ms: float
+    router_ms: float  # mean over slots
+    emulator_ms: float  # per slot: the clock advance (the emulator's events)
+
+    @property
+    def serial_max_ms(self) -> float:
+        return max(self.serial_ms)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "workers": self.workers,
+            "slots": self.slots,
+            "serial_ms_max": round(self.serial_max_ms, 1),
+            "serial_ms_median": round(statistics.median(self.serial_ms), 1),
+            "planner_ms": round(self.planner_ms, 1),
+            "router_ms": round(self.router_ms, 1),
+            "deployer_p95_ms": round(self.deployer_p95_ms, 3),
+            "emulator_ms_per_slot": round(self.emulator_ms, 1),
+        }
+
+
+def control_plane_cost(path: Path, profile: str, slots: int, seed: int = 1) -> ControlCost:
+    """Run `profile` for `slots` slots on `path` (slot 0 includes the planner)."""
+    backend = emulated_backend(load_scenario(path), seed)
+    ctx = backend.context()
+    loop = ControlLoop(
+        backend, build_plugins(PolicyChoice(profile), ctx, seed), run_id="scale", seed=seed
+    )
+    walls = []
+    for t in range(slots):
+        started = time.perf_counter()
+        loop.step(t)
+        walls.append(time.perf_counter() - started)
+    timings = loop.result.timings
+    deployer = sorted(d.latency_s for d in loop.result.decisions if d.agent == "deployer")
+    p95 = deployer[max(0, math.ceil(0.95 * len(deployer)) - 1)] if deployer else 0.0
+    emulator = [w - t.decide_s - t.store_s for w, t in zip(walls, timings, strict=True)]
+    return ControlCost(
+        profile=profile,
+        workers=len(ctx.workers),
+        slots=slots,
+        serial_ms=[(t.decide_s - t.deployers_s) * 1000 for t in timings],
+        deployer_p95_ms=p95 * 1000,
+        planner_ms=max(t.planner_s for t in timings) * 1000,
+        router_ms=statistics.mean(t.router_s for t in timings) * 1000,
+        emulator_ms=statistics.mean(emulator) * 1000,
+    )
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far (MiB; Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def growth_exponent(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Least-squares slope of log y on log x; None with fewer than two positive points."""
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    var = sum((p[0] - mx) ** 2 for p in pts)
+    if var == 0:
+        return None
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / var
