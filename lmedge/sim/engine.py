@@ -307,6 +307,7 @@ class Emulator:
         self._jitter = lognormal_unit(self.em.service_time_cv) if self.em.service_time_cv else None
         self._routing: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
         self._rejected: dict[int, set[tuple[str, str]]] = {}
+        self._deadlines: dict[float, deque[Job]] = {}
         self._default: dict[tuple[str, str], str] = {}
         self._hostable = self._hostable_pairs()
         self._records: list[RequestRecord] = []
@@ -540,7 +541,7 @@ class Emulator:
         self.stats["submitted"] += 1
         prof = self.services[model].spec.profile
         job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
-        env.timeout(tau).callbacks.append(partial(self._expire, job))
+        self._watch_deadline(job, tau)
         if job.uplink_s > 0:
             env.timeout(job.uplink_s).callbacks.append(partial(self._arrive, job))
         else:
@@ -657,6 +658,30 @@ class Emulator:
             return
         job.state = DONE
         self._record(job, "node_lost" if job.origin in self._down else "success")
+
+    def _watch_deadline(self, job: Job, tau: float) -> None:
+        """Expire `job` at its deadline with one timer per deadline length, not one per job.
+
+        Jobs are submitted in time order, so for one tau their deadlines are in
+        order too: a FIFO per tau and a single pending timeout at its head's
+        deadline keep the event heap and the live objects (which Python's GC
+        walks) at one entry per job instead of three.
+        """
+        q = self._deadlines.get(tau)
+        if q is None:
+            q = self._deadlines[tau] = deque()
+        q.append(job)
+        if len(q) == 1:
+            self.env.timeout(tau).callbacks.append(partial(self._deadline_due, q))
+
+    def _deadline_due(self, q: deque[Job], _ev: object = None) -> None:
+        now = self.env.now
+        while q and q[0].deadline <= now:
+            self._expire(q.popleft())
+        while q and q[0].state == DONE:
+            q.popleft()  # served already: drop it now rather than at its deadline
+        if q:
+            self.env.timeout(q[0].deadline - now).callbacks.append(partial(self._deadline_due, q))
 
     def _expire(self, job: Job, _ev: object = None) -> None:
         if job.state == DONE:
