@@ -11,40 +11,77 @@ restricted to feasible nodes, else uniform over the feasible nodes.
 
 from __future__ import annotations
 
-from lmedge.api import Decision, MacroPolicy, Route, RoutingMap, SlotObservation
+from typing import Any
+
+import numpy as np
+
+from lmedge.api import Decision, Route, RoutingMap, SlotObservation
 from lmedge.policies._support import FeasibleNodes
 
 
 class UniformRouter:
+    """Smooth weighted round-robin per LM; see the module docstring.
+
+    Credits are numpy arrays over each LM's feasible nodes and the macro
+    weights are looked up once per LM and slot, not once per pair (at 1,000
+    workers the per-pair dict rebuild dominated the slot). The additions and
+    the tie-break are those of the scalar algorithm, so the choices are too.
+    """
+
     name = "uniform"
 
     def __init__(self) -> None:
-        self._credit: dict[str, dict[str, float]] = {}
+        self._credit: dict[str, tuple[dict[str, int], np.ndarray[Any, Any]]] = {}
         self._feasible = FeasibleNodes()
+
+    def _columns(self, lm: str, feasible: list[str]) -> tuple[dict[str, int], np.ndarray[Any, Any]]:
+        if lm not in self._credit:
+            self._credit[lm] = ({n: i for i, n in enumerate(feasible)}, np.zeros(len(feasible)))
+        return self._credit[lm]
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ctx = obs.context
         routes: list[Route] = []
+        macro_weights = obs.macro.weights() if obs.macro is not None else None
+        per_lm: dict[str, tuple[list[str], np.ndarray[Any, Any], np.ndarray[Any, Any], float]] = {}
         for a in sorted(obs.arrivals, key=lambda a: (a.lm, a.origin)):
             if not ctx.has_service(a.lm):
                 continue
-            weights = _weights(obs.macro, a.lm, self._feasible(ctx, a.lm))
-            if not weights:
+            if a.lm not in per_lm:
+                feasible = self._feasible(ctx, a.lm)
+                weights = _weights(macro_weights, a.lm, feasible)
+                index, _ = self._columns(a.lm, feasible)
+                names = list(weights)
+                per_lm[a.lm] = (
+                    names,
+                    np.array([index[n] for n in names], dtype=np.intp),
+                    np.array([weights[n] for n in names], dtype=np.float64),
+                    sum(weights.values()),
+                )
+            names, idx, w, total = per_lm[a.lm]
+            if not names:
                 continue
-            credit = self._credit.setdefault(a.lm, {})
-            for n, w in weights.items():
-                credit[n] = credit.get(n, 0.0) + w
-            dest = min(weights, key=lambda n: (-credit[n], n))
-            credit[dest] -= sum(weights.values())
-            routes.append(Route(origin=a.origin, lm=a.lm, destination=dest))
+            credit = self._columns(a.lm, [])[1]
+            credit[idx] += w
+            mine = credit[idx]
+            tied = np.flatnonzero(mine == mine.max())
+            j = (
+                int(tied[0])
+                if len(tied) == 1
+                else min((int(k) for k in tied), key=names.__getitem__)
+            )
+            credit[idx[j]] -= total
+            routes.append(Route(origin=a.origin, lm=a.lm, destination=names[j]))
         return Decision[RoutingMap](
             agent="scheduler", policy=self.name, source="rule", value=RoutingMap(routes=routes)
         )
 
 
-def _weights(macro: MacroPolicy | None, lm: str, feasible: list[str]) -> dict[str, float]:
+def _weights(
+    macro: dict[str, dict[str, float]] | None, lm: str, feasible: list[str]
+) -> dict[str, float]:
     if macro is not None:
-        w = macro.weights().get(lm, {})
+        w = macro.get(lm, {})
         chosen = {n: w.get(n, 0.0) for n in feasible if w.get(n, 0.0) > 0}
         if chosen:
             return chosen
