@@ -17,7 +17,8 @@
 # (`pip wheel`, from the configured package index) and mounted read-only.
 #
 # Output: $LMEDGE_TOOLS_DIR/images/{base,lmedge,model-server,ferretdb,pause}.oci.tar
-# and images.env (the image references, sourced by tools/realnode/up.sh).
+# and images.env (the image references, for people; the tier reads each
+# archive's own name from its index).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -74,9 +75,12 @@ ensure_local() {
 }
 
 # export NAME REF KEY: write the archive, then the key (so a killed run is rebuilt).
+# The archive is replaced in one rename, so a tier starting meanwhile sees
+# the old image or the new one, never a half-written file.
 export_image() {
-  rm -f "$out/$1.oci.tar" "$out/$1.key"
-  "${bh[@]}" push -q "$2" "oci-archive:$out/$1.oci.tar:$2"
+  rm -f "$out/$1.key" "$out/$1.oci.tar.tmp"
+  "${bh[@]}" push -q "$2" "oci-archive:$out/$1.oci.tar.tmp:$2"
+  mv -f "$out/$1.oci.tar.tmp" "$out/$1.oci.tar"
   echo "$3" >"$out/$1.key"
 }
 

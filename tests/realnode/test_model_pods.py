@@ -26,7 +26,8 @@ from lmedge.backends.kubernetes.pods import MODEL_UID, model_pod, progress_dir
 from tests.fixtures.cluster import wait_until
 from tests.realnode.tier import WORKERS, RealNodeTier
 
-pytestmark = pytest.mark.slow
+# Setup includes starting the tier (minutes on a loaded machine) and `helm install --wait`.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def _service(tier: RealNodeTier, name: str) -> ServiceInfo:

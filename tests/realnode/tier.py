@@ -41,6 +41,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,12 +115,21 @@ def images_dir() -> Path:
 
 
 def image_refs() -> dict[str, str]:
-    """The image references `make images` wrote (images.env), by short name."""
-    env = images_dir() / "images.env"
+    """The reference of each image `make images` built, by short name.
+
+    Read from each archive's own index (the name it is imported under), so a
+    rebuild replacing an archive can never leave the tier naming another tag.
+    """
     refs: dict[str, str] = {}
-    for line in env.read_text().splitlines():
-        key, _, value = line.partition("=")
-        refs[key.removeprefix("LMEDGE_IMAGE_").lower().replace("_", "-")] = value
+    for name in IMAGES:
+        path = images_dir() / f"{name}.oci.tar"
+        if not path.is_file():
+            continue
+        with tarfile.open(path) as tar:
+            member = tar.extractfile("index.json")
+            assert member is not None
+            index = json.load(member)
+        refs[name] = index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"]
     return refs
 
 
