@@ -5,12 +5,19 @@ routing map, placements, advance the clock, drain records -- with trivial
 decisions (a static full placement, routes rotating over feasible nodes), so
 the numbers are the emulator's own cost. Results are printed and written to
 reports/bench-sim.json.
+
+`measure_emulator(path, slots)` is the helper the scale table calls: CPU
+seconds, the share of them spent in Python's cyclic GC, and the peak RSS of a
+fresh process, for the emulator alone (10 / 100 / 1,000 workers here; the
+1,000-worker point is `examples/metro-1000`).
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import multiprocessing
+import resource
 import time
 import tracemalloc
 from pathlib import Path
@@ -62,6 +69,65 @@ def _timed(path: Path, slots: int) -> tuple[float, int]:
     t0 = time.process_time()
     n = drive(backend, slots)
     return time.process_time() - t0, n
+
+
+def _measure(path: Path, slots: int, out: Any) -> None:
+    gc_s = [0.0, 0.0]
+
+    def on_gc(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_s[1] = time.process_time()
+        else:
+            gc_s[0] += time.process_time() - gc_s[1]
+
+    backend = EmulatedBackend(load_scenario(path), seed=0)
+    gc.collect()
+    gc.callbacks.append(on_gc)
+    t0 = time.process_time()
+    records = drive(backend, slots)
+    cpu_s = time.process_time() - t0
+    gc.callbacks.remove(on_gc)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    out.put({"cpu_s": cpu_s, "gc_s": gc_s[0], "records": records, "rss_mib": rss})
+
+
+def measure_emulator(path: Path, slots: int) -> dict[str, float]:
+    """Emulator cost in a fresh process (so RSS is this run's): cpu_s, ms_per_slot,
+    gc_share (of cpu_s), rss_mib (peak), records."""
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_measure, args=(path, slots, q))
+    proc.start()
+    got: dict[str, float] = q.get()
+    proc.join()
+    got["ms_per_slot"] = 1000 * got["cpu_s"] / slots
+    got["gc_share"] = got["gc_s"] / got["cpu_s"] if got["cpu_s"] else 0.0
+    return got
+
+
+@pytest.mark.parametrize(("workers", "slots"), [(10, 50), (100, 20), (1000, 5)])
+def test_emulator_time_gc_and_rss(tmp_path: Path, workers: int, slots: int) -> None:
+    """Emulator CPU per slot, GC share and peak RSS at 10 / 100 / 1,000 workers (metro-1000)."""
+    if workers == 1000:
+        folder = EXAMPLES / "metro-1000"
+    else:
+        folder = write_scenario(
+            tmp_path / f"w{workers}",
+            synthetic_cluster(workers, sites=max(1, workers // 25)),
+            EXAMPLES / "testbed" / "services.yaml",
+        )
+    m = measure_emulator(folder, slots)
+    RESULTS[f"emulator-{workers}-workers"] = {k: round(v, 3) for k, v in m.items()} | {
+        "slots": slots
+    }
+    print(
+        f"\n{workers} workers: {m['ms_per_slot']:.0f} ms/slot, GC {100 * m['gc_share']:.0f}%, "
+        f"peak RSS {m['rss_mib']:.0f} MiB, {m['records']:.0f} records ({slots} slots)"
+    )
+    # issue 17: 1,000 workers x 200 slots within 5 min and 2 GiB (the emulator's share of it)
+    assert m["rss_mib"] < 2048
+    if workers == 1000:
+        assert m["ms_per_slot"] * 200 < 300_000
 
 
 def _peak_mib(path: Path, slots: int) -> float:
