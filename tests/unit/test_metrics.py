@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -353,7 +352,8 @@ def test_audit_counts_by_agent_and_source() -> None:
     ]
 
 
-def test_twenty_thousand_records_are_fast() -> None:
+def test_twenty_thousand_records_segment_into_finite_metrics() -> None:
+    # The speed of this is measured in benchmarks/test_metrics_bench.py.
     records = [
         rec(
             f"lm{i % 4 + 1}",
@@ -364,9 +364,7 @@ def test_twenty_thousand_records_are_fast() -> None:
         )
         for i in range(20_000)
     ]
-    start = time.perf_counter()
     seg = segment_metrics(records, ["lm1", "lm2", "lm3", "lm4"], window_slots=10)
-    elapsed = time.perf_counter() - start
     assert seg.overall.requests == 20_000
     assert math.isfinite(seg.overall.objective or math.nan)
-    assert elapsed < 2.0, f"segment_metrics took {elapsed:.2f} s for 20k records"
+    assert len(seg.windows) == math.ceil((20_000 // 96 + 1) / 10)
