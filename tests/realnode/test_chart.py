@@ -299,11 +299,11 @@ def test_node_agent_starts_the_model_pod_with_decided_resources(api: client.ApiC
     store = _store(core)
     try:
         db = store.get_default_database()
-        decisions = list(db["deployments"].find({"payload.node": WORKERS[1].name}))
+        decisions = list(db["deployments"].find({"agent": "deployer", "node": WORKERS[1].name}))
     finally:
         store.close()
     assert decisions, "no deployer decision for worker-2 in the store"
-    placed = [lm for d in decisions for lm in d["payload"]["lms"] if lm["lm"] == LM
+    placed = [lm for d in decisions for lm in d["value"]["lms"] if lm["lm"] == LM
               and lm["mode"] == pod.metadata.labels["lmedge.io/mode"]]  # fmt: skip
     assert placed, decisions[-1]
     cores = {float(p["cpu_cores"]) for p in placed}
