@@ -167,7 +167,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "short",
                 [
                     (
-                        "scalar(max(lmedge_controller_slot)) - lmedge_node_agent_last_slot",
+                        "scalar(max(lmedge_controller_slot))"
+                        " - max by (node) (max_over_time(lmedge_node_agent_last_slot[1h]))",
                         "{{node}}",
                     )
                 ],

@@ -143,6 +143,17 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=65535,
+        help="Serve this process's Prometheus metrics (agents' decisions, slot clock, store "
+        "buffer) on this port; unset: none.",
+    ),
+]
+
+
 def register(app: typer.Typer) -> None:
     @app.command("controller")
     def controller(
@@ -188,6 +199,7 @@ def register(app: typer.Typer) -> None:
         operator: Annotated[
             bool, typer.Option(help="Also run the kopf operator (EdgeNode/LMService).")
         ] = True,
+        metrics_port: MetricsPort = None,
     ) -> None:
         """Run the controller: leader election, operator, planner and scheduler loop."""
         from lmedge.backends.kubernetes.backend import KubernetesSettings, load_context
@@ -224,6 +236,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             slots=slots,
             operator=operator,
+            metrics_port=metrics_port,
         )
         opened = open_store(store)
         try:
@@ -282,6 +295,7 @@ def register(app: typer.Typer) -> None:
                 ),
             ),
         ] = None,
+        metrics_port: MetricsPort = None,
     ) -> None:
         """Run this node's agent: its Deployment Agent each slot, and the actuation."""
         from lmedge.backends.kubernetes.backend import (
@@ -349,8 +363,18 @@ def register(app: typer.Typer) -> None:
             node, name, run or "-",
             datetime.fromtimestamp(backend.wall_clock.start, UTC).isoformat(),
         )  # fmt: skip
+        metrics = None
+        if metrics_port is not None:
+            from lmedge.controller.prometheus import ControlPlaneMetrics
+
+            metrics = ControlPlaneMetrics(store_stats=opened.buffer_stats)
+            metrics.serve(metrics_port)
         try:
-            agent.run(slots=slots, stop=stop)
+            agent.run(
+                slots=slots,
+                stop=stop,
+                on_slot=(lambda r: metrics.observe_decisions([r.decision])) if metrics else None,
+            )
         finally:
             backend.close()
             opened.close()

@@ -105,6 +105,7 @@ from lmedge.api.feasibility import check_macro_policy
 from lmedge.api.live import REPLAN_KINDS, ContextUpdate
 from lmedge.controller.assembly import PolicyPlugins, derive_seed
 from lmedge.controller.guard import DecisionGuard
+from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.metrics import metric_lms, window_metrics
 from lmedge.policies.classes import class_arrivals, lm_arrivals, routes_for_classes
 from lmedge.store import Store
@@ -177,11 +178,13 @@ class ControlLoop:
         telemetry: bool = True,
         background_planning: bool = False,
         plan_lag_slots: int | None = None,
+        metrics: ControlPlaneMetrics | None = None,
     ) -> None:
         if plan_lag_slots is not None and plan_lag_slots < 0:
             raise ValueError(f"plan_lag_slots must be >= 0, got {plan_lag_slots}")
         self.backend = backend
         self.plugins = plugins
+        self.metrics = metrics
         self.ctx = backend.context()
         self.run_id = run_id
         self.store = store
@@ -334,6 +337,9 @@ class ControlLoop:
         stored = time.perf_counter()
         self._record(slot, records, decisions)
         timing.store_s = time.perf_counter() - stored
+        if self.metrics is not None:
+            self.metrics.observe_decisions(decisions)
+            self.metrics.observe_slot(slot, timing.decide_s)
         self._feedback(records)
         self._epoch_records.extend(records)
         if self._keep_history:

@@ -39,6 +39,7 @@ from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.leader import LeaseElector
 from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
 from lmedge.controller.loop import ControlLoop
+from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.errors import LmedgeError
 from lmedge.store import RunInfo, Store
 
@@ -65,6 +66,8 @@ class ControllerSettings:
     slots: int | None = None
     operator: bool = True
     lease_duration_s: float = 15.0
+    #: Serve the control plane's Prometheus metrics on this port (None: not at all).
+    metrics_port: int | None = None
 
     def run_config(self) -> RunConfig:
         """The run's `RunConfig`: the loop constants, the policy and its seed.
@@ -156,6 +159,16 @@ def _resume_policy(loop: ControlLoop, store: Store | None, run_id: str, slot: in
         )
 
 
+def _metrics(port: int | None, store: Store | None) -> ControlPlaneMetrics | None:
+    """The controller's metrics, served on `port` (None: no metrics)."""
+    if port is None:
+        return None
+    metrics = ControlPlaneMetrics(store_stats=store.buffer_stats if store is not None else None)
+    metrics.serve(port)
+    log.info("metrics on :%d/metrics", port)
+    return metrics
+
+
 def run_controller(
     settings: ControllerSettings,
     kube: KubeClient,
@@ -217,6 +230,7 @@ def run_controller(
             store=store,
             keep_history=False,
             background_planning=True,
+            metrics=_metrics(settings.metrics_port, store),
         )
         log.info("controller leading run %s with %s", run_id, plugins.name)
         first = 0

@@ -55,3 +55,27 @@ def test_bad_thresholds_are_refused_by_the_schema(helm_bin: Path) -> None:
         done = helm(helm_bin, "template", "t", str(CHART), "--set", bad, check=False)
         assert done.returncode != 0
         assert "values don't meet the specifications of the schema" in done.stderr
+
+
+def test_control_plane_metrics_ports_monitors_and_network_policy(helm_bin: Path) -> None:
+    docs = template(helm_bin, "--set", "monitoring.podMonitor.enabled=true")
+    for kind, name, container in (
+        ("Deployment", "t-lmedge-controller", "controller"),
+        ("DaemonSet", "t-lmedge-node-agent", "node-agent"),
+    ):
+        spec = by_kind(docs, kind)[name]["spec"]["template"]["spec"]
+        c = next(c for c in spec["containers"] if c["name"] == container)
+        assert "--metrics-port=9464" in c["args"]
+        assert {"name": "metrics", "containerPort": 9464, "protocol": "TCP"} in c["ports"]
+    monitors = by_kind(docs, "PodMonitor")
+    assert set(monitors) == {"t-lmedge-controller", "t-lmedge-node-agent"}
+    policies = by_kind(docs, "NetworkPolicy")
+    for name in ("t-lmedge-controller", "t-lmedge-node-agent"):
+        ports = [p["port"] for rule in policies[name]["spec"]["ingress"] for p in rule["ports"]]
+        assert "metrics" in ports
+    # 0 turns the metrics off: no flag, no port, no monitor.
+    off = template(helm_bin, "--set", "monitoring.podMonitor.enabled=true",
+                   "--set", "monitoring.metricsPort=0")  # fmt: skip
+    assert not by_kind(off, "PodMonitor")
+    spec = by_kind(off, "Deployment")["t-lmedge-controller"]["spec"]["template"]["spec"]
+    assert not [a for c in spec["containers"] for a in c["args"] if "metrics-port" in a]

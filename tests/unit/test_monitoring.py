@@ -138,3 +138,32 @@ def test_dashboard_file_matches_its_generator() -> None:
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_run_counts_every_decision_and_slot_it_makes() -> None:
+    from lmedge.bench.runner import emulated_backend, resolve_scenario
+    from lmedge.controller.assembly import PolicyChoice, build_plugins
+    from lmedge.controller.loop import ControlLoop
+    from lmedge.sim import load_scenario
+
+    sc = load_scenario(resolve_scenario("testbed"))
+    backend = emulated_backend(sc, 1)
+    plugins = build_plugins(PolicyChoice("ma"), backend.context(), 1)
+    metrics = ControlPlaneMetrics()
+    loop = ControlLoop(backend, plugins, run_id="m", seed=1, telemetry=False, metrics=metrics)
+    result = loop.run(4)
+    loop.close()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in metrics.registry.collect()
+        for s in f.samples
+    }
+    counted = sum(v for (n, _), v in samples.items() if n == "lmedge_agent_decisions_total")
+    assert counted == len(result.decisions)
+    assert samples[("lmedge_controller_slot", ())] == 3
+    assert samples[("lmedge_controller_slot_duration_seconds_count", ())] == 4
+    deployers = {d.node for d in result.decisions if d.agent == "deployer"}
+    last = {
+        dict(k)["node"]: v for (n, k), v in samples.items() if n == "lmedge_node_agent_last_slot"
+    }
+    assert last == dict.fromkeys(deployers, 3)
