@@ -256,10 +256,19 @@ class ControlLoop:
         """Send what is still unsent to the store and stop the deployer and planner threads.
 
         Safe to call more than once, and after a failed `step`. A plan still in
-        flight is awaited (its call is bounded by the planner's own budget)
-        and dropped.
+        flight is awaited (its call is bounded by the planner's own budget) and
+        recorded, never applied: the audit keeps every decision that was made.
         """
         try:
+            if self._planner_pool is not None:
+                self._planner_pool.shutdown(wait=True)
+            pending, self._pending_plan = self._pending_plan, None
+            if pending is not None and pending.done() and not pending.cancelled():
+                d = pending.result()  # the guard never raises
+                if self.store is not None:
+                    self._unsent_decisions.append(d)
+                if self._keep_decisions:
+                    self.result.decisions.append(d)
             self._flush()
         finally:
             for pool in (self._pool, self._planner_pool):
