@@ -14,7 +14,7 @@ if ! [[ -x "$uv" ]] || [[ "$("$uv" --version)" != "uv $UV_VERSION"* ]]; then
   python3 -m venv "$tools_dir/uv"
   "$tools_dir/uv/bin/pip" install -q "uv==$UV_VERSION"
 fi
-extras="${LMEDGE_LOCK_EXTRAS:-dev model-server cema}"
+extras="${LMEDGE_LOCK_EXTRAS:-dev model-server cema ray}"
 args=()
 for e in $extras; do args+=(--extra "$e"); done
 cd "$repo"
