@@ -357,6 +357,7 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
+@pytest.mark.timeout(7200)  # minutes per grammar-constrained call on a loaded CPU
 def test_per_agent_table_on_the_small_model(llama_server: LlamaServer) -> None:
     from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
     from lmedge.backends.emulated.backend import EmulatedBackend

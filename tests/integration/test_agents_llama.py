@@ -29,6 +29,9 @@ from lmedge.backends.emulated.backend import EmulatedBackend
 from lmedge.sim.scenario import load_scenario
 from tests.fixtures.llama_server import LlamaServer
 
+#: One call takes minutes on a loaded 2-core machine (the suite's default is 600 s a test).
+pytestmark = pytest.mark.timeout(1800)
+
 TESTBED = Path(__file__).resolve().parents[2] / "examples" / "testbed"
 
 
