@@ -6,10 +6,32 @@ waiting goes to stderr, so `--json` output stays parseable.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 err = Console(stderr=True)
+
+# The options of every command that runs a grid of runs (bench, reproduce).
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(help="Worker processes (default: one per CPU core; 1 runs in this process)."),
+]
+ExecutorOpt = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        help="Where the runs execute: local (a process pool) or ray (a Ray cluster).",
+    ),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Ray cluster for --executor ray: HOST:PORT of its head, ray://HOST:10001, auto."
+    ),
+]
 
 
 def progress_bar(*, terminal_only: bool = True) -> Progress:

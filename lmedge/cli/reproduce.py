@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lmedge.cli.console import progress_bar
+from lmedge.cli.console import AddressOpt, ExecutorOpt, WorkersOpt, progress_bar
 from lmedge.errors import ConfigError
 
 #: Piped output gets wide lines: the side-by-side tables have up to a dozen columns.
@@ -78,18 +78,9 @@ def register(app: typer.Typer) -> None:
         slots: int = typer.Option(
             200, help="Measured slots per testbed run and per bursty phase (paper: 200)."
         ),
-        workers: int | None = typer.Option(
-            None, help="Worker processes (default: one per CPU core; 1 runs in this process)."
-        ),
-        executor_name: str = typer.Option(
-            "local",
-            "--executor",
-            help="Where the runs execute: local (a process pool) or ray (a Ray cluster).",
-        ),
-        address: str | None = typer.Option(
-            None,
-            help="Ray cluster for --executor ray: HOST:PORT of its head, ray://HOST:10001, auto.",
-        ),
+        workers: WorkersOpt = None,
+        executor_name: ExecutorOpt = "local",
+        address: AddressOpt = None,
         quick: bool = typer.Option(
             False,
             "--quick",

@@ -29,7 +29,7 @@ from lmedge.agents.settings import agentic_params
 from lmedge.api.params_file import ParamsFile, merge_params, read_params
 from lmedge.bench.runner import RunData, RunOutcome, RunSpec, executor_for, resolve_scenario, run
 from lmedge.bench.summary import dumps
-from lmedge.cli.console import err, progress_bar
+from lmedge.cli.console import AddressOpt, ExecutorOpt, WorkersOpt, err, progress_bar
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.controller.catalog import PROFILES, profile
 from lmedge.errors import ConfigError
@@ -338,18 +338,9 @@ def register(app: typer.Typer) -> None:
             None, help="Also store every run in this store (runs then execute in this process)."
         ),
         params_file: ParamsOpt = None,
-        workers: int | None = typer.Option(
-            None, help="Worker processes (default: one per CPU core; 1 runs in this process)."
-        ),
-        executor_name: str = typer.Option(
-            "local",
-            "--executor",
-            help="Where the runs execute: local (a process pool) or ray (a Ray cluster).",
-        ),
-        address: str | None = typer.Option(
-            None,
-            help="Ray cluster for --executor ray: HOST:PORT of its head, ray://HOST:10001, auto.",
-        ),
+        workers: WorkersOpt = None,
+        executor_name: ExecutorOpt = "local",
+        address: AddressOpt = None,
     ) -> None:
         """Run policies side by side on identical traces and write a report folder.
 
