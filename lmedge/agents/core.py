@@ -27,7 +27,7 @@ from typing import Any, TypeVar, cast
 
 from lmedge.agents.guard import choose
 from lmedge.agents.llm import LLMClient, ReplyFormat
-from lmedge.agents.settings import AgentName, LLMSettings, resolve_settings
+from lmedge.agents.settings import SETTING_FIELDS, AgentName, LLMSettings, resolve_settings
 from lmedge.api import AgentKind, Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.decisions import cap_text
 from lmedge.errors import ConfigError
@@ -36,25 +36,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T", MacroPolicy, RoutingMap, Placement)
 
-_SETTING_FIELDS = (
-    "model",
-    "base_url",
-    "api_key",
-    "api_key_file",
-    "timeout_s",
-    "budget_s",
-    "max_retries",
-    "guard",
-    "guard_margin",
-    "temperature",
-    "concurrency",
-    "slot_cap",
-)
 _AGENTS = ("planner", "scheduler", "deployer")
 #: Parameter keys an agentic plugin accepts (the CLI passes the same set to all three).
 ALLOWED_PARAMS = frozenset(
-    [f"llm_{f}" for f in _SETTING_FIELDS]
-    + [f"llm_{a}_{f}" for a in _AGENTS for f in _SETTING_FIELDS]
+    [f"llm_{f}" for f in SETTING_FIELDS]
+    + [f"llm_{a}_{f}" for a in _AGENTS for f in SETTING_FIELDS]
 )
 
 
@@ -64,7 +50,7 @@ def check_params(plugin: str, params: Mapping[str, Any]) -> None:
     if unknown:
         raise ConfigError(
             f"{plugin}: unknown parameter(s) {', '.join(unknown)}; valid: llm_<field> or "
-            f"llm_<agent>_<field> with field in {', '.join(_SETTING_FIELDS)}"
+            f"llm_<agent>_<field> with field in {', '.join(SETTING_FIELDS)}"
         )
 
 

@@ -56,7 +56,8 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 #: budgets (12 + 6 s of 30 s).
 PLANNER_SLOT_SHARE = 0.3
 
-_FIELDS = (
+#: Every setting an agent takes, as `llm_<field>` or `llm_<agent>_<field>` parameters.
+SETTING_FIELDS = (
     "model",
     "base_url",
     "api_key",
@@ -159,7 +160,7 @@ def resolve_settings(
     params = params or {}
     env = os.environ if env is None else env
     values: dict[str, Any] = {"agent": agent, **_DEFAULTS[agent]}
-    for f in _FIELDS:
+    for f in SETTING_FIELDS:
         for source, key in (
             (env, f"LMEDGE_LLM_{f.upper()}"),
             (env, f"LMEDGE_{agent.upper()}_{f.upper()}"),
