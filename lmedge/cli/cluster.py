@@ -224,6 +224,7 @@ def register(app: typer.Typer) -> None:
             namespace=namespace,
             **config.loop_constants(),
             gateways=_gateways(gateway, gateway_url_template, [n.name for n in ctx.workers]),
+            gateway_url_template=gateway_url_template,
             control_token=_token_file(control_token_file),
             run=run,
         )

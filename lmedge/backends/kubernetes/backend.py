@@ -101,8 +101,9 @@ class KubernetesSettings:
     `default`). `slot_s` (default 30 s, the paper's), `epoch_slots` (50),
     `tau_s` (900 s) and `lam` (0.5) are the loop constants. `gateways` maps a
     node to its gateway's base URL; empty means no data plane (backlog 0, no
-    routing push). `control_token` is the credential of the gateways'
-    control API: a token, or a file holding one (a projected service-account
+    routing push). `gateway_url_template` (e.g. `http://{node}.gw:8080`) gives
+    the gateway of a worker that joins later (an EdgeNode applied mid-run).
+    `control_token` is the credential of the gateways' control API: a token, or a file holding one (a projected service-account
     token, re-read as the kubelet rotates it). `run` names the run in records
     and gateway pushes. `model_service_account` is the account model pods run
     as (None: the namespace's `default`); `progress_root` is where this
@@ -119,6 +120,7 @@ class KubernetesSettings:
     tau_s: float = TAU_S
     lam: float = LAMBDA
     gateways: Mapping[str, str] = field(default_factory=dict)
+    gateway_url_template: str | None = None
     control_token: str | Path | None = None
     run: str = ""
     model_service_account: str | None = None
@@ -303,7 +305,11 @@ class KubernetesBackend:
         #: The loop's view of the same clock (the `ClusterBackend` protocol).
         self.clock: Clock = self.wall_clock
         self.gateways = gateways or (
-            GatewayClient(settings.gateways, settings.control_token) if settings.gateways else None
+            GatewayClient(
+                settings.gateways, settings.control_token, template=settings.gateway_url_template
+            )
+            if settings.gateways or settings.gateway_url_template
+            else None
         )
         self.live = LiveCluster(kube, settings.namespace, settings.constants, watch=settings.watch)
         self._ctx, self._owners = self.live.context(), self.live.owners()
@@ -327,6 +333,9 @@ class KubernetesBackend:
         update = self.live.update(slot)
         if update.changed:
             self._ctx, self._owners = update.context, self.live.owners()
+            if self.gateways is not None:
+                # a worker that joined is routed through its gateway from this slot on
+                self.gateways.add_nodes(n.name for n in self._ctx.workers)
         return update
 
     def snapshot(self, slot: int) -> Snapshot:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +118,9 @@ def models_body(endpoints: Mapping[str, str]) -> dict[str, Any]:
 class GatewayClient:
     """Pushes to and reads from the gateways named in `urls` ({node: base URL}).
 
-    `token` is the control credential (`BearerToken`). `timeout_s` (default
-    2 s) bounds each call: a push that takes longer than
+    `token` is the control credential (`BearerToken`). `template` (a URL with
+    `{node}`) names the gateway of a node added later (`add_nodes`). `timeout_s`
+    (default 2 s) bounds each call: a push that takes longer than
     a fraction of a slot is worse than a skipped one, since the gateway keeps
     the previous slot's map.
     """
@@ -130,10 +131,22 @@ class GatewayClient:
         token: str | Path | None = None,
         timeout_s: float = 2.0,
         transport: httpx.BaseTransport | None = None,
+        *,
+        template: str | None = None,
     ) -> None:
         self.urls = {node: url.rstrip("/") for node, url in urls.items()}
+        self.template = template
         auth = BearerToken(token) if token else None
         self._http = httpx.Client(timeout=timeout_s, auth=auth, transport=transport)
+
+    def add_nodes(self, nodes: Iterable[str]) -> list[str]:
+        """Give each node without a gateway URL its `template` URL; the nodes added."""
+        if self.template is None:
+            return []
+        added = [n for n in nodes if n not in self.urls]
+        for node in added:
+            self.urls[node] = self.template.format(node=node).rstrip("/")
+        return added
 
     def push_routing(
         self,

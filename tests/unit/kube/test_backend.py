@@ -204,6 +204,29 @@ def test_gateway_client_pushes_and_reads_queue_depths() -> None:
     gw.close()
 
 
+def test_a_node_that_joins_gets_its_gateway_from_the_template() -> None:
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, json={})
+
+    gw = GatewayClient(
+        {"worker-1": "http://w1:8080"},
+        transport=httpx.MockTransport(handle),
+        template="http://{node}.gw:8080/",
+    )
+    assert gw.add_nodes(["worker-1", "worker-7"]) == ["worker-7"]
+    assert gw.add_nodes(["worker-7"]) == []
+    assert gw.push_routing("r", 0, ROUTES, None) == []
+    assert sorted(seen) == [
+        "http://w1:8080/control/routing",
+        "http://worker-7.gw:8080/control/routing",
+    ]
+    assert GatewayClient({}).add_nodes(["worker-7"]) == []  # no template: nothing to add
+    gw.close()
+
+
 # -- arrivals and the clock ---------------------------------------------------------
 
 
