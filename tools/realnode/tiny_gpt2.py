@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.integration.test_modelserver import tiny_gpt2  # noqa: E402
+from tests.integration.test_modelserver import tiny_gpt2
 
 
 def main() -> int:
