@@ -37,7 +37,7 @@ lock:
 # and the chromium the dashboard's browser tests drive (Debian's package, tests/browser/).
 tools:
 	bash tools/build-ferretdb.sh
-	@if [ -f tools/build-k8s.sh ]; then LMEDGE_BUILD_KUBELET=1 bash tools/build-k8s.sh; fi
+	@if [ -f tools/build-k8s.sh ]; then bash tools/build-k8s.sh; fi
 	@if [ -f tools/build-helm.sh ]; then bash tools/build-helm.sh; fi
 	$(MAKE) --no-print-directory install
 	LMEDGE_VENV=$(VENV) bash tools/build-llama.sh
@@ -47,14 +47,16 @@ tools:
 # root), cached under $(TOOLS)/images/. Where they cannot be built the script
 # says why and the tier skips, except under LMEDGE_REQUIRE_TOOLS=1 (CI).
 images: install tools
+	LMEDGE_BUILD_KUBELET=1 bash tools/build-k8s.sh
 	bash tools/realnode/install-packages.sh
 	bash tools/build-images.sh
 
 # Just the real-node tier (tests/realnode/): two real kubelets + containerd.
 realnode: images
-	$(BIN)/pytest tests/realnode -p no:cacheprovider
+	$(BIN)/pytest tests/realnode -m realnode -p no:cacheprovider
 
-test: install tools images
+# Every tier but the real-node one (`make realnode`: root, containerd, ~20 min).
+test: install tools
 	$(BIN)/pytest
 
 test-unit: install
