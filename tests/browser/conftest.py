@@ -216,9 +216,14 @@ def dashboard(filled_store: FilledStore, reports_root: Path) -> Iterator[Dashboa
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
-    """Headless chromium (the system's), shared by the session."""
+    """Headless chromium (the system's), shared by the browser tests.
+
+    Package scope, not session: Playwright's sync API keeps an asyncio loop
+    running in the main thread while it is open, and every later test calling
+    `asyncio.run` (the gateways, the node agents) would fail under it.
+    """
     executable = _require_chromium()
     from playwright.sync_api import sync_playwright
 
