@@ -38,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from lmedge.api.decisions import Decision
+from lmedge.errors import ConfigError
 from lmedge.store.buffer import BufferStats
 
 #: Decision-time buckets, seconds: a rule agent's microseconds to an LLM's tens of seconds.
@@ -142,5 +143,11 @@ class ControlPlaneMetrics:
         return generate_latest(self.registry)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve `/metrics` on `addr:port` from a daemon thread (for processes without HTTP)."""
-        start_http_server(port, addr=addr, registry=self.registry)
+        """Serve `/metrics` on `addr:port` from a daemon thread (for processes without HTTP).
+
+        A port that cannot be bound (taken, privileged) is a `ConfigError`.
+        """
+        try:
+            start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"--metrics-port {port}: {exc.strerror or exc}") from None

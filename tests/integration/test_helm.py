@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import typer
 import yaml
@@ -41,6 +42,7 @@ from lmedge.errors import StoreError
 from lmedge.operator.timeslicing import config_key, device_plugin_config
 from lmedge.store import open_store
 from tests.fixtures.cluster import KubeCluster, _tools_required, tools_dir, wait_until
+from tests.fixtures.dataplane import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "lmedge"
@@ -698,6 +700,11 @@ def test_helm_install_and_the_control_plane_runs_on_it(
     run = f"helm-{uuid.uuid4().hex[:6]}"
     # Gateways are pods KWOK does not run: no gateway URLs for the local controller.
     args = _local_args(container, drop=("--gateway-url-template", "--control-token-file"))
+    # Both processes run on this host: each serves its metrics on a port of its own.
+    controller_metrics, agent_metrics = free_port(), free_port()
+    assert "--metrics-port=9464" in args
+    args = [f"--metrics-port={controller_metrics}" if a.startswith("--metrics-port") else a
+            for a in args]  # fmt: skip
     log = tmp_path / "control-plane.log"
     procs = [_lmedge(["controller", *args, "--run", run, "--kubeconfig", str(controller_kc)],
                      log, env)]  # fmt: skip
@@ -726,6 +733,8 @@ def test_helm_install_and_the_control_plane_runs_on_it(
             agent_c, drop=("--gateway=", "--control-token-file", "--progress-root")
         )
         assert "--model-service-account=lmh-lmedge-model" in agent_args
+        agent_args = [f"--metrics-port={agent_metrics}" if a.startswith("--metrics-port") else a
+                      for a in agent_args]  # fmt: skip
         agent_env = {**os.environ, "LMEDGE_STORE": ferretdb_uri, "NODE_NAME": "worker-2"}
         procs.append(_lmedge(["node-agent", *agent_args, "--kubeconfig",
                               str(lmedge_cluster.kubeconfig), "--token-file", str(token_file)],
@@ -735,6 +744,13 @@ def test_helm_install_and_the_control_plane_runs_on_it(
             return store.decisions(agent="deployer", run=run, node="worker-2", limit=50)
 
         wait_until(lambda: len(deployed()) >= 3, 90, f"three slots of the agent\n{log.read_text()}")
+        # The chart's metrics ports serve the control plane's series.
+        agent_text = httpx.get(f"http://127.0.0.1:{agent_metrics}/metrics", timeout=10).text
+        assert 'lmedge_node_agent_last_slot{node="worker-2"}' in agent_text
+        assert 'lmedge_agent_decisions_total{agent="deployer"' in agent_text
+        ctl_text = httpx.get(f"http://127.0.0.1:{controller_metrics}/metrics", timeout=10).text
+        assert 'lmedge_agent_decisions_total{agent="scheduler"' in ctl_text
+        assert "lmedge_controller_slot " in ctl_text
 
         def model_pods() -> list[Any]:
             return list(core.list_namespaced_pod(wns, label_selector="lmedge.io/lm").items)

@@ -167,3 +167,16 @@ def test_a_run_counts_every_decision_and_slot_it_makes() -> None:
         dict(k)["node"]: v for (n, k), v in samples.items() if n == "lmedge_node_agent_last_slot"
     }
     assert last == dict.fromkeys(deployers, 3)
+
+
+def test_a_taken_metrics_port_is_one_clear_error() -> None:
+    import socket
+
+    from lmedge.errors import ConfigError
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"--metrics-port {port}: "):
+            ControlPlaneMetrics().serve(port, addr="127.0.0.1")
