@@ -103,8 +103,9 @@ class KubernetesSettings:
     node to its gateway's base URL; empty means no data plane (backlog 0, no
     routing push). `gateway_url_template` (e.g. `http://{node}.gw:8080`) gives
     the gateway of a worker that joins later (an EdgeNode applied mid-run).
-    `control_token` is the credential of the gateways' control API: a token, or a file holding one (a projected service-account
-    token, re-read as the kubelet rotates it). `run` names the run in records
+    `control_token` is the credential of the gateways' control API: a token,
+    or a file holding one (a projected service-account token, re-read as the
+    kubelet rotates it). `run` names the run in records
     and gateway pushes. `model_service_account` is the account model pods run
     as (None: the namespace's `default`); `progress_root` is where this
     process sees the host's progress directory (`pods.PROGRESS_HOST_PATH`),
