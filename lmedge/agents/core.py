@@ -39,8 +39,7 @@ T = TypeVar("T", MacroPolicy, RoutingMap, Placement)
 _AGENTS = ("planner", "scheduler", "deployer")
 #: Parameter keys an agentic plugin accepts (the CLI passes the same set to all three).
 ALLOWED_PARAMS = frozenset(
-    [f"llm_{f}" for f in SETTING_FIELDS]
-    + [f"llm_{a}_{f}" for a in _AGENTS for f in SETTING_FIELDS]
+    [f"llm_{f}" for f in SETTING_FIELDS] + [f"llm_{a}_{f}" for a in _AGENTS for f in SETTING_FIELDS]
 )
 
 
