@@ -43,9 +43,9 @@ from lmedge.agents.rendering import (
     _dict_of,
     _keys_problems,
     _obj,
-    describe_metrics,
     describe_node,
     describe_service,
+    epoch_lines,
     planner_system,
     render_node,
     render_planning,
@@ -150,13 +150,7 @@ def render_planning_hierarchical(
     ctx = obs.context
     system = planner_system(ctx, PLANNER_HIERARCHICAL_OUTPUT)
     lines = [f"Epoch {obs.epoch}.", describe_classes(ctx)]
-    if obs.traffic:
-        mix = ", ".join(f"{lm} {n}" for lm, n in sorted(obs.traffic.items()))
-        lines.append(f"Prompts per LM in the last epoch: {mix}.")
-    if obs.baseline is not None:
-        lines.append(describe_metrics(obs.baseline, "Under the random baseline policy"))
-    if obs.last is not None:
-        lines.append(describe_metrics(obs.last, "In the last epoch"))
+    lines += epoch_lines(obs)
     if obs.previous is not None:
         lines.append("Previous macro policy: " + summarise_policy(ctx, obs.previous))
     for sc in cases:

@@ -167,13 +167,9 @@ def scheduler_system(ctx: ClusterContext, admit_fraction: float | None, output: 
     )
 
 
-def render_planning(
-    obs: PlanningObservation, cases: list[SelectedCase], reference: MacroPolicy
-) -> tuple[str, str]:
-    """(system, user) prompts for the planner."""
-    ctx = obs.context
-    system = planner_system(ctx, PLANNER_FLAT_OUTPUT)
-    lines = [f"Epoch {obs.epoch}.", describe_cluster(ctx)]
+def epoch_lines(obs: PlanningObservation) -> list[str]:
+    """The last epoch's traffic and metrics, and the random baseline's, one line each."""
+    lines = []
     if obs.traffic:
         mix = ", ".join(f"{lm} {n}" for lm, n in sorted(obs.traffic.items()))
         lines.append(f"Prompts per LM in the last epoch: {mix}.")
@@ -181,6 +177,17 @@ def render_planning(
         lines.append(describe_metrics(obs.baseline, "Under the random baseline policy"))
     if obs.last is not None:
         lines.append(describe_metrics(obs.last, "In the last epoch"))
+    return lines
+
+
+def render_planning(
+    obs: PlanningObservation, cases: list[SelectedCase], reference: MacroPolicy
+) -> tuple[str, str]:
+    """(system, user) prompts for the planner."""
+    ctx = obs.context
+    system = planner_system(ctx, PLANNER_FLAT_OUTPUT)
+    lines = [f"Epoch {obs.epoch}.", describe_cluster(ctx)]
+    lines += epoch_lines(obs)
     if obs.previous is not None:
         lines.append("Previous macro policy. " + describe_policy(obs.previous))
     for sc in cases:
