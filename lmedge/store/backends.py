@@ -406,7 +406,8 @@ class EmbeddedBackend(Backend):
         # decoding cost; the store only ever filters by equality on top-level
         # fields, so decoding everything and doing the rest here is much faster.
         matches = _equality(filter)
-        with self._errors(f"a query of {collection}"):
+        docs: list[Doc] = []
+        with self._errors(f"a query of {collection}"), _while_created():
             docs = [d for d in self._db[collection].find() if matches(d)]
         # Stable sorts, least significant key first, give the compound order.
         for key, direction in reversed(sort):
@@ -418,8 +419,9 @@ class EmbeddedBackend(Backend):
 
     def count(self, collection: str, filter: Mapping[str, Any]) -> int:
         if not filter:
-            with self._errors(f"a count of {collection}"):
+            with self._errors(f"a count of {collection}"), _while_created():
                 return int(self._db[collection].count_documents({}))
+            return 0
         return sum(1 for _ in self.find(collection, filter, projection={"_id": 1}))
 
     def group(
@@ -435,6 +437,20 @@ class EmbeddedBackend(Backend):
 
     def close(self) -> None:
         self._client.close()
+
+
+@contextmanager
+def _while_created() -> Iterator[None]:
+    """Read a collection that another process is creating as an empty one.
+
+    MontyDB creates a collection's file before its table, so a reader in
+    another process can see the file without the table for a moment.
+    """
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
 
 
 def open_backend(location: StoreLocation, *, create: bool) -> Backend:
