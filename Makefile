@@ -16,7 +16,7 @@ export LMEDGE_TOOLS_DIR ?= $(CURDIR)/$(TOOLS)
 # Playwright drives the system chromium (tools/install-chromium.sh); it never downloads one.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: install lock tools images realnode test test-unit lint typecheck demo bench crds clean
+.PHONY: install lock tools images realnode test test-unit lint typecheck demo bench crds clean simulate-llm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -73,6 +73,14 @@ demo: install
 
 bench: install tools
 	$(BIN)/pytest -m bench -p no:cacheprovider -s benchmarks
+
+# `lmedge simulate --policy ma` with the three agents on the bundled self-hosted
+# LLM (llama-cpp-python + the 270M GGUF of `make tools`), started on a free port
+# and stopped after (lmedge.agents.local_llm). LLM_ARGS go to lmedge simulate; on
+# 2 CPU cores one slot of agent calls takes minutes, and settling asks the model too.
+LLM_ARGS ?= --slots 2 --no-settle
+simulate-llm: install
+	$(BIN)/python -m lmedge.agents.local_llm $(LLM_ARGS)
 
 crds: install
 	$(BIN)/lmedge crds

@@ -96,3 +96,63 @@ def test_bad_values_are_refused_with_a_message(
 ) -> None:
     done = helm(helm_bin, "template", "t", str(CHART), *values, check=False)
     assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_the_agent_llm_image_serves_the_charts_arguments(helm_bin: Path, tmp_path: Path) -> None:
+    """images/agent-llm's entrypoint (serve.py: llama-cpp-python's server) started with
+    the container args the chart renders for a baked model: /health (the probes) and
+    the OpenAI API answer, the model under the chart's name."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from lmedge.agents.local_llm import free_port, missing_reason, model_path
+
+    if why := missing_reason():
+        pytest.skip(why)
+    port = free_port()
+    docs = template(
+        helm_bin,
+        "--set", "agentLLM.enabled=true", "--set", "agentLLM.model.baked=true",
+        "--set", "agentLLM.image=ghcr.io/lmedge/agent-llm:0.1.0",
+        "--set", f"agentLLM.model.path={model_path()}", "--set", "agentLLM.model.name=gemma3-270m",
+        "--set", "agentLLM.chatTemplate=chatml", "--set", f"agentLLM.port={port}",
+        "--set", "agentLLM.contextSize=2048",
+        "--set-json", 'agentLLM.extraArgs=["--threads","1"]',
+    )  # fmt: skip
+    (container,) = pod_specs(docs)["t-lmedge-agent-llm"]["containers"]
+    serve = Path(__file__).resolve().parents[2] / "images" / "agent-llm" / "serve.py"
+    log = tmp_path / "agent-llm.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(serve), *container["args"]], stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline, health = time.monotonic() + 120, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        assert health is not None and health.status_code == 200, log.read_text()[-2000:]
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+        assert [m["id"] for m in models["data"]] == ["gemma3-270m"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_the_agent_llm_image_refuses_an_unknown_option() -> None:
+    import subprocess
+    import sys
+
+    serve = Path(__file__).resolve().parents[2] / "images" / "agent-llm" / "serve.py"
+    done = subprocess.run(
+        [sys.executable, str(serve), "--model", "/m.gguf", "--flash-attn"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "unrecognized arguments: --flash-attn" in done.stderr
