@@ -221,6 +221,22 @@ class KubeClient:
         )
         return list(out.get("items", []))
 
+    def delete_lmservice(self, namespace: str, name: str) -> bool:
+        """Delete an LMService (its finalizer is the operator's to release); False when gone."""
+        try:
+            self.call(
+                f"delete LMService {namespace}/{name}",
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                "lmservices",
+                name,
+            )
+        except NotFound:
+            return False
+        return True
+
     # -- Nodes and ConfigMaps (the operator's) --------------------------------
 
     def node_allocatable(self, name: str) -> dict[str, str]:
