@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with running_local_llm(log) as llm:
             print(
                 f"local LLM {llm.model} at {llm.base_url} (log: {log}); "
-                "CPU calls take tens of seconds each",
+                "on a CPU each agent call can take minutes",
                 file=sys.stderr,
             )
             cmd = simulate_argv(llm.base_url, args, _lmedge_executable())
