@@ -108,19 +108,20 @@ class ClusterContext(WireModel):
 
     def can_host(self, node: str, lm: str) -> bool:
         """Whether `lm` could run alone on `node` at all (role, GPU, memory, vRAM, cores)."""
-        n, s = self.node(node).spec, self.service(lm).spec
-        if n.role != "worker" or s.deployment_memory_gib > n.memory_gib:
-            return False
-        if n.has_gpu and s.min_vram_gib <= n.total_vram_gib:
-            return True
-        return s.runs_on == "cpu-or-gpu" and s.default_cpu_cores <= n.cpu_cores
+        self.node(node), self.service(lm)  # an unknown name is a KeyError, as it always was
+        # a set lookup: routing-map validation asks once per route (~14,000 a slot at scale)
+        return node in self._hosts[lm]
 
     @cached_property
     def _feasible(self) -> dict[str, list[str]]:
         return {
-            s.name: [n.name for n in self.workers if self.can_host(n.name, s.name)]
+            s.name: [n.name for n in self.workers if _can_host(n.spec, s.spec)]
             for s in self.services
         }
+
+    @cached_property
+    def _hosts(self) -> dict[str, frozenset[str]]:
+        return {lm: frozenset(nodes) for lm, nodes in self._feasible.items()}
 
     def feasible_nodes(self, lm: str) -> list[str]:
         """Workers that could host `lm`; routing weight may only go to these.
@@ -131,6 +132,15 @@ class ClusterContext(WireModel):
 
     def deadline_s(self, lm: str) -> float:
         return self.service(lm).spec.deadline_s or self.tau_s
+
+
+def _can_host(n: EdgeNodeSpec, s: LMServiceSpec) -> bool:
+    """`ClusterContext.can_host` on the specs."""
+    if n.role != "worker" or s.deployment_memory_gib > n.memory_gib:
+        return False
+    if n.has_gpu and s.min_vram_gib <= n.total_vram_gib:
+        return True
+    return s.runs_on == "cpu-or-gpu" and s.default_cpu_cores <= n.cpu_cores
 
 
 class InstanceState(WireModel):

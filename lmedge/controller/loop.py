@@ -96,6 +96,7 @@ from lmedge.api import (
     Placement,
     PlanningObservation,
     RequestRecord,
+    Route,
     RoutingMap,
     SlotObservation,
     Snapshot,
@@ -126,7 +127,14 @@ MEMORY_CASES = 200
 
 @dataclass
 class SlotTiming:
-    """Wall time spent deciding in one slot (seconds); not part of any result JSON."""
+    """Wall time spent deciding in one slot (seconds); not part of any result JSON.
+
+    `deployers_s` sums `node_s`, each node's whole guarded deployer decision
+    (call, validation, repair, stamp): the work a node agent does for its
+    own node on a cluster, in parallel with the others. `decide_s -
+    deployers_s` is then the controller's serial part (snapshot, planner on
+    epoch slots, router, validation, publication).
+    """
 
     slot: int
     planner_s: float = 0.0
@@ -134,6 +142,11 @@ class SlotTiming:
     deployers_s: float = 0.0
     decide_s: float = 0.0
     store_s: float = 0.0
+    node_s: list[float] = field(default_factory=list)
+    #: CPU time of the loop's thread over the same spans (on a loaded machine
+    #: wall time also counts the waits for a core)
+    decide_cpu_s: float = 0.0
+    deployers_cpu_s: float = 0.0
 
 
 @dataclass
@@ -299,7 +312,7 @@ class ControlLoop:
         ctx = self.ctx
         epoch = slot // ctx.epoch_slots
         timing = SlotTiming(slot)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         snapshot = self.backend.snapshot(slot)
         arrivals = self.backend.arrivals(slot)
         decisions: list[Decision[Any]] = []
@@ -321,11 +334,16 @@ class ControlLoop:
         timing.router_s = d_route.latency_s
         decisions.append(d_route)
         self.backend.publish_routing(slot, d_route.value)
-        self._count_off_role(d_route.value, arrivals)
-        d_places = self._deploy(epoch, slot, routed_backlog(snapshot, d_route.value, arrivals))
-        timing.deployers_s = sum(d.latency_s for d in d_places)
+        index = route_index(d_route.value)
+        self._count_off_role(d_route.value, arrivals, index)
+        backlog = routed_backlog(snapshot, d_route.value, arrivals, index)
+        deploy_cpu = time.thread_time()
+        d_places = self._deploy(epoch, slot, backlog, timing.node_s)
+        timing.deployers_s = sum(timing.node_s)
+        timing.deployers_cpu_s = time.thread_time() - deploy_cpu
         decisions.extend(d_places)
         timing.decide_s = time.perf_counter() - started
+        timing.decide_cpu_s = time.thread_time() - started_cpu
         for d in d_places:
             self._placements[d.value.node] = d.value
             actuation = self.backend.apply_placement(d.value)
@@ -447,12 +465,16 @@ class ControlLoop:
 
         return self.guard.route(router, decide, self.ctx, arrivals, epoch=epoch, slot=slot)
 
-    def _deploy(self, epoch: int, slot: int, snapshot: Snapshot) -> list[Decision[Placement]]:
+    def _deploy(
+        self, epoch: int, slot: int, snapshot: Snapshot, node_s: list[float]
+    ) -> list[Decision[Placement]]:
+        """One guarded decision per worker, in node order; each one's wall time into `node_s`."""
         states = {n.name: n for n in snapshot.nodes}
         roles = self._macro.role_map() if self._macro else {}
         services = self.ctx.services
 
-        def one(node: NodeInfo) -> Decision[Placement]:
+        def one(node: NodeInfo) -> tuple[Decision[Placement], float]:
+            started = time.perf_counter()
             state = states.get(node.name)
             obs = (
                 None
@@ -470,11 +492,16 @@ class ControlLoop:
                 )
             )
             deployer = self.plugins.deployers[node.name]
-            return self.guard.place(deployer, node, services, obs, epoch=epoch, slot=slot)
+            d = self.guard.place(deployer, node, services, obs, epoch=epoch, slot=slot)
+            return d, time.perf_counter() - started
 
-        if self._pool is None:
-            return [one(n) for n in self._workers]
-        return list(self._pool.map(one, self._workers))
+        done = (
+            [one(n) for n in self._workers]
+            if self._pool is None
+            else list(self._pool.map(one, self._workers))
+        )
+        node_s.extend(t for _, t in done)
+        return [d for d, _ in done]
 
     # -- records, feedback, epochs -------------------------------------------------
 
@@ -545,7 +572,12 @@ class ControlLoop:
                 if mine:
                     _observe(deployer, mine)
 
-    def _count_off_role(self, routing: RoutingMap, arrivals: Sequence[Arrival]) -> None:
+    def _count_off_role(
+        self,
+        routing: RoutingMap,
+        arrivals: Sequence[Arrival],
+        index: dict[tuple[str, str], Route] | None = None,
+    ) -> None:
         """Count requests routed to a node whose role intent leaves out their LM.
 
         The paper's planner is told "the micro router had an off-role ratio of
@@ -555,7 +587,7 @@ class ControlLoop:
         if self._macro is None:
             return
         roles = {node: set(lms) for node, lms in self._macro.role_map().items()}
-        routes = {(r.origin, r.lm): r for r in routing.routes}
+        routes = route_index(routing) if index is None else index
         for a in arrivals:
             route = routes.get((a.origin, a.lm))
             if route is None or a.requests <= 0:
@@ -619,8 +651,16 @@ class ControlLoop:
         return ranked[:half] + ranked[-(MEMORY_CASES - half) :]
 
 
+def route_index(routing: RoutingMap) -> dict[tuple[str, str], Route]:
+    """The routing map's routes by (origin, LM or request class)."""
+    return {(r.origin, r.lm): r for r in routing.routes}
+
+
 def routed_backlog(
-    snapshot: Snapshot, routing: RoutingMap, arrivals: Sequence[Arrival]
+    snapshot: Snapshot,
+    routing: RoutingMap,
+    arrivals: Sequence[Arrival],
+    index: dict[tuple[str, str], Route] | None = None,
 ) -> Snapshot:
     """`snapshot` with this slot's routed prompts added to each destination's backlog.
 
@@ -628,9 +668,10 @@ def routed_backlog(
     must keep serving is the queue at the slot start plus what the routing map
     has just sent there; counted per serving LM (a request class counts as the
     model its route names). Routes to a node the snapshot lacks are ignored
-    (that node has no deployer observation to update).
+    (that node has no deployer observation to update). `index` is
+    `route_index(routing)` when the caller has it already.
     """
-    routes = {(r.origin, r.lm): r for r in routing.routes}
+    routes = route_index(routing) if index is None else index
     added: dict[str, dict[str, int]] = {}
     for a in arrivals:
         route = routes.get((a.origin, a.lm))

@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmedge.agents.rules.capacity import COLD_START_S, best_rate, instance_rate
-from lmedge.agents.rules.slot_table import SlotTable
+from lmedge.agents.rules.slot_table import LmColumns, SlotTable
 from lmedge.api import (
     Arrival,
     ClusterContext,
@@ -191,16 +191,32 @@ def rule_routing(
     # with per-slot arrays (slot_table.py): at 1,000 nodes the per-pair
     # Python candidates cost minutes per slot.
     table = SlotTable(ctx, plan.weights, plan.roles, states)
+    # per LM, once a slot: its columns, request size and admission horizon
+    per_lm: dict[str, tuple[LmColumns, float, float | None] | None] = {}
     sign = 1 if admit_fraction is not None else -1
     for a in sorted(arrivals, key=lambda x: (sign * x.prompts, x.origin, x.lm)):
-        if a.requests <= 0 or not ctx.has_service(a.lm):
+        if a.requests <= 0:
             continue
-        cols = table.columns(a.lm)
-        if cols is None:
+        if a.lm not in per_lm:
+            cols = table.columns(a.lm) if ctx.has_service(a.lm) else None
+            per_lm[a.lm] = (
+                None
+                if cols is None
+                else (
+                    cols,
+                    ctx.service(a.lm).spec.profile.request_kib,
+                    None if admit_fraction is None else admit_fraction * ctx.deadline_s(a.lm),
+                )
+            )
+        known = per_lm[a.lm]
+        if known is None:
             continue
-        svc = ctx.service(a.lm).spec
-        best = table.pick(cols, a.origin, max(1, a.prompts), svc.profile.request_kib)
-        horizon = None if admit_fraction is None else admit_fraction * ctx.deadline_s(a.lm)
+        cols, request_kib, horizon = known
+        prompts = max(1, a.prompts)
+        if horizon is not None and table.surely_rejected(cols, prompts, horizon):
+            rejections.append(Rejection(origin=a.origin, lm=a.lm))
+            continue
+        best = table.pick(cols, a.origin, prompts, request_kib)
         if horizon is not None and best.backlog > 0 and best.cost_s > horizon:
             rejections.append(Rejection(origin=a.origin, lm=a.lm))
             continue

@@ -15,6 +15,17 @@ The arithmetic is the same expressions in the same order as `candidates()`
 unit tests compare the two on random clusters. The usable tier (planned
 nodes, else draining ones, else the inactive-target conflicts) is fixed per
 slot too, so only that tier's nodes are priced.
+
+What a pick still costs is kept to a few array passes: each candidate's
+queue term `backlog / rate + wait` is kept per candidate and re-priced
+only where `add` changes it, the uplink column is cached per (origin link
+table, prompts) and `prompts / rate` per prompt count, and the columns are
+in name order, so the first of the cheapest is the name tie-break.
+`surely_rejected` answers, without pricing, the many pairs of an LM whose
+every candidate already has a queue ending past the admission horizon:
+the transfer is never negative, so `backlog / rate + wait + prompts / rate`
+bounds every pair's cost from below, whatever its origin, and backlogs
+only grow within a slot, so the bound stays valid as prompts are routed.
 """
 
 from __future__ import annotations
@@ -47,6 +58,12 @@ class LmColumns:
     weight: Floats
     off: bool  # the tier is the inactive-target conflicts: cost 2 tau, start tau
     tau: float
+    base: Floats  # backlog / rate + wait, kept in step with `backlog` by `add`
+    neg_weight: Floats
+    idle: int  # candidates with no backlog (a pick among them is never refused)
+    per: dict[int, Floats]  # prompts -> prompts / rate
+    transfers: dict[tuple[int, int], Floats]  # (link table id, prompts) -> uplink seconds
+    floor: dict[int, float]  # prompts -> a lower bound of any pair's cost (`surely_rejected`)
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,9 @@ class SlotTable:
         self._site_index = {s: i for i, s in enumerate(self.sites)}
         self._lms: dict[str, LmColumns | None] = {}
         self._links: dict[str, tuple[Floats, Floats]] = {}
+        # link tables interned: origins with equal tables share cached uplink columns
+        self._link_ids: dict[bytes, int] = {}
+        self._origin_link: dict[str, int] = {}
 
     def _instance(self, node: str, lm: str) -> InstanceState | None:
         by_lm = self._instances.get(node)
@@ -123,22 +143,31 @@ class SlotTable:
         usable = next((k for k in range(3) if tiers[k]), None)
         if usable is None:
             return None
-        rows = tiers[usable]
+        rows = sorted(tiers[usable])  # name order: the first of equal costs wins the name tie
         names = [r[0] for r in rows]
         backlog = []
         for n in names:
             st = self._states.get(n)
             backlog.append(st.backlog.get(lm, 0) if st else 0)
+        rates = np.array([r[1] for r in rows], np.float64)
+        waits = np.array([r[2] for r in rows], np.float64)
+        counts = np.array(backlog, np.int64)
         return LmColumns(
             nodes=names,
             position={n: i for i, n in enumerate(names)},
             site=np.array([self._site_index[ctx.node(n).spec.site] for n in names], np.intp),
-            rate=np.array([r[1] for r in rows], np.float64),
-            wait=np.array([r[2] for r in rows], np.float64),
-            backlog=np.array(backlog, np.int64),
+            rate=rates,
+            wait=waits,
+            backlog=counts,
             weight=np.array([r[3] for r in rows], np.float64),
             off=usable == 2,
             tau=ctx.deadline_s(lm),
+            base=counts / rates + waits,
+            neg_weight=-np.array([r[3] for r in rows], np.float64),
+            idle=int(np.count_nonzero(counts == 0)),
+            per={},
+            transfers={},
+            floor={},
         )
 
     def _link_arrays(self, origin: str) -> tuple[Floats, Floats]:
@@ -158,34 +187,75 @@ class SlotTable:
             self._links[origin] = (lat, bw)
         return self._links[origin]
 
+    def _link_id(self, origin: str) -> int:
+        """The interned id of `origin`'s link table (equal tables, equal ids)."""
+        got = self._origin_link.get(origin)
+        if got is None:
+            lat, bw = self._link_arrays(origin)
+            got = self._link_ids.setdefault(lat.tobytes() + bw.tobytes(), len(self._link_ids))
+            self._origin_link[origin] = got
+        return got
+
+    def _per(self, cols: LmColumns, prompts: int) -> Floats:
+        per = cols.per.get(prompts)
+        if per is None:
+            per = cols.per[prompts] = prompts / cols.rate
+        return per
+
+    def surely_rejected(self, cols: LmColumns, prompts: int, horizon: float) -> bool:
+        """True when every candidate has a queue and even the cheapest ends past `horizon`.
+
+        Then `pick` would return a candidate with a backlog and a cost above
+        `horizon` for any origin (the module docstring says why), so the pair
+        is refused without pricing it. False means "price it".
+        """
+        if cols.off or cols.idle:
+            return False
+        floor = cols.floor.get(prompts)
+        if floor is None:
+            floor = cols.floor[prompts] = float((cols.base + self._per(cols, prompts)).min())
+        return floor > horizon
+
     def pick(self, cols: LmColumns, origin: str, prompts: int, request_kib: float) -> Pick:
-        """The cheapest candidate for `prompts` prompts from `origin` (ties as `candidates()`)."""
+        """The cheapest candidate for `prompts` prompts from `origin` (ties as `candidates()`).
+
+        Ties go to the higher weight, then the origin's own node, then the name.
+        """
         if cols.off:
-            cost = np.full(len(cols.nodes), 2 * cols.tau)
-            weight = np.zeros(len(cols.nodes))
-        else:
-            start = cols.backlog / cols.rate + cols.wait
-            if self.ctx.has_node(origin):
+            # every candidate costs 2 tau and weighs nothing: the origin, else the first name
+            j = cols.position.get(origin, 0)
+            return Pick(j, cols.nodes[j], 2 * cols.tau, int(cols.backlog[j]))
+        per = self._per(cols, prompts)
+        own = None
+        if self.ctx.has_node(origin):
+            key = (self._link_id(origin), prompts)
+            transfer = cols.transfers.get(key)
+            if transfer is None:
                 lat, bw = self._link_arrays(origin)
                 kib = request_kib * prompts
-                transfer = lat[cols.site] / 1000.0 + kib * 8.0 / 1024.0 / bw[cols.site]
-                own = cols.position.get(origin)
-                if own is not None:
-                    transfer[own] = 0.0
-                start = start + transfer
-            cost = start + prompts / cols.rate
-            weight = cols.weight
-        best = float(cost.min())
-        tied = np.flatnonzero(cost == best)
-        j = int(tied[0])
-        if len(tied) > 1:
-            j = min(
-                (int(k) for k in tied),
-                key=lambda k: (-weight[k], cols.nodes[k] != origin, cols.nodes[k]),
-            )
-        return Pick(j, cols.nodes[j], float(cost[j]), int(cols.backlog[j]))
+                # per site, then per candidate: the same values as pricing each candidate
+                transfer = cols.transfers[key] = (lat / 1000.0 + kib * 8.0 / 1024.0 / bw)[cols.site]
+            cost = cols.base + transfer
+            cost += per
+            own = cols.position.get(origin)
+            if own is not None:
+                cost[own] = (cols.base[own] + 0.0) + per[own]  # no transfer to itself
+        else:
+            cost = cols.base + per
+        j = int(cost.argmin())  # the first of the cheapest: the lowest name
+        best = cost[j]
+        tied = cost == best
+        if np.count_nonzero(tied) > 1:
+            # many nodes often tie (idle ones of one class): break ties in arrays
+            neg = np.where(tied, cols.neg_weight, np.inf)
+            top = neg == neg.min()
+            j = own if own is not None and top[own] else int(top.argmax())
+        return Pick(j, cols.nodes[j], float(best), int(cols.backlog[j]))
 
     @staticmethod
     def add(cols: LmColumns, index: int, prompts: int) -> None:
         """Count `prompts` routed to candidate `index` this slot."""
+        if cols.backlog[index] == 0 and prompts > 0:
+            cols.idle -= 1
         cols.backlog[index] += prompts
+        cols.base[index] = cols.backlog[index] / cols.rate[index] + cols.wait[index]
