@@ -49,6 +49,10 @@ class SurrogateWeights:
     time_limit_s: float
     cpu_modes: bool
     mip_gap: float = 0.05
+    #: Destinations a batch may take: its `candidates` cheapest (node, mode)
+    #: pairs by D_bnm, or every one (None, the joint model). Bounds the model
+    #: of a large site (sites.py); the gap is then that of the bounded model.
+    candidates: int | None = None
 
 
 @dataclass
@@ -100,8 +104,18 @@ class _Rows:
         self.upper.append(hi)
 
 
-def solve_slot(obs: SlotObservation, w: SurrogateWeights) -> Solution:
-    """Build and solve the slot's MILP; the incumbent is used when the time limit hits."""
+def solve_slot(
+    obs: SlotObservation,
+    w: SurrogateWeights,
+    seed_plan: tuple[dict[tuple[str, str], str], dict[str, Placement]] | None = None,
+) -> Solution:
+    """Build and solve the slot's MILP; the incumbent is used when the time limit hits.
+
+    `seed_plan` is the slot's greedy plan when the caller has it (sites.py):
+    with `w.candidates`, each batch keeps its greedy destination among its
+    candidates, so the bounded model always has a feasible point; and it is
+    the plan returned when HiGHS finds no incumbent.
+    """
     ctx = obs.context
     tau = ctx.tau_s
     states = {s.name: s for s in obs.snapshot.nodes}
@@ -176,17 +190,32 @@ def solve_slot(obs: SlotObservation, w: SurrogateWeights) -> Solution:
     load: dict[tuple[str, str, Mode], list[tuple[int, float]]] = {}
     for b, (o, i, k) in enumerate(batches):
         choice = []
+        options = []
         for n in ctx.feasible_nodes(i):
             for m in modes(n, i):
                 per = service_s(ctx, i, m)
                 cold = 0.0 if running.get((n, i)) == m else COLD_START_S
                 d = transfer_s(ctx, o, n, i, k) / k + cold + per * (backlog[(n, i)] + 1)
-                col = v.add(delay_scale * k * d, 0.0, 1.0, True)
-                u[(b, n, m)] = col
-                choice.append((col, 1.0))
-                rows.add([(col, 1.0), (y[(n, i, m)], -1.0)], -np.inf, 0.0)
-                load.setdefault((n, i, m), []).append((col, float(k)))
-        if choice:
+                options.append((d, n, m))
+        if w.candidates is not None:
+            ranked = sorted(options, key=lambda x: x[0])
+            options = ranked[: w.candidates]
+            seed_dest = seed_plan[0].get((o, i)) if seed_plan is not None else None
+            if seed_dest is not None and seed_plan is not None:
+                mode = seed_plan[1][seed_dest].by_lm()[i].mode
+                options += [x for x in ranked[w.candidates :] if x[1:] == (seed_dest, mode)]
+        for d, n, m in options:
+            col = v.add(delay_scale * k * d, 0.0, 1.0, True)
+            u[(b, n, m)] = col
+            choice.append((col, 1.0))
+            rows.add([(col, 1.0), (y[(n, i, m)], -1.0)], -np.inf, 0.0)
+            load.setdefault((n, i, m), []).append((col, float(k)))
+        if choice and w.candidates is not None:
+            # bounded model: a batch may stay unplaced at the price of waiting tau (a
+            # failure), as the greedy plan leaves what fits nowhere, so it stays feasible
+            slack = v.add(delay_scale * k * tau, 0.0, 1.0, False)
+            rows.add([*choice, (slack, 1.0)], 1.0, 1.0)
+        elif choice:
             rows.add(choice, 1.0, 1.0)
         # else: no allowed mode anywhere (a text LM on CPU-only nodes with cpu_modes off):
         # the batch is left to the router's nearest-node fallback.
@@ -228,7 +257,7 @@ def solve_slot(obs: SlotObservation, w: SurrogateWeights) -> Solution:
     if res.x is None:
         # No feasible point in the time limit: a greedy plan, never "keep what runs"
         # (on a cold cluster that is nothing, and nothing would ever be served).
-        dest_g, placements_g = greedy_slot(obs, w.cpu_modes)
+        dest_g, placements_g = seed_plan or greedy_slot(obs, w.cpu_modes)
         return Solution(
             dest_g,
             placements_g,
@@ -238,10 +267,13 @@ def solve_slot(obs: SlotObservation, w: SurrogateWeights) -> Solution:
         )
     x = res.x
     dest: dict[tuple[str, str], str] = {}
+    picks: dict[int, list[tuple[float, str]]] = {}
+    for (b, n, _m), c in u.items():  # one pass, not one per batch
+        picks.setdefault(b, []).append((x[c], n))
     for b, (o, i, _) in enumerate(batches):
-        picks = [(x[c], n) for (bb, n, _m), c in u.items() if bb == b]
-        if picks:
-            dest[(o, i)] = max(picks)[1]
+        best = max(picks[b]) if b in picks else None
+        if best is not None and best[0] > 0.5:  # else unplaced (bounded model): the fallback
+            dest[(o, i)] = best[1]
     placements = {}
     for n in workers:
         lms_out = []

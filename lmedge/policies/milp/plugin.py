@@ -44,6 +44,7 @@ from lmedge.errors import ConfigError
 from lmedge.policies.lyapunov.params import PluginParams, parse_params
 from lmedge.policies.milp.estimates import transfer_s
 from lmedge.policies.milp.model import Solution, SurrogateWeights, solve_slot
+from lmedge.policies.milp.sites import SiteSplit, solve_by_site
 
 NAME = "milp"
 
@@ -62,6 +63,14 @@ class MilpParams(PluginParams):
     )
     mip_gap: float = Field(
         default=0.05, ge=0, lt=1, description="Relative MIP gap at which HiGHS stops."
+    )
+    decompose_above: int = Field(
+        default=60,
+        ge=1,
+        description=(
+            "Workers above which the slot is solved per site (sites.py): one HiGHS solve "
+            "per site with an equal share of time_limit_s."
+        ),
     )
     cpu_modes: bool = Field(
         default=False,
@@ -89,6 +98,12 @@ class MilpRouter:
     def __init__(self, context: ClusterContext, params: MilpParams, plan: JointPlan) -> None:
         self.context = context
         self.plan = plan
+        sites = {n.spec.site for n in context.workers}
+        self.split = (
+            SiteSplit.of(context)
+            if len(context.workers) > params.decompose_above and len(sites) > 1
+            else None
+        )
         self.weights = SurrogateWeights(
             lam=context.lam,
             service_weight=params.service_weight,
@@ -99,7 +114,11 @@ class MilpRouter:
         )
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
-        sol = solve_slot(obs, self.weights)
+        sol = (
+            solve_slot(obs, self.weights)
+            if self.split is None
+            else solve_by_site(obs, self.weights, self.split)
+        )
         self.plan.slot, self.plan.last = obs.slot, sol
         self.plan.placements = sol.placements
         routes = []
