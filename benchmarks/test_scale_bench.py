@@ -1,12 +1,15 @@
 """The scale table (issue 17; run by `make bench`): cost at 10 / 100 / 1,000 workers.
 
 Per size (lmedge.bench.scale.scale_scenario: 16 LMs, the testbed workload):
-the controller's serial work per slot and one node's deployer p95 for every
+the controller's serial work per slot (wall and the loop thread's CPU; the
+planner, once per epoch, apart) and one node's deployer p95 for every
 profile, the agents' prompt tokens, the emulator's time per slot and the
 process's peak RSS; then the log-log growth exponent of each column. And
 the wall time of a small `reproduce` grid on the local pool vs on a 2-CPU
-local Ray head. Targets (issue 17 item 2) are printed next to the numbers,
-not asserted: this machine is shared. Written to reports/bench-scale.json.
+local Ray head; and the whole loop on examples/metro-1000 with the default
+profile (LMEDGE_SCALE_LOOP_SLOTS, default 200: time, CPU, GC share, RSS).
+Targets (issue 17 item 2) are printed next to the numbers, not asserted:
+this machine is shared. Written to reports/bench-scale.json.
 
 LMEDGE_SCALE_SIZES (default 10,100,1000), LMEDGE_SCALE_PROFILES (default:
 every registered profile) and LMEDGE_SCALE_SLOTS (default 3; slot 0 runs
@@ -16,6 +19,7 @@ the planner) narrow a run.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -24,7 +28,13 @@ from typing import Any
 import pytest
 
 from lmedge.bench.runner import emulated_backend, executor_for
-from lmedge.bench.scale import control_plane_cost, growth_exponent, peak_rss_mib, scale_scenario
+from lmedge.bench.scale import (
+    control_plane_cost,
+    growth_exponent,
+    measure_loop,
+    peak_rss_mib,
+    scale_scenario,
+)
 from lmedge.controller.catalog import PROFILES, profile
 from lmedge.sim import load_scenario
 from tests.fixtures.ray_head import ray_head  # noqa: F401  (the fixture)
@@ -80,7 +90,7 @@ def test_scale_table(tmp_path: Path) -> None:
         xs = [r["workers"] for r in mine]
         exponents[p] = {
             k: growth_exponent(xs, [r[k] for r in mine])
-            for k in ("serial_ms_max", "deployer_p95_ms")
+            for k in ("serial_ms_max", "serial_cpu_ms_max", "planner_ms", "deployer_p95_ms")
         }
     xs = [s["workers"] for s in sizes_rows]
     for k in ("emulator_ms_per_slot", "peak_rss_mib"):
@@ -88,7 +98,10 @@ def test_scale_table(tmp_path: Path) -> None:
     for agent in ("planner", "scheduler", "deployer"):
         ys = [s["prompt_tokens"][agent] for s in sizes_rows]
         exponents[f"{agent}_tokens"] = None if None in ys else growth_exponent(xs, ys)
-    print(f"\n{'profile':8} {'workers':>7} {'serial max ms':>13} {'deployer p95 ms':>15}")
+    print(
+        f"\n{'profile':8} {'workers':>7} {'serial max ms':>13} {'serial cpu ms':>13} "
+        f"{'planner ms':>10} {'deployer p95 ms':>15}"
+    )
     for r in rows:
         flag = (
             "ok"
@@ -97,6 +110,7 @@ def test_scale_table(tmp_path: Path) -> None:
         )
         print(
             f"{r['profile']:8} {r['workers']:>7} {r['serial_ms_max']:>13} "
+            f"{r['serial_cpu_ms_max']:>13} {r['planner_ms']:>10} "
             f"{r['deployer_p95_ms']:>15}  {flag if r['workers'] >= 1000 else ''}"
         )
     for s in sizes_rows:
@@ -123,6 +137,31 @@ def test_reproduce_grid_local_vs_ray(ray_head: str) -> None:  # noqa: F811
           f"2-CPU local Ray head {ray_s:.1f} s")  # fmt: skip
     RESULTS["reproduce_grid"] = {"runs": len(grid), "local_2_s": local_s, "ray_2cpu_s": ray_s}
     assert [r.summary for r in remote] == [r.summary for r in local]
+
+
+def _loop_in_fresh_process(path: Path, slots: int, out: Any) -> None:
+    out.put(measure_loop(path, "ma", slots))
+
+
+def test_metro_1000_full_loop() -> None:
+    """Issue 17 item 4: 1,000 workers x 200 slots, loop + default profile, in a fresh process."""
+    slots = int(os.environ.get("LMEDGE_SCALE_LOOP_SLOTS", "200"))
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(
+        target=_loop_in_fresh_process, args=(ROOT / "examples" / "metro-1000", slots, q)
+    )
+    proc.start()
+    got: dict[str, float] = q.get()
+    proc.join()
+    RESULTS["metro_1000_loop"] = got
+    print(
+        f"\nmetro-1000, ma, {slots} slots: loop {got['loop_wall_s']:.0f} s wall, "
+        f"{got['loop_cpu_s']:.0f} s CPU ({100 * got['gc_share']:.0f}% GC), "
+        f"peak RSS {got['peak_rss_mib']:.0f} MiB; before it: load {got['load_s']:.0f} s, "
+        f"random baseline epoch {got['baseline_s']:.0f} s (targets: 300 s, 2,048 MiB)"
+    )
+    assert got["requests_in_epochs"] > 0
 
 
 def teardown_module() -> None:

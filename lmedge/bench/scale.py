@@ -158,3 +158,68 @@ def growth_exponent(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     if var == 0:
         return None
     return sum((p[0] - mx) * (p[1] - my) for p in pts) / var
+
+
+def measure_loop(
+    path: Path, profile: str = "ma", slots: int = 200, seed: int = 1
+) -> dict[str, float]:
+    """The whole control loop on `path` for `slots` slots (no settling, no store), this process.
+
+    What `lmedge simulate` does, in three timed parts: loading the scenario,
+    the planner's random baseline (one epoch of `rr`, `runner.baseline_metrics`)
+    and the loop itself, for which the CPU time, the share of it in Python's
+    cyclic GC (gc.callbacks) and the records are counted too. Peak RSS is the
+    process's, so run it in a fresh process for a clean number.
+    """
+    import gc
+
+    from lmedge.bench.runner import EMULATOR_STORE_EVERY, baseline_metrics
+
+    t0 = time.perf_counter()
+    scenario = load_scenario(path)
+    loaded = time.perf_counter()
+    baseline = baseline_metrics(scenario, seed)
+    based = time.perf_counter()
+    backend = emulated_backend(scenario, seed)
+    ctx = backend.context()
+    loop = ControlLoop(
+        backend,
+        build_plugins(PolicyChoice(profile), ctx, seed),
+        run_id="scale-loop",
+        seed=seed,
+        baseline=baseline,
+        store_every=EMULATOR_STORE_EVERY,
+        keep_history=False,
+    )
+    gc_s = [0.0, 0.0]
+
+    def on_gc(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_s[1] = time.process_time()
+        else:
+            gc_s[0] += time.process_time() - gc_s[1]
+
+    records = 0
+    gc.callbacks.append(on_gc)
+    try:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        for t in range(slots):
+            loop.step(t)
+        cpu = time.process_time() - cpu0
+        wall = time.perf_counter() - wall0
+    finally:
+        gc.callbacks.remove(on_gc)
+        loop.close()
+    records = sum(e.requests for e in loop.result.epochs) if loop.result.epochs else 0
+    return {
+        "workers": len(ctx.workers),
+        "slots": slots,
+        "load_s": loaded - t0,
+        "baseline_s": based - loaded,
+        "loop_wall_s": wall,
+        "loop_cpu_s": cpu,
+        "gc_s": gc_s[0],
+        "gc_share": gc_s[0] / cpu if cpu else 0.0,
+        "requests_in_epochs": records,
+        "peak_rss_mib": peak_rss_mib(),
+    }
