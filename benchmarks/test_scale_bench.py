@@ -9,7 +9,9 @@ the wall time of a small `reproduce` grid on the local pool vs on a 2-CPU
 local Ray head; and the whole loop on examples/metro-1000 with the default
 profile (LMEDGE_SCALE_LOOP_SLOTS, default 200: time, CPU, GC share, RSS).
 Targets (issue 17 item 2) are printed next to the numbers, not asserted:
-this machine is shared. Written to reports/bench-scale.json.
+this machine is shared, so the ok / over-target flag compares the CPU-time
+columns (the loop thread's), which do not count the waits for a core that
+inflate wall time under load. Written to reports/bench-scale.json.
 
 LMEDGE_SCALE_SIZES (default 10,100,1000), LMEDGE_SCALE_PROFILES (default:
 every registered profile) and LMEDGE_SCALE_SLOTS (default 3; slot 0 runs
@@ -90,7 +92,13 @@ def test_scale_table(tmp_path: Path) -> None:
         xs = [r["workers"] for r in mine]
         exponents[p] = {
             k: growth_exponent(xs, [r[k] for r in mine])
-            for k in ("serial_ms_max", "serial_cpu_ms_max", "planner_ms", "deployer_p95_ms")
+            for k in (
+                "serial_ms_max",
+                "serial_cpu_ms_max",
+                "planner_ms",
+                "deployer_p95_ms",
+                "deployer_cpu_p95_ms",
+            )
         }
     xs = [s["workers"] for s in sizes_rows]
     for k in ("emulator_ms_per_slot", "peak_rss_mib"):
@@ -100,18 +108,20 @@ def test_scale_table(tmp_path: Path) -> None:
         exponents[f"{agent}_tokens"] = None if None in ys else growth_exponent(xs, ys)
     print(
         f"\n{'profile':8} {'workers':>7} {'serial max ms':>13} {'serial cpu ms':>13} "
-        f"{'planner ms':>10} {'deployer p95 ms':>15}"
+        f"{'planner ms':>10} {'deployer p95 ms':>15} {'cpu p95 ms':>10}"
     )
     for r in rows:
         flag = (
             "ok"
-            if r["serial_ms_max"] <= SERIAL_TARGET_MS and r["deployer_p95_ms"] <= DEPLOYER_TARGET_MS
+            if r["serial_cpu_ms_max"] <= SERIAL_TARGET_MS
+            and r["deployer_cpu_p95_ms"] <= DEPLOYER_TARGET_MS
             else "over target"
         )
         print(
             f"{r['profile']:8} {r['workers']:>7} {r['serial_ms_max']:>13} "
             f"{r['serial_cpu_ms_max']:>13} {r['planner_ms']:>10} "
-            f"{r['deployer_p95_ms']:>15}  {flag if r['workers'] >= 1000 else ''}"
+            f"{r['deployer_p95_ms']:>15} {r['deployer_cpu_p95_ms']:>10}  "
+            f"{flag if r['workers'] >= 1000 else ''}"
         )
     for s in sizes_rows:
         print(s)

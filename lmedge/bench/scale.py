@@ -88,6 +88,7 @@ class ControlCost:
     serial_ms: list[float]  # per slot, wall
     serial_cpu_ms: list[float]  # per slot, the loop thread's CPU
     deployer_p95_ms: float
+    deployer_cpu_p95_ms: float
     planner_ms: float
     router_ms: float  # mean over slots
     emulator_ms: float  # per slot: the clock advance (the emulator's events)
@@ -107,6 +108,7 @@ class ControlCost:
             "planner_ms": round(self.planner_ms, 1),
             "router_ms": round(self.router_ms, 1),
             "deployer_p95_ms": round(self.deployer_p95_ms, 3),
+            "deployer_cpu_p95_ms": round(self.deployer_cpu_p95_ms, 3),
             "emulator_ms_per_slot": round(self.emulator_ms, 1),
         }
 
@@ -125,8 +127,8 @@ def control_plane_cost(path: Path, profile: str, slots: int, seed: int = 1) -> C
         walls.append(time.perf_counter() - started)
     loop.close()
     timings = loop.result.timings
-    deployer = sorted(s for t in timings for s in t.node_s)
-    p95 = deployer[max(0, math.ceil(0.95 * len(deployer)) - 1)] if deployer else 0.0
+    p95 = _p95([s for t in timings for s in t.node_s])
+    cpu_p95 = _p95([s for t in timings for s in t.node_cpu_s])
     emulator = [w - t.decide_s - t.store_s for w, t in zip(walls, timings, strict=True)]
     return ControlCost(
         profile=profile,
@@ -136,10 +138,16 @@ def control_plane_cost(path: Path, profile: str, slots: int, seed: int = 1) -> C
         # the planner's CPU is not timed apart: slot 0's CPU includes it
         serial_cpu_ms=[(t.decide_cpu_s - t.deployers_cpu_s) * 1000 for t in timings[1:] or timings],
         deployer_p95_ms=p95 * 1000,
+        deployer_cpu_p95_ms=cpu_p95 * 1000,
         planner_ms=max(t.planner_s for t in timings) * 1000,
         router_ms=statistics.mean(t.router_s for t in timings) * 1000,
         emulator_ms=statistics.mean(emulator) * 1000,
     )
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)] if ordered else 0.0
 
 
 def peak_rss_mib() -> float:

@@ -143,6 +143,7 @@ class SlotTiming:
     decide_s: float = 0.0
     store_s: float = 0.0
     node_s: list[float] = field(default_factory=list)
+    node_cpu_s: list[float] = field(default_factory=list)  # the same decisions' thread CPU
     #: CPU time of the loop's thread over the same spans (on a loaded machine
     #: wall time also counts the waits for a core)
     decide_cpu_s: float = 0.0
@@ -338,7 +339,7 @@ class ControlLoop:
         self._count_off_role(d_route.value, arrivals, index)
         backlog = routed_backlog(snapshot, d_route.value, arrivals, index)
         deploy_cpu = time.thread_time()
-        d_places = self._deploy(epoch, slot, backlog, timing.node_s)
+        d_places = self._deploy(epoch, slot, backlog, timing.node_s, timing.node_cpu_s)
         timing.deployers_s = sum(timing.node_s)
         timing.deployers_cpu_s = time.thread_time() - deploy_cpu
         decisions.extend(d_places)
@@ -466,15 +467,20 @@ class ControlLoop:
         return self.guard.route(router, decide, self.ctx, arrivals, epoch=epoch, slot=slot)
 
     def _deploy(
-        self, epoch: int, slot: int, snapshot: Snapshot, node_s: list[float]
+        self,
+        epoch: int,
+        slot: int,
+        snapshot: Snapshot,
+        node_s: list[float],
+        node_cpu_s: list[float],
     ) -> list[Decision[Placement]]:
-        """One guarded decision per worker, in node order; each one's wall time into `node_s`."""
+        """One guarded decision per worker, in node order; each one's wall and CPU time kept."""
         states = {n.name: n for n in snapshot.nodes}
         roles = self._macro.role_map() if self._macro else {}
         services = self.ctx.services
 
-        def one(node: NodeInfo) -> tuple[Decision[Placement], float]:
-            started = time.perf_counter()
+        def one(node: NodeInfo) -> tuple[Decision[Placement], float, float]:
+            started, started_cpu = time.perf_counter(), time.thread_time()
             state = states.get(node.name)
             obs = (
                 None
@@ -493,15 +499,16 @@ class ControlLoop:
             )
             deployer = self.plugins.deployers[node.name]
             d = self.guard.place(deployer, node, services, obs, epoch=epoch, slot=slot)
-            return d, time.perf_counter() - started
+            return d, time.perf_counter() - started, time.thread_time() - started_cpu
 
         done = (
             [one(n) for n in self._workers]
             if self._pool is None
             else list(self._pool.map(one, self._workers))
         )
-        node_s.extend(t for _, t in done)
-        return [d for d, _ in done]
+        node_s.extend(t for _, t, _ in done)
+        node_cpu_s.extend(c for _, _, c in done)
+        return [d for d, _, _ in done]
 
     # -- records, feedback, epochs -------------------------------------------------
 

@@ -25,6 +25,7 @@ def test_each_node_is_timed_once_and_the_serial_part_is_what_is_left(profile: st
     for t in loop.result.timings:
         # one whole guarded decision per worker, each at least its plugin call
         assert len(t.node_s) == len(ctx.workers)
+        assert len(t.node_cpu_s) == len(ctx.workers)
         assert t.deployers_s == pytest.approx(sum(t.node_s))
         mine = [d for d in deployers if d.slot == t.slot]  # node order, as node_s
         assert [d.node for d in mine] == [n.name for n in ctx.workers]
