@@ -40,10 +40,16 @@ GROUP, VERSION = kube.GROUP, kube.VERSION
 #: Where the operator writes the NVIDIA device plugin's time-slicing ConfigMap.
 TIMESLICING_NAMESPACE = os.environ.get("LMEDGE_TIMESLICING_NAMESPACE", "lmedge-system")
 TIMESLICING_CONFIGMAP = os.environ.get("LMEDGE_TIMESLICING_CONFIGMAP", "lmedge-time-slicing")
-#: `NAMESPACE/NAME` of the ConfigMap listing each LMService's image and uid in
-#: the workload namespace, the parameter of the node agents' admission policy
-#: (the chart's `<release>-model-images`); unset: not maintained.
+#: `NAMESPACE/NAME` of the ConfigMap listing each LMService's image and uid,
+#: the parameter of the node agents' admission policy (the chart's
+#: `<release>-model-images`, in the release namespace); unset: not maintained.
 MODEL_IMAGES = os.environ.get("LMEDGE_MODEL_IMAGES_CONFIGMAP", "")
+#: The namespace whose LMServices it lists (the workload namespace); default:
+#: the ConfigMap's own. The chart keeps them apart, so a workload namespace
+#: deleted and made again does not take the admission parameter with it.
+MODEL_IMAGES_FOR = (
+    os.environ.get("LMEDGE_MODEL_IMAGES_NAMESPACE", "") or MODEL_IMAGES.partition("/")[0]
+)
 #: Seconds between LMService status refreshes (success ratio, latency, instances).
 STATUS_INTERVAL_S = float(os.environ.get("LMEDGE_STATUS_INTERVAL_S", "30"))
 
@@ -171,7 +177,7 @@ def sync_model_images() -> bool:
         return False
     namespace, _, name = MODEL_IMAGES.partition("/")
     return kube.set_configmap_data(
-        namespace, name, logic.model_images(kube.list_lmservices(namespace))
+        namespace, name, logic.model_images(kube.list_lmservices(MODEL_IMAGES_FOR))
     )
 
 
@@ -187,7 +193,7 @@ def model_images_follow_lmservices(namespace: str | None, logger: kopf.Logger, *
 
 def _sync_model_images_logged(namespace: str | None, logger: kopf.Logger) -> None:
     """Resync when `namespace` is the workload namespace; a failure is logged, not raised."""
-    if not MODEL_IMAGES or namespace != MODEL_IMAGES.partition("/")[0]:
+    if not MODEL_IMAGES or namespace != MODEL_IMAGES_FOR:
         return
     try:
         if sync_model_images():

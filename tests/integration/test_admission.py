@@ -146,7 +146,7 @@ def admin(installed: KubeCluster) -> Iterator[KubeClient]:
 def images(admin: KubeClient) -> dict[str, str]:
     """The model-images ConfigMap as the operator writes it (`logic.model_images`)."""
     data = model_images(admin.list_lmservices(WORKLOADS))
-    admin.core.patch_namespaced_config_map(IMAGES, WORKLOADS, {"data": data})
+    admin.core.patch_namespaced_config_map(IMAGES, SYSTEM, {"data": data})
     return data
 
 

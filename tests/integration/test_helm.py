@@ -130,7 +130,7 @@ def test_default_render(helm_bin: Path) -> None:
     docs = template(helm_bin)
     kinds = sorted({d["kind"] for d in docs})
     assert kinds == sorted(
-        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment",
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job",
          "NetworkPolicy", "Pod", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount",
          "StatefulSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )  # fmt: skip
@@ -182,6 +182,15 @@ def test_default_render(helm_bin: Path) -> None:
     }
     hooks = [d for d in docs if d["kind"] == "Pod"]
     assert [h["metadata"]["annotations"]["helm.sh/hook"] for h in hooks] == ["test"]
+    # `helm uninstall` first releases the LMServices, while the operator runs
+    # (the hook's account, Role and binding are pre-delete hooks too).
+    uninstall = [d for d in docs if "uninstall" in d["metadata"]["name"]]
+    assert sorted(d["kind"] for d in uninstall) == ["Job", "Role", "RoleBinding", "ServiceAccount"]
+    assert {d["metadata"]["annotations"]["helm.sh/hook"] for d in uninstall} == {"pre-delete"}
+    (job,) = by_kind(docs, "Job").values()
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "-m", "lmedge.operator.uninstall"]
+    assert "--namespace=default" in container["args"]  # the workloadNamespace value
 
 
 def test_lmedge_pods_are_hardened(helm_bin: Path) -> None:
@@ -797,8 +806,9 @@ def test_helm_install_and_the_control_plane_runs_on_it(
         # against the store its environment names.
         hooks = helm(helm_bin, "get", "hooks", "lmh", "-n", ns,
                      "--kubeconfig", str(lmedge_cluster.kubeconfig)).stdout  # fmt: skip
-        (hook,) = [h for h in yaml.safe_load_all(hooks) if h]
-        assert hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
+        # (The others are the uninstall hook's, pre-delete.)
+        (hook,) = [h for h in yaml.safe_load_all(hooks)
+                   if h and h["metadata"]["annotations"]["helm.sh/hook"] == "test"]  # fmt: skip
         status = subprocess.run(
             [str(Path(sys.executable).parent / "lmedge"), *hook["spec"]["containers"][0]["args"],
              "--json"],
