@@ -17,19 +17,23 @@
 4. Prompt tokens per agent vs node count (testbed 6 workers, large 120,
    metro-1000 1,000) in the form `auto` picks (hierarchy.py), and flat for
    scale: planner and scheduler must stay <= 4,000 at 1,000 nodes.
-5. The per-agent table on the real small model (llama-cpp-python's server,
-   the Gemma 3 270M GGUF of `make tools`): calls, parsed, validated,
-   accepted, repaired, fallback, latency p50/p95, tokens in/out, over
-   `LMEDGE_AGENT_BENCH_CALLS` decisions per agent (default 2: one
-   grammar-constrained call takes minutes on 2 loaded cores) on testbed
-   observations, budgets lifted off the slot (`slot_cap` off: the emulator's
-   setting for judging a slow model on its decisions).
+5. The small model on testbed (llama-cpp-python's server, the Gemma 3 270M
+   GGUF of `make tools`): `ma` for `LMEDGE_AGENT_BENCH_SLOTS` measured slots
+   (default 1: one grammar-constrained call takes minutes on 2 loaded cores),
+   seed 1, three arms -- rules, the three agents on the model with the scoring
+   guard, and without it -- then 30 settle slots on the rules in every arm.
+   Budgets are a setting of the run (`slot_cap` off): time is virtual, the
+   model is judged on its decisions. Per agent: calls, parsed, validated,
+   accepted, overruled by the guard, repaired, fallback, latency p50/p95,
+   tokens in/out; per arm the objective J. The unguarded arm reuses the
+   model's reply to a request identical to one the guarded arm made.
 
 Results are printed and written to reports/bench-agents.json.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import statistics
@@ -357,72 +361,176 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
-@pytest.mark.timeout(7200)  # minutes per grammar-constrained call on a loaded CPU
-def test_per_agent_table_on_the_small_model(llama_server: LlamaServer) -> None:
-    from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
-    from lmedge.backends.emulated.backend import EmulatedBackend
+#: Measured slots of the small-model run (LMEDGE_AGENT_BENCH_SLOTS): one slot is a
+#: scheduler call and six deployer calls (and the planner's at slot 0), served
+#: one at a time; on 2 loaded cores one grammar-constrained call takes minutes.
+SMALL_MODEL_SLOTS = int(os.environ.get("LMEDGE_AGENT_BENCH_SLOTS", "1"))
+#: Settling after the measured slots (tau = 900 s = 30 slots), decided by the
+#: rule backends in every arm so the measured requests reach an outcome the
+#: same way; the model is asked only in the measured slots.
+SMALL_MODEL_SETTLE = 30
 
-    forget_endpoint_capabilities()
-    n_calls = int(os.environ.get("LMEDGE_AGENT_BENCH_CALLS", "2"))
-    params = {
-        "llm_base_url": llama_server.base_url,
-        "llm_model": llama_server.model,
-        "llm_timeout_s": 600,
-        "llm_budget_s": 1800,
-        "llm_slot_cap": "off",
-    }
-    backend = EmulatedBackend(load_scenario(ROOT / "examples" / "testbed"), seed=1)
-    ctx = backend.context()
-    planner = AgenticPlanner.build(ctx, params, seed=1)
-    router = AgenticRouter.build(ctx, params)
-    deployer = AgenticDeployer.build(ctx, params)
-    macro = rule_macro_policy(PlanningObservation(epoch=0, context=ctx), RulePlannerState())
-    decisions: dict[str, list[Decision[Any]]] = {"planner": [], "scheduler": [], "deployer": []}
-    # Repair turns are the client's (LLMReply.repairs, not in the Decision): count them
-    # at the client of each agent.
-    repairs: dict[str, list[int]] = {a: [] for a in decisions}
-    for name, agent in (("planner", planner), ("scheduler", router), ("deployer", deployer)):
+
+def _instrument(
+    plugins: Any,
+    repairs: dict[str, list[float]],
+    replies: dict[tuple[str, ...], Any],
+    reused: Counter[str],
+) -> None:
+    """Wrap each agent's client: record its repair turns and the time of its HTTP
+    calls (the client's `LLMReply.repairs` and `.latency_s`, not in the Decision,
+    whose `latency_s` includes waiting for the serialised server) and answer a request identical to
+    one already asked (same agent, prompts and schema) with the model's reply to
+    it. The second arm then asks the model only where the first arm's guard
+    changed what the agents saw, as a deterministic model would."""
+    agents = [("planner", plugins.planner), ("scheduler", plugins.router)] + [
+        ("deployer", d) for d in plugins.deployers.values()
+    ]
+    wrapped: set[int] = set()
+    for name, agent in agents:
         client = agent.core.client
-        assert client is not None
+        if client is None or id(client) in wrapped:
+            continue
+        wrapped.add(id(client))
 
-        def counted(*a: Any, _ask: Any = client.ask, _name: str = name, **k: Any) -> Any:
-            reply = _ask(*a, **k)
+        def ask(
+            system: str, user: str, model: str, schema: str, *a: Any,
+            _ask: Any = client.ask, _name: str = name, **k: Any,
+        ) -> Any:  # fmt: skip
+            key = (_name, system, user, model, schema)
+            if key in replies:
+                reused[_name] += 1
+                return copy.deepcopy(replies[key])
+            reply = _ask(system, user, model, schema, *a, **k)
+            replies[key] = copy.deepcopy(reply)
             repairs[_name].append(reply.repairs)
+            repairs[f"{_name}_call_s"].append(reply.latency_s)
             return reply
 
-        client.ask = counted  # type: ignore[method-assign]
-    for k in range(n_calls):
-        snap = backend.snapshot(k)
-        arrivals = [a for a in backend.arrivals(k) if a.requests > 0]
-        decisions["planner"].append(planner.plan(PlanningObservation(epoch=k, context=ctx)))
-        slot = SlotObservation(
-            slot=k, epoch=0, context=ctx, macro=macro, snapshot=snap, arrivals=arrivals
-        )
-        decisions["scheduler"].append(router.route(slot))
-        worker = ctx.workers[k % len(ctx.workers)].name
-        decisions["deployer"].append(deployer.place(_node_obs(ctx, slot, worker)))
+        client.ask = ask
+
+
+def _agent_table(decisions: list[Decision[Any]], repairs: dict[str, list[float]]) -> dict[str, Any]:
     table = {}
-    for agent, ds in decisions.items():
-        asked = [d for d in ds if d.model is not None]
+    for agent in ("planner", "scheduler", "deployer"):
+        asked = [d for d in decisions if d.agent == agent and d.model is not None]
         lat = [d.latency_s for d in asked]
         table[agent] = {
             "calls": len(asked),
             "parsed": sum(d.parsed for d in asked),
             "validated": sum(bool(d.parsed and not d.violations) for d in asked),
             "accepted": sum(d.source == "llm" for d in asked),
+            "overruled_by_guard": sum(d.source == "rule" for d in asked),
             "repaired": sum(1 for r in repairs[agent] if r > 0),
             "fallback": sum(d.source == "fallback" for d in asked),
             "latency_p50_s": round(statistics.median(lat), 1) if lat else None,
             "latency_p95_s": round(_pct(lat, 0.95), 1) if lat else None,
+            "latency_max_s": round(max(lat), 1) if lat else None,
+            # the model's own time per call (HTTP), without the wait for the server
+            "call_p50_s": round(statistics.median(calls), 1)
+            if (calls := repairs.get(f"{agent}_call_s"))
+            else None,
+            "call_p95_s": round(_pct(calls, 0.95), 1) if calls else None,
             "tokens_in": sum(d.tokens_in for d in asked),
             "tokens_out": sum(d.tokens_out for d in asked),
-            "errors": sorted({d.error for d in asked if d.error}),
+            "errors": sorted({d.error for d in asked if d.error})[:5],
+            "violations": sorted({v for d in asked for v in d.violations})[:8],
         }
-    RESULTS["small_model_per_agent"] = table
-    print(json.dumps(table, indent=2))
-    # The grammar built from each observation's schema makes every reply parse.
-    total = sum(t["calls"] for t in table.values())
-    assert sum(t["parsed"] for t in table.values()) >= 0.99 * total
+    return table
+
+
+def _small_model_arm(
+    llm: dict[str, Any] | None, seed: int, replies: dict[tuple[str, ...], Any]
+) -> dict[str, Any]:
+    """`ma` on testbed for SMALL_MODEL_SLOTS slots, the three agents on `llm` (None:
+    rules), then SMALL_MODEL_SETTLE slots on the rule backends in every arm."""
+    from lmedge.backends.emulated.backend import EmulatedBackend
+    from lmedge.controller.assembly import PolicyChoice, build_plugins
+    from lmedge.controller.loop import ControlLoop
+    from lmedge.metrics import context_segment_metrics
+
+    backend = EmulatedBackend(load_scenario(ROOT / "examples" / "testbed"), seed=seed)
+    ctx = backend.context()
+    params = {"planner": llm, "router": llm, "deployer": llm} if llm else {}
+    plugins = build_plugins(PolicyChoice(profile="ma", params=params), ctx, seed)
+    repairs: dict[str, list[float]] = {
+        f"{a}{k}": [] for a in ("planner", "scheduler", "deployer") for k in ("", "_call_s")
+    }
+    reused: Counter[str] = Counter()
+    if llm:
+        _instrument(plugins, repairs, replies, reused)
+    loop = ControlLoop(backend, plugins, run_id=f"small-model-{seed}", seed=seed)
+    started = time.monotonic()
+    try:
+        for t in range(SMALL_MODEL_SLOTS):
+            loop.step(t)
+        # Same rule plugins (same seed) for the settle of every arm.
+        loop.plugins = build_plugins(PolicyChoice(profile="ma"), ctx, seed)
+        for t in range(SMALL_MODEL_SLOTS, SMALL_MODEL_SLOTS + SMALL_MODEL_SETTLE):
+            loop.step(t)
+    finally:
+        loop.close()
+    loop.result.slots = SMALL_MODEL_SLOTS
+    res = loop.result
+    seg = context_segment_metrics(res.measured_records(), ctx).overall
+    measured = [d for d in res.decisions if d.slot < SMALL_MODEL_SLOTS]
+    return {
+        "objective": round(seg.objective, 4) if seg.objective is not None else None,
+        "success_ratio": round(seg.successes / seg.requests, 4) if seg.requests else None,
+        "requests": seg.requests,
+        "mean_latency_s": round(seg.mean_latency_s, 1) if seg.mean_latency_s else None,
+        "wall_s": round(time.monotonic() - started, 1),
+        "agents": _agent_table(measured, repairs) if llm else None,
+        "replies_reused": dict(reused),
+    }
+
+
+@pytest.mark.timeout(7200)  # minutes per slot of grammar-constrained calls on a loaded CPU
+def test_small_model_on_testbed(llama_server: LlamaServer) -> None:
+    """The per-agent table and the guard's effect on the real small model.
+
+    `ma` on testbed, seed 1, SMALL_MODEL_SLOTS measured slots, three arms: the
+    rule agents; the three agents on the small model with the scoring guard
+    (the default); the same without it. Budgets are lifted off the slot
+    (`slot_cap` off, minutes of timeout): the emulator's time is virtual, so
+    the model is judged on its decisions, never on timeouts.
+    """
+    forget_endpoint_capabilities()
+    llm = {
+        "llm_base_url": llama_server.base_url,
+        "llm_model": llama_server.model,
+        "llm_timeout_s": 600,
+        "llm_budget_s": 1800,
+        "llm_slot_cap": "off",
+    }
+    seed = 1
+    replies: dict[tuple[str, ...], Any] = {}
+    arms = {
+        "rules": _small_model_arm(None, seed, replies),
+        "model_guarded": _small_model_arm(llm, seed, replies),
+        "model_unguarded": _small_model_arm({**llm, "llm_guard": "off"}, seed, replies),
+    }
+    RESULTS["small_model_testbed"] = {
+        "seed": seed,
+        "slots": SMALL_MODEL_SLOTS,
+        "settle_slots_on_rules": SMALL_MODEL_SETTLE,
+        "model": llama_server.model,
+        "arms": arms,
+    }
+    print(json.dumps(RESULTS["small_model_testbed"], indent=2))
+    for arm in ("model_guarded", "model_unguarded"):
+        table = arms[arm]["agents"]
+        total = sum(t["calls"] for t in table.values())
+        # Every slot asks the scheduler and the six deployers; epoch 0 the planner.
+        assert total >= SMALL_MODEL_SLOTS * 7 + 1, (arm, table)
+        # The grammar built from each observation's schema makes every reply parse.
+        assert sum(t["parsed"] for t in table.values()) >= 0.99 * total, (arm, table)
+    # The guard's promise, on this run: never worse than the rules beyond its margin.
+    from lmedge.agents.guard import GUARD_MARGIN
+
+    guarded, rules = arms["model_guarded"]["objective"], arms["rules"]["objective"]
+    assert guarded is not None and rules is not None
+    assert guarded <= rules + GUARD_MARGIN, arms
 
 
 @pytest.fixture(scope="module", autouse=True)
