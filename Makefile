@@ -52,8 +52,11 @@ images: install tools
 	bash tools/build-images.sh
 
 # Just the real-node tier (tests/realnode/): two real kubelets + containerd.
+# The tests tear their tier down; `clean` then removes one a killed run left
+# (never a live tier, nor one started with tools/realnode/up.sh).
 realnode: images
-	$(BIN)/pytest tests/realnode -m realnode -p no:cacheprovider
+	$(BIN)/pytest tests/realnode -m realnode -p no:cacheprovider; rc=$$?; \
+	  $(BIN)/python -m tests.realnode.tier clean; exit $$rc
 
 # Every tier but the real-node one (`make realnode`: root, containerd, ~20 min).
 test: install tools

@@ -27,7 +27,9 @@ records the running one, and ``up`` refuses while its processes live (and
 cleans up after one that died).
 
 As a script: ``python -m tests.realnode.tier up DIR`` / ``down`` (what
-``tools/realnode/up.sh`` and ``down.sh`` wrap).
+``tools/realnode/up.sh`` and ``down.sh`` wrap); ``clean`` tears down only a
+tier whose owning test process died without doing so (``make realnode`` runs
+it after the tests, so even a killed run leaves nothing behind).
 """
 
 from __future__ import annotations
@@ -679,7 +681,17 @@ def main(argv: list[str] | None = None) -> int:
     down = sub.add_parser("down", help="stop the tier (the one running, or DIR's)")
     down.add_argument("dir", type=Path, nargs="?")
     sub.add_parser("check", help="say whether this machine can run the tier")
+    sub.add_parser(
+        "clean", help="tear down a tier whose owner died (never a live one or an up.sh one)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "clean":
+        with _locked():
+            stale = STATE_FILE.exists()
+            _clean_stale()
+            if stale and not STATE_FILE.exists():
+                print("realnode: cleaned up after a tier whose owner had died")
+        return 0
     if args.command == "check":
         problems = unmet_requirements()
         for p in problems:
