@@ -62,6 +62,7 @@ def _prompt_tokens(path: Path) -> dict[str, int | None]:
     return {a: prompt_tokens(a, ctx) for a in ("planner", "scheduler", "deployer")}  # type: ignore[arg-type]
 
 
+@pytest.mark.timeout(7200)  # every profile at 1,000 workers: most of an hour on a loaded machine
 def test_scale_table(tmp_path: Path) -> None:
     sizes = [int(s) for s in _env_list("LMEDGE_SCALE_SIZES", "10,100,1000")]
     profile("ma")  # loads the registrations, so PROFILES lists every profile
@@ -72,9 +73,10 @@ def test_scale_table(tmp_path: Path) -> None:
     for workers in sorted(sizes):
         path = scale_scenario(tmp_path / f"s{workers}", workers)
         tokens = _prompt_tokens(path)
+        scenario = load_scenario(path)  # once: loading 1,000 nodes costs more than a slot
         emulator = []
         for p in profiles:
-            cost = control_plane_cost(path, p, slots)
+            cost = control_plane_cost(scenario, p, slots)
             rows.append(cost.row())
             emulator.append(cost.emulator_ms)
             print(cost.row())
@@ -153,6 +155,7 @@ def _loop_in_fresh_process(path: Path, slots: int, out: Any) -> None:
     out.put(measure_loop(path, "ma", slots))
 
 
+@pytest.mark.timeout(3600)  # 200 slots at 1,000 workers plus a baseline epoch, loaded machine
 def test_metro_1000_full_loop() -> None:
     """Issue 17 item 4: 1,000 workers x 200 slots, loop + default profile, in a fresh process."""
     slots = int(os.environ.get("LMEDGE_SCALE_LOOP_SLOTS", "200"))
