@@ -47,6 +47,46 @@ def nearest_feasible_node(
     return min(feasible, key=lambda n: (link_class(ctx, origin, n), n))
 
 
+class NearestHosts:
+    """`nearest_feasible_node` for many origins of one context, without a scan per origin.
+
+    The nearest node by (link class, name) is the origin itself, else the
+    first name among the feasible nodes of its site, else of its linked
+    sites, else of all; so per LM the first feasible name of each site is
+    kept once, and each origin costs a look at its own links only. (The scan
+    per (origin, LM) pair was seconds per slot of local routing at 1,000
+    nodes.) The tests compare the two.
+    """
+
+    def __init__(self, ctx: ClusterContext) -> None:
+        self.ctx = ctx
+        self._first: dict[str, tuple[set[str], dict[str, str], str | None]] = {}
+
+    def _lm(self, lm: str) -> tuple[set[str], dict[str, str], str | None]:
+        got = self._first.get(lm)
+        if got is None:
+            feasible = self.ctx.feasible_nodes(lm)
+            first: dict[str, str] = {}
+            for n in feasible:
+                site = self.ctx.node(n).spec.site
+                if site not in first or n < first[site]:
+                    first[site] = n
+            got = self._first[lm] = (set(feasible), first, min(feasible, default=None))
+        return got
+
+    def __call__(self, origin: str, lm: str) -> str | None:
+        hosts, first, overall = self._lm(lm)
+        if origin in hosts or overall is None:
+            return origin if origin in hosts else None
+        if not self.ctx.has_node(origin):
+            return overall
+        spec = self.ctx.node(origin).spec
+        if spec.site in first:
+            return first[spec.site]
+        linked = [first[x.site] for x in spec.links if x.site in first]
+        return min(linked) if linked else overall
+
+
 class FeasibleNodes:
     """`ctx.feasible_nodes(lm)` memoised per LM, for plugins that ask every slot.
 

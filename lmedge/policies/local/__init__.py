@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lmedge.api import Arrival, ClusterContext, Decision, Route, RoutingMap, SlotObservation
-from lmedge.policies._support import nearest_feasible_node
+from lmedge.policies._support import NearestHosts
 
 __all__ = ["LocalRouter", "local_routing"]
 
@@ -24,13 +24,13 @@ def local_routing(ctx: ClusterContext, arrivals: Sequence[Arrival]) -> RoutingMa
     """
     routes: list[Route] = []
     seen: set[tuple[str, str]] = set()
-    feasible = {lm: ctx.feasible_nodes(lm) for lm in ctx.lm_names}
+    nearest = NearestHosts(ctx)  # nearest_feasible_node, per LM once instead of per pair
     for a in sorted(arrivals, key=lambda a: (a.origin, a.lm)):
         model = ctx.default_model(a.lm)
         if (a.origin, a.lm) in seen or model is None:
             continue
         seen.add((a.origin, a.lm))
-        dest = nearest_feasible_node(ctx, a.origin, model, feasible[model])
+        dest = nearest(a.origin, model)
         if dest is not None:
             routes.append(
                 Route(
