@@ -191,6 +191,13 @@ def test_default_render(helm_bin: Path) -> None:
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["python", "-m", "lmedge.operator.uninstall"]
     assert "--namespace=default" in container["args"]  # the workloadNamespace value
+    # The image policy's parameter is resolved before its matchConditions: its
+    # binding applies in the workload namespace only, so a missing parameter
+    # cannot refuse pod creates elsewhere (it refused the hook Job's pod).
+    images = by_kind(docs, "ValidatingAdmissionPolicyBinding")["t-lmedge-node-agent-images"]
+    assert images["spec"]["matchResources"] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "default"}}
+    }
 
 
 def test_lmedge_pods_are_hardened(helm_bin: Path) -> None:
