@@ -16,7 +16,7 @@ export LMEDGE_TOOLS_DIR ?= $(CURDIR)/$(TOOLS)
 # Playwright drives the system chromium (tools/install-chromium.sh); it never downloads one.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: install lock tools images realnode test test-unit lint typecheck demo bench crds clean simulate-llm
+.PHONY: install lock tools images realnode test test-suite test-unit lint typecheck demo bench crds clean simulate-llm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -58,8 +58,12 @@ realnode: images
 	$(BIN)/pytest tests/realnode -m realnode -p no:cacheprovider; rc=$$?; \
 	  $(BIN)/python -m tests.realnode.tier clean; exit $$rc
 
-# Every tier but the real-node one (`make realnode`: root, containerd, ~20 min).
-test: install tools
+# Every tier: the suite, then the real-node tier (root, containerd; images
+# built and cached on the first run). `make test-suite` runs the suite alone.
+test: test-suite
+	$(MAKE) realnode
+
+test-suite: install tools
 	$(BIN)/pytest
 
 test-unit: install

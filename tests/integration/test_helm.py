@@ -644,8 +644,11 @@ def release(
         assert installed.returncode == 0, installed.stderr
         yield {"namespace": ns, "workloads": wns, "output": installed.stdout}
     finally:
+        # KWOK runs no containers, so the pre-delete hook's Job would never
+        # finish here (the real-node tier runs it). A failed uninstall would
+        # leave the chart's cluster-wide policies behind for later tests.
         helm(helm_bin, "uninstall", "lmh", "-n", ns, "--kubeconfig", kubeconfig,
-             "--wait", "--timeout", "120s", check=False)  # fmt: skip
+             "--no-hooks", "--wait", "--timeout", "120s")  # fmt: skip
         with lmedge_cluster.api_client() as api:
             core = client.CoreV1Api(api)
             for name in (ns, wns):
