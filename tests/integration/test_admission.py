@@ -581,3 +581,40 @@ class Fixed:
         return Decision[Placement](
             agent="deployer", policy="fixed", source="rule", value=self.placement
         )
+
+
+def test_a_missing_images_parameter_refuses_only_the_workload_namespace(
+    admin: KubeClient, agent: KubeClient, valid: dict[str, Any], images: dict[str, str]
+) -> None:
+    """The API server resolves the parameter before the match conditions: while
+    the ConfigMap is gone, the binding must not refuse pods outside the workload
+    namespace (it did, for every pod in the cluster)."""
+    kept = admin.core.read_namespaced_config_map(IMAGES, SYSTEM)
+    admin.core.delete_namespaced_config_map(IMAGES, SYSTEM)
+
+    def refused_for_want_of_it() -> bool:
+        try:
+            agent.core.create_namespaced_pod(WORKLOADS, valid, dry_run="All")
+        except ApiException as exc:
+            return "no params found" in (exc.body or "")
+        return False
+
+    try:
+        wait_until(refused_for_want_of_it, 60, "the node agent refused without the parameter")
+        elsewhere = pod(f"elsewhere-{uuid.uuid4().hex[:6]}", "worker-3")
+        created = admin.core.create_namespaced_pod(SYSTEM, elsewhere, dry_run="All")
+        assert created.metadata.name == elsewhere["metadata"]["name"]
+    finally:
+        admin.core.create_namespaced_config_map(
+            SYSTEM,
+            {"metadata": {"name": IMAGES, "labels": kept.metadata.labels}, "data": images},
+        )
+
+    def admitted() -> bool:
+        try:
+            agent.core.create_namespaced_pod(WORKLOADS, valid, dry_run="All")
+        except ApiException:
+            return False
+        return True
+
+    wait_until(admitted, 60, "the node agent admitted again with the parameter back")
