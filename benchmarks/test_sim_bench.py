@@ -27,6 +27,7 @@ import pytest
 
 from lmedge.api import LMPlacement, Placement, Route, RoutingMap, nearest_feasible
 from lmedge.backends.emulated import EmulatedBackend, load_scenario
+from lmedge.bench.scale import GCTimer
 from lmedge.sim.synthetic import synthetic_cluster, write_scenario
 
 pytestmark = pytest.mark.bench
@@ -79,24 +80,15 @@ def _timed(path: Path, slots: int) -> tuple[float, int]:
 
 
 def _measure(path: Path, slots: int, out: Any) -> None:
-    gc_s = [0.0, 0.0]
-
-    def on_gc(phase: str, _info: dict[str, Any]) -> None:
-        if phase == "start":
-            gc_s[1] = time.process_time()
-        else:
-            gc_s[0] += time.process_time() - gc_s[1]
-
     backend = EmulatedBackend(load_scenario(path), seed=0)
     place_everything(backend)  # the driver's set-up, not the emulator's cost
     gc.collect()
-    gc.callbacks.append(on_gc)
-    t0 = time.process_time()
-    records = drive(backend, slots, place=False)
-    cpu_s = time.process_time() - t0
-    gc.callbacks.remove(on_gc)
+    with GCTimer() as gc_time:
+        t0 = time.process_time()
+        records = drive(backend, slots, place=False)
+        cpu_s = time.process_time() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    out.put({"cpu_s": cpu_s, "gc_s": gc_s[0], "records": records, "rss_mib": rss})
+    out.put({"cpu_s": cpu_s, "gc_s": gc_time.cpu_s, "records": records, "rss_mib": rss})
 
 
 def measure_emulator(path: Path, slots: int) -> dict[str, float]:

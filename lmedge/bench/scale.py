@@ -26,6 +26,7 @@ prints the table next to the targets (benchmarks/test_scale_bench.py).
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import resource
 import statistics
@@ -175,6 +176,27 @@ def growth_exponent(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return sum((p[0] - mx) * (p[1] - my) for p in pts) / var
 
 
+class GCTimer:
+    """CPU seconds the cyclic garbage collector takes while the block runs."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self._started = 0.0
+
+    def _on_gc(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.cpu_s += time.process_time() - self._started
+
+    def __enter__(self) -> GCTimer:
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+
 def measure_loop(
     path: Path, profile: str = "ma", slots: int = 200, seed: int = 1
 ) -> dict[str, float]:
@@ -186,7 +208,6 @@ def measure_loop(
     cyclic GC (gc.callbacks) and the records are counted too. Peak RSS is the
     process's, so run it in a fresh process for a clean number.
     """
-    import gc
 
     from lmedge.bench.runner import EMULATOR_STORE_EVERY, baseline_metrics
 
@@ -206,25 +227,15 @@ def measure_loop(
         store_every=EMULATOR_STORE_EVERY,
         keep_history=False,
     )
-    gc_s = [0.0, 0.0]
-
-    def on_gc(phase: str, _info: dict[str, Any]) -> None:
-        if phase == "start":
-            gc_s[1] = time.process_time()
-        else:
-            gc_s[0] += time.process_time() - gc_s[1]
-
-    records = 0
-    gc.callbacks.append(on_gc)
-    try:
-        wall0, cpu0 = time.perf_counter(), time.process_time()
-        for t in range(slots):
-            loop.step(t)
-        cpu = time.process_time() - cpu0
-        wall = time.perf_counter() - wall0
-    finally:
-        gc.callbacks.remove(on_gc)
-        loop.close()
+    with GCTimer() as gc_time:
+        try:
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            for t in range(slots):
+                loop.step(t)
+            cpu = time.process_time() - cpu0
+            wall = time.perf_counter() - wall0
+        finally:
+            loop.close()
     records = sum(e.requests for e in loop.result.epochs) if loop.result.epochs else 0
     return {
         "workers": len(ctx.workers),
@@ -233,8 +244,8 @@ def measure_loop(
         "baseline_s": based - loaded,
         "loop_wall_s": wall,
         "loop_cpu_s": cpu,
-        "gc_s": gc_s[0],
-        "gc_share": gc_s[0] / cpu if cpu else 0.0,
+        "gc_s": gc_time.cpu_s,
+        "gc_share": gc_time.cpu_s / cpu if cpu else 0.0,
         "requests_in_epochs": records,
         "peak_rss_mib": peak_rss_mib(),
     }

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import math
 
 import pytest
 
 from lmedge.bench.runner import emulated_backend, resolve_scenario
-from lmedge.bench.scale import growth_exponent
+from lmedge.bench.scale import GCTimer, growth_exponent
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop
 from lmedge.sim import load_scenario
@@ -43,3 +44,16 @@ def test_growth_exponent_is_the_log_log_slope() -> None:
     assert growth_exponent([10], [1.0]) is None  # one point has no slope
     assert growth_exponent([10, 100], [0.0, 1.0]) is None  # a zero has no logarithm
     assert growth_exponent([10, 10], [1.0, 2.0]) is None  # no spread in x
+
+
+def test_gc_timer_counts_collections_in_its_block_and_unhooks_itself() -> None:
+    with GCTimer() as timer:
+        gc.collect()
+    assert timer.cpu_s >= 0.0
+    assert timer._on_gc not in gc.callbacks
+    seen = timer.cpu_s
+    gc.collect()  # outside the block: not counted
+    assert timer.cpu_s == seen
+    with pytest.raises(RuntimeError), GCTimer() as failing:
+        raise RuntimeError("the block failed")
+    assert failing._on_gc not in gc.callbacks
