@@ -392,6 +392,10 @@ class LiveCluster:
                 why = f"HTTP {exc.status} {exc.reason}"
             except (urllib3.exceptions.HTTPError, OSError, LmedgeError, ValueError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # the cache must outlive any one failure
+                # A thread that died here would freeze this resource's view for
+                # the rest of the run without a word; say what broke and relist.
+                why = f"unexpected {type(exc).__name__}: {exc}"
             if self._stop.is_set():
                 return
             log.warning("watch of %s broke (%s); relisting in %.1f s", resource, why, backoff)

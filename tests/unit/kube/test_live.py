@@ -5,13 +5,16 @@ and pods replaced when their LMService is edited."""
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client as k8s
 
 from lmedge.api import LMPlacement, Placement, ServiceInfo
 from lmedge.api.manifests import load_resources
+from lmedge.backends.kubernetes import live as live_module
 from lmedge.backends.kubernetes.client import KubeClient, RetryPolicy
 from lmedge.backends.kubernetes.live import (
     ClusterView,
@@ -234,3 +237,25 @@ def test_an_edited_service_makes_its_running_pods_stale() -> None:
     new_name = model_pod(edited["lm4"], p, "worker-6", "ns")["metadata"]["name"]
     assert new_name != pod["metadata"]["name"]  # the new pod never collides with the old
     assert (gone.delete, gone.create) == ([pod["metadata"]["name"]], [])
+
+
+def test_a_watch_thread_outlives_an_unexpected_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    live = LiveCluster(Listing(), "ns", LoopConstants(), watch=False)
+    relists: list[str] = []
+
+    def relist(resource: str) -> str:
+        relists.append(resource)
+        if len(relists) == 1:
+            raise KeyError("PYTEST_CURRENT_TEST")  # e.g. os.environ changed under a read
+        live._stop.set()
+        return "7"
+
+    monkeypatch.setattr(live, "_relist", relist)
+    monkeypatch.setattr(live, "_watch", lambda resource, version: version)
+    monkeypatch.setattr(live_module, "BACKOFF_S", 0.0)
+    with caplog.at_level(logging.WARNING):
+        live._follow("edgenodes", None)  # returns once stopped; raises nothing
+    assert relists == ["edgenodes", "edgenodes"]
+    assert "unexpected KeyError" in caplog.text
