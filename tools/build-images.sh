@@ -56,6 +56,24 @@ done
 # A private buildah store: nothing here touches the host's default one.
 bh=(buildah --root "$out/storage" --runroot "$out/run" --storage-driver overlay)
 
+# The store keeps only the base between builds: every other image lives in
+# its archive (which is all the tier reads), so an earlier run's images and
+# a killed build's containers do not pile up (each image is ~0.8 GB unpacked).
+"${bh[@]}" rm --all >/dev/null 2>&1 || true
+while read -r ref; do
+  [[ "$ref" == localhost/lmedge/base:* ]] || "${bh[@]}" rmi -f "$ref" >/dev/null 2>&1 || true
+done < <("${bh[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null)
+
+# room NAME MB: stop with a clear message, before building NAME, when the
+# disk under $out has less than MB MiB free (a build unpacks its layer, tars it
+# and stores it: about three times the image's size at its peak).
+room() {
+  local avail
+  avail=$(($(df -Pk "$out" | awk 'NR == 2 { print $4 }') / 1024))
+  ((avail >= $2)) ||
+    die "building the $1 image needs about $2 MiB free under $out; the disk has $avail MiB (free some space and rerun \`make images\`)"
+}
+
 # hash_of FILES/DIRS...: one sha256 over their paths and contents.
 hash_of() {
   find "$@" -type f -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 |
@@ -91,6 +109,7 @@ if fresh base "$base_key"; then
   step "base $base_key up to date"
 else
   t=$SECONDS
+  room base 1024
   step "debootstrap $suite (minbase + $base_packages) from $mirror"
   rootfs="$out/rootfs-$suite"
   rm -rf "$rootfs"
@@ -140,6 +159,7 @@ bud() {
   local name="$1" ref="$2" key="$3" dockerfile="$4"
   shift 4
   local t=$SECONDS
+  room "$name" 3072
   step "$name: buildah bud -f ${dockerfile#"$repo"/} -t $ref"
   nice "${bh[@]}" bud -q --layers=false --network none --pull=never \
     --volume "$wheels:/wheels:ro" --build-arg "PYTHON_IMAGE=$base_ref" \
@@ -147,6 +167,7 @@ bud() {
     die "$name build failed; last lines of $out/$name.log:
 $(tail -n 20 "$out/$name.log")"
   export_image "$name" "$ref" "$key"
+  "${bh[@]}" rmi -f "$ref" >/dev/null
   step "$name built in $((SECONDS - t))s"
 }
 
@@ -194,6 +215,7 @@ if fresh ferretdb "$key"; then step "ferretdb $key up to date"; else
     --label org.opencontainers.image.title=ferretdb "$ctr"
   "${bh[@]}" commit -q --rm "$ctr" "$ferret_ref" >/dev/null
   export_image ferretdb "$ferret_ref" "$key"
+  "${bh[@]}" rmi -f "$ferret_ref" >/dev/null
   step "ferretdb built in $((SECONDS - t))s"
 fi
 
@@ -209,6 +231,7 @@ if fresh pause "$key"; then step "pause $key up to date"; else
   "${bh[@]}" config --user 65535:65535 --entrypoint '["/pause"]' "$ctr"
   "${bh[@]}" commit -q --rm "$ctr" "$pause_ref" >/dev/null
   export_image pause "$pause_ref" "$key"
+  "${bh[@]}" rmi -f "$pause_ref" >/dev/null
   step "pause built"
 fi
 
