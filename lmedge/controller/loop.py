@@ -105,6 +105,7 @@ from lmedge.api import (
 from lmedge.api.feasibility import check_macro_policy
 from lmedge.api.live import REPLAN_KINDS, ContextUpdate
 from lmedge.controller.assembly import PolicyPlugins, derive_seed
+from lmedge.controller.gctune import quiet_gc
 from lmedge.controller.guard import DecisionGuard
 from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.metrics import metric_lms, window_metrics
@@ -256,10 +257,11 @@ class ControlLoop:
         and reports count only records with `slot < slots`.
         """
         try:
-            for t in range(slots + settle_slots):
-                self.step(t)
-                if on_slot is not None:
-                    on_slot(t)
+            with quiet_gc():
+                for t in range(slots + settle_slots):
+                    self.step(t)
+                    if on_slot is not None:
+                        on_slot(t)
         finally:
             self.close()
         self.result.slots = slots

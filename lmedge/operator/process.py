@@ -38,6 +38,7 @@ from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSett
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.leader import LeaseElector
 from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
+from lmedge.controller.gctune import quiet_gc
 from lmedge.controller.loop import ControlLoop
 from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.errors import LmedgeError
@@ -240,19 +241,22 @@ def run_controller(
             clock.sleep_until(first * backend_settings.slot_s)
         slot = first
         try:
-            while not stop.is_set() and (settings.slots is None or slot - first < settings.slots):
-                if elector.lost.is_set():
-                    log.error("leadership lost; stopping")
-                    code = 1
-                    break
-                if operator is not None and not operator.alive:
-                    log.error("the operator stopped: %s", operator.error)
-                    code = 1
-                    break
-                loop.step(slot)
-                if on_slot is not None:
-                    on_slot(slot)
-                slot += 1
+            with quiet_gc():  # the objects set up so far are never walked again
+                while not stop.is_set() and (
+                    settings.slots is None or slot - first < settings.slots
+                ):
+                    if elector.lost.is_set():
+                        log.error("leadership lost; stopping")
+                        code = 1
+                        break
+                    if operator is not None and not operator.alive:
+                        log.error("the operator stopped: %s", operator.error)
+                        code = 1
+                        break
+                    loop.step(slot)
+                    if on_slot is not None:
+                        on_slot(slot)
+                    slot += 1
         finally:
             loop.close()
             backend.close()

@@ -985,36 +985,38 @@ class Emulator:
     # ------------------------------------------------------------ observation
     def snapshot(self, slot: int) -> Snapshot:
         now = self.env.now
-        return Snapshot.model_construct(
-            slot=slot,
-            time_s=now,
-            nodes=[
-                self._node_state(n, now) for n in self.nodes.values() if n.name not in self._down
-            ],
-        )
+        nodes = [self._node_state(n, now) for n in self.nodes.values() if n.name not in self._down]
+        return built(Snapshot, {"slot": slot, "time_s": now, "nodes": nodes})
 
     def _node_state(self, node: NodeSim, now: float) -> NodeState:
         cpu, gpus = node.window("snapshot", now)
         spec = node.spec
-        return NodeState.model_construct(
-            name=node.name,
-            backlog={lm: node.backlog(lm) for lm in self.services},
-            instances=[
-                InstanceState.model_construct(
-                    lm=i.lm,
-                    mode=i.mode,
-                    cpu_cores=i.cores,
-                    vgpus=i.vgpus,
-                    status="ready" if i.ready else "pending",
-                )
-                for i in node.instances.values()
-            ],
-            free_cpu_cores=max(0.0, spec.cpu_cores - node.cores_used),
-            free_memory_gib=max(0.0, spec.memory_gib - node.memory_used),
-            free_vgpus=max(0, spec.total_vgpus - sum(node.slots_used)),
-            free_vram_gib=max(0.0, spec.total_vram_gib - node.vram_used),
-            gpu_util=_clip(sum(gpus) / len(gpus)) if gpus else 0.0,
-            cpu_util=_clip(cpu / spec.cpu_cores),
+        waiting = node.waiting
+        return built(
+            NodeState,
+            {
+                "name": node.name,
+                "backlog": {lm: waiting[lm] for lm in self.services},
+                "instances": [
+                    built(
+                        InstanceState,
+                        {
+                            "lm": i.lm,
+                            "mode": i.mode,
+                            "cpu_cores": i.cores,
+                            "vgpus": i.vgpus,
+                            "status": "ready" if i.ready else "pending",
+                        },
+                    )
+                    for i in node.instances.values()
+                ],
+                "free_cpu_cores": max(0.0, spec.cpu_cores - node.cores_used),
+                "free_memory_gib": max(0.0, spec.memory_gib - node.memory_used),
+                "free_vgpus": max(0, spec.total_vgpus - sum(node.slots_used)),
+                "free_vram_gib": max(0.0, spec.total_vram_gib - node.vram_used),
+                "gpu_util": _clip(sum(gpus) / len(gpus)) if gpus else 0.0,
+                "cpu_util": _clip(cpu / spec.cpu_cores),
+            },
         )
 
     def telemetry(self) -> list[NodeTelemetry]:

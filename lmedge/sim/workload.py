@@ -86,13 +86,19 @@ class Workload:
         shape = (len(self._origins), len(self._lms))
         k = rng.integers(lo, hi + 1, size=shape)
         offsets = rng.random(size=shape) * self._spread
-        out: list[RequestSpec] = []
-        for i, origin in enumerate(self._origins):
-            for j, lm in enumerate(self._lms):
-                kk = int(k[i, j])
-                if kk > 0:
-                    out.append(RequestSpec(slot, origin, lm, kk, float(offsets[i, j])))
-        return out
+        # the cells with requests, in row-major (origin, then LM) order
+        rows, cols = np.nonzero(k > 0)
+        origins, lms = self._origins, self._lms
+        return [
+            RequestSpec(slot, origins[i], lms[j], kk, off)
+            for i, j, kk, off in zip(
+                rows.tolist(),
+                cols.tolist(),
+                k[rows, cols].tolist(),
+                offsets[rows, cols].tolist(),
+                strict=True,
+            )
+        ]
 
 
 def record_trace(scenario: Scenario, seed: int, slots: int, path: Path) -> int:

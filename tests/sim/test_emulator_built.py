@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lmedge.api import Arrival, RequestRecord
+from lmedge.api import Arrival, InstanceState, NodeState, RequestRecord, Snapshot
 from lmedge.backends.emulated import EmulatedBackend
 from lmedge.sim import Scenario
 from lmedge.sim.engine import built
@@ -36,3 +36,19 @@ def test_built_names_every_field_given() -> None:
     assert (
         a.model_dump_json() == Arrival(origin="w1", lm="a", requests=1, prompts=3).model_dump_json()
     )
+
+
+def test_snapshots_equal_validated_models(make_scenario: Callable[..., Scenario]) -> None:
+    rows = [(0, "w1", "a", 3, 0.0), (0, "w2", "b", 1, 0.5)]
+    be = EmulatedBackend(make_scenario(rows), seed=0)
+    place(be, "w1", ("a", "gpu", 4, 1))
+    be.arrivals(0)
+    be.emulator.run_until(0.75)
+    snap = be.snapshot(0)
+    assert any(n.instances for n in snap.nodes) and any(sum(n.backlog.values()) for n in snap.nodes)
+    again = Snapshot.model_validate(snap.model_dump())
+    assert again == snap and again.model_dump_json() == snap.model_dump_json()
+    for node in snap.nodes:
+        assert node.model_fields_set == set(NodeState.model_fields)
+        for inst in node.instances:
+            assert inst.model_fields_set == set(InstanceState.model_fields)

@@ -1,0 +1,66 @@
+"""`quiet_gc`: the collector is set up for the block and put back after it."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import pytest
+
+from lmedge.controller.gctune import YOUNG_THRESHOLD, quiet_gc
+
+
+def test_the_block_freezes_and_raises_the_young_threshold_then_restores_both() -> None:
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    with quiet_gc():
+        assert gc.get_threshold()[0] == max(YOUNG_THRESHOLD, before[0])
+        assert gc.get_threshold()[1:] == before[1:]
+        assert gc.get_freeze_count() > 0
+        assert gc.isenabled()  # cycles are still collected
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_nested_and_concurrent_blocks_restore_once_the_outermost_ends() -> None:
+    before = gc.get_threshold()
+    inner_done = threading.Event()
+
+    def inner() -> None:
+        with quiet_gc():
+            pass
+        inner_done.set()
+
+    with quiet_gc():
+        t = threading.Thread(target=inner)
+        t.start()
+        t.join()
+        assert inner_done.is_set()
+        # the other block has ended; this one still holds the collector set up
+        assert gc.get_threshold()[0] == max(YOUNG_THRESHOLD, before[0])
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_failing_block_still_restores_the_collector() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError, match="boom"), quiet_gc():
+        raise RuntimeError("boom")
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_cyclic_garbage_made_in_the_block_is_still_collected() -> None:
+    class Node:
+        other: Node | None = None
+
+    collected = threading.Event()
+    with quiet_gc():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        weakref.finalize(a, collected.set)
+        del a, b
+        gc.collect()
+        assert collected.is_set()
