@@ -27,6 +27,8 @@ from lmedge.cli.simulate import _plugin_params
 from lmedge.errors import ConfigError, LmedgeError
 
 if TYPE_CHECKING:
+    from lmedge.backends.kubernetes.client import KubeClient
+    from lmedge.controller.prometheus import ControlPlaneMetrics
     from lmedge.store import RunInfo, Store
 
 Namespace = Annotated[str, typer.Option(help="Namespace of the LMServices and their model pods.")]
@@ -113,6 +115,80 @@ def await_run(
             log.info("waiting for the controller to store %s", f"run {run}" if run else "a run")
         stop.wait(poll_s)
     return None
+
+
+def _serve_run(
+    found: RunInfo,
+    *,
+    node: str,
+    namespace: str,
+    kube: KubeClient,
+    store: Store,
+    stop: threading.Event,
+    slots: int | None,
+    gateway: str | None,
+    control_token_file: Path | None,
+    model_service_account: str | None,
+    progress_root: Path | None,
+    exporter_host: str | None,
+    metrics: ControlPlaneMetrics | None,
+    follow: bool,
+) -> str | None:
+    """Serve `found` as this node's agent until stopped; the newer run's id when `follow`
+    saw the controller start one (None otherwise)."""
+    from lmedge.backends.kubernetes.backend import (
+        KubernetesBackend,
+        KubernetesSettings,
+        WallClock,
+    )
+    from lmedge.backends.kubernetes.gateways import GatewayClient
+    from lmedge.controller.assembly import PolicyChoice, build_node_deployer
+    from lmedge.nodeagent.agent import NodeAgent, newer_run
+
+    run, start = found.id, found.started.replace(tzinfo=UTC).timestamp()
+    config = found.config or RunConfig()
+    choice = PolicyChoice.of(config.policy)
+    name = choice.resolve().deployer
+    gateways = GatewayClient({node: gateway}, _token_file(control_token_file)) if gateway else None
+    backend = KubernetesBackend(
+        kube,
+        KubernetesSettings(
+            namespace=namespace,
+            **config.loop_constants(),
+            run=run,
+            model_service_account=model_service_account,
+            progress_root=progress_root,
+        ),
+        store=store,
+        clock=WallClock(start),
+        gateways=gateways,
+    )
+    try:
+        plugin = build_node_deployer(choice, backend.context(), node, config.policy.seed)
+        collector = None
+        if exporter_host:
+            from lmedge.nodeagent.telemetry import ExporterTargets, TelemetryCollector
+
+            has_gpu = backend.context().node(node).spec.has_gpu
+            collector = TelemetryCollector(
+                [ExporterTargets.for_host(node, exporter_host, gpu=has_gpu)],
+                run=run,
+                clock=backend.wall_clock.now,
+            )
+        agent = NodeAgent(node, backend, plugin, store=store, telemetry=collector)
+        logging.getLogger(__name__).info(
+            "node agent on %s: deployer %s, run %s, started %s",
+            node, name, run,
+            datetime.fromtimestamp(backend.wall_clock.start, UTC).isoformat(),
+        )  # fmt: skip
+        return agent.run(
+            slots=slots,
+            stop=stop,
+            on_slot=(lambda r: metrics.observe_decisions([r.decision])) if metrics else None,
+            superseded=(lambda: newer_run(store, found)) if follow else None,
+        )
+    finally:
+        backend.close()
 
 
 def _gateways(values: list[str] | None, template: str | None, nodes: list[str]) -> dict[str, str]:
@@ -299,15 +375,7 @@ def register(app: typer.Typer) -> None:
         metrics_port: MetricsPort = None,
     ) -> None:
         """Run this node's agent: its Deployment Agent each slot, and the actuation."""
-        from lmedge.backends.kubernetes.backend import (
-            KubernetesBackend,
-            KubernetesSettings,
-            WallClock,
-        )
         from lmedge.backends.kubernetes.client import KubeClient
-        from lmedge.backends.kubernetes.gateways import GatewayClient
-        from lmedge.controller.assembly import PolicyChoice, build_node_deployer
-        from lmedge.nodeagent.agent import NodeAgent
         from lmedge.store import open_store
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -316,54 +384,16 @@ def register(app: typer.Typer) -> None:
         )
         if token_file is not None and not token_file.is_file():
             raise ConfigError(f"--token-file {token_file} does not exist")
+        if progress_root is not None and not progress_root.is_dir():
+            raise ConfigError(f"--progress-root {progress_root} is not a directory")
         stop = _stop_on_signals()
         # A bad kubeconfig or store is a one-line error now, not after the wait.
         kube = KubeClient.connect(kubeconfig, token_file=token_file)
         opened = open_store(store)
-        found = await_run(opened, run, stop)
-        if found is None:  # stopped while waiting for the controller
-            opened.close()
-            kube.close()
-            return
-        run, start = found.id, found.started.replace(tzinfo=UTC).timestamp()
-        config = found.config or RunConfig()
-        choice = PolicyChoice.of(config.policy)
-        name = choice.resolve().deployer
-        gateways = (
-            GatewayClient({node: gateway}, _token_file(control_token_file)) if gateway else None
-        )
-        if progress_root is not None and not progress_root.is_dir():
-            raise ConfigError(f"--progress-root {progress_root} is not a directory")
-        backend = KubernetesBackend(
-            kube,
-            KubernetesSettings(
-                namespace=namespace,
-                **config.loop_constants(),
-                run=run,
-                model_service_account=model_service_account,
-                progress_root=progress_root,
-            ),
-            store=opened,
-            clock=WallClock(start),
-            gateways=gateways,
-        )
-        plugin = build_node_deployer(choice, backend.context(), node, config.policy.seed)
-        collector = None
-        if exporter_host:
-            from lmedge.nodeagent.telemetry import ExporterTargets, TelemetryCollector
-
-            has_gpu = backend.context().node(node).spec.has_gpu
-            collector = TelemetryCollector(
-                [ExporterTargets.for_host(node, exporter_host, gpu=has_gpu)],
-                run=run,
-                clock=backend.wall_clock.now,
-            )
-        agent = NodeAgent(node, backend, plugin, store=opened, telemetry=collector)
-        logging.getLogger(__name__).info(
-            "node agent on %s: deployer %s, run %s, started %s",
-            node, name, run or "-",
-            datetime.fromtimestamp(backend.wall_clock.start, UTC).isoformat(),
-        )  # fmt: skip
+        # Without --run the agent serves the newest cluster run, and follows the
+        # controller to a newer one (a restarted controller starts a new run):
+        # it rebuilds everything from that run's stored configuration.
+        follow = not run
         metrics = None
         if metrics_port is not None:
             from lmedge.controller.prometheus import ControlPlaneMetrics
@@ -371,12 +401,34 @@ def register(app: typer.Typer) -> None:
             metrics = ControlPlaneMetrics(store_stats=opened.buffer_stats)
             metrics.serve(metrics_port)
         try:
-            agent.run(
-                slots=slots,
-                stop=stop,
-                on_slot=(lambda r: metrics.observe_decisions([r.decision])) if metrics else None,
-            )
+            wanted = run
+            while True:
+                found = await_run(opened, wanted, stop)
+                if found is None:  # stopped while waiting for the controller
+                    return
+                newer = _serve_run(
+                    found,
+                    node=node,
+                    namespace=namespace,
+                    kube=kube,
+                    store=opened,
+                    stop=stop,
+                    slots=slots,
+                    gateway=gateway,
+                    control_token_file=control_token_file,
+                    model_service_account=model_service_account,
+                    progress_root=progress_root,
+                    exporter_host=exporter_host,
+                    metrics=metrics,
+                    follow=follow,
+                )
+                if newer is None:
+                    return
+                logging.getLogger(__name__).info(
+                    "node agent on %s: the controller started run %s; following it (was %s)",
+                    node, newer, found.id,
+                )  # fmt: skip
+                wanted = newer
         finally:
-            backend.close()
             opened.close()
             kube.close()

@@ -52,7 +52,7 @@ from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
 from lmedge.controller.guard import DecisionGuard
 from lmedge.errors import LmedgeError
 from lmedge.nodeagent.telemetry import TelemetryCollector
-from lmedge.store import Store
+from lmedge.store import RunInfo, Store
 
 __all__ = ["NodeAgent", "SlotReport", "latest_macro"]
 
@@ -79,6 +79,21 @@ def latest_macro(store: Store | None, run: str) -> MacroPolicy | None:
         return None
     value = found[0].value if found else None
     return value if isinstance(value, MacroPolicy) else None
+
+
+def newer_run(store: Store, serving: RunInfo) -> str | None:
+    """The id of a cluster run started after `serving` (a restarted controller's), if any.
+
+    A store that cannot answer now is no news: the agent asks again next slot.
+    """
+    try:
+        latest = store.latest_run(backend="kubernetes")
+    except Exception as exc:  # the store is down or unreadable: keep serving
+        log.debug("could not look for a newer run: %s: %s", type(exc).__name__, exc)
+        return None
+    if latest is None or latest.id == serving.id or latest.started <= serving.started:
+        return None
+    return latest.id
 
 
 class NodeAgent:
@@ -217,12 +232,15 @@ class NodeAgent:
         slots: int | None = None,
         stop: threading.Event | None = None,
         on_slot: Callable[[SlotReport], None] | None = None,
-    ) -> None:
+        superseded: Callable[[], str | None] | None = None,
+    ) -> str | None:
         """Step at the start of every slot from the current one on, until `stop` is set.
 
         A slot whose step fails (API server down, or anything unexpected) is
         skipped and logged; the next slot reconciles from scratch. Nothing a
-        slot raises stops the agent.
+        slot raises stops the agent. `superseded`, asked after every slot,
+        names a run that replaces this one: the agent then stops and returns
+        it (None when it stopped for `stop` or `slots`).
         """
         stop = stop or threading.Event()
         clock = self.backend.wall_clock
@@ -240,9 +258,13 @@ class NodeAgent:
                 if on_slot is not None:
                     on_slot(report)
             done += 1
+            newer = superseded() if superseded is not None else None
+            if newer is not None:
+                return newer
             slot = max(slot + 1, clock.slot(slot_s))
             while not stop.is_set() and clock.now() < slot * slot_s:
                 stop.wait(min(0.5, max(0.0, slot * slot_s - clock.now())))
+        return None
 
 
 def serving_endpoints(pods: list[ObservedPod]) -> dict[str, str]:

@@ -67,3 +67,27 @@ def test_waiting_ends_without_a_run_when_stopped(store: Store) -> None:
     stop = threading.Event()
     stop.set()
     assert await_run(store, "", stop, poll_s=0.01) is None
+
+
+def test_a_newer_cluster_run_supersedes_the_one_served(store: Store) -> None:
+    from lmedge.nodeagent.agent import newer_run
+
+    serving = _run("k8s-now", "kubernetes", 0, CONFIG)
+    store.record_run(serving)
+    store.record_run(_run("k8s-before", "kubernetes", -5, CONFIG))
+    store.record_run(_run("sim-after", "emulated", 5, RunConfig()))
+    store.flush()
+    assert newer_run(store, serving) is None  # older runs and emulator runs are no news
+    store.record_run(_run("k8s-restarted", "kubernetes", 3, CONFIG))
+    store.flush()
+    assert newer_run(store, serving) == "k8s-restarted"
+
+
+def test_a_store_that_cannot_answer_supersedes_nothing() -> None:
+    from lmedge.nodeagent.agent import newer_run
+
+    class Down:
+        def latest_run(self, *, backend: str | None = None) -> RunInfo | None:
+            raise ConnectionError("store down")
+
+    assert newer_run(Down(), _run("k8s-now", "kubernetes", 0, CONFIG)) is None  # type: ignore[arg-type]

@@ -338,6 +338,85 @@ def test_controller_and_node_agent_processes_survive_an_agent_kill(
     assert codes == [0, 0], log.read_text()[-3000:]
 
 
+def test_run_stops_and_names_the_run_that_supersedes_this_one(
+    kube: KubeClient, namespace: str
+) -> None:
+    agent = agent_for(kube, namespace, "worker-6", on("worker-6"))
+    asked: list[int] = []
+
+    def superseded() -> str | None:
+        asked.append(1)
+        return "k8s-newer" if len(asked) == 2 else None
+
+    reports: list[Any] = []
+    newer = agent.run(slots=10, on_slot=reports.append, superseded=superseded)
+    assert newer == "k8s-newer" and len(reports) == 2  # asked after each slot, stopped at once
+    assert agent.run(slots=1) is None  # stopped by `slots`: no newer run
+
+
+@pytest.mark.slow
+def test_a_node_agent_follows_a_restarted_controller_to_its_new_run(
+    lmedge_cluster: KubeCluster,
+    core: client.CoreV1Api,
+    namespace: str,
+    ferretdb_uri: str,
+    tmp_path: Path,
+) -> None:
+    """Without --run the agent serves the newest run; a controller restarted
+    without --run starts a new one, and the agent moves to it (before, it kept
+    reading the old run's policies and configuration until it was restarted)."""
+    try:
+        lmedge_cluster.create_namespace("lmedge-system")
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    env = {**os.environ, "KUBECONFIG": str(lmedge_cluster.kubeconfig)}
+    tag = uuid.uuid4().hex[:6]
+    first, second = f"follow-a-{tag}", f"follow-b-{tag}"
+    common = ["--namespace", namespace, "--store", ferretdb_uri]
+    log = tmp_path / "processes.log"
+    store = open_store(ferretdb_uri)
+
+    def controller(run: str) -> subprocess.Popen[bytes]:
+        return lmedge(
+            "controller", *common, "-p", "rf", "--slot-s", "1", "--run", run,
+            "--lease-name", f"ctl-{tag}", "--epoch-slots", "5", log=log, env=env,
+        )  # fmt: skip
+
+    def registered(run: str) -> bool:
+        try:
+            return any(r.id == run for r in store.runs(limit=5))
+        except StoreError:
+            return False
+
+    def decided(run: str) -> int:
+        try:
+            return len(store.decisions(agent="deployer", run=run, node="worker-1", limit=20))
+        except StoreError:
+            return 0
+
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(controller(first))
+        wait_until(lambda: registered(first), 60, f"the controller to register run {first}")
+        agent = lmedge("node-agent", "--node", "worker-1", *common, log=log, env=env)
+        procs.append(agent)
+        wait_until(lambda: decided(first) >= 2, 60, f"the agent deciding in run {first}")
+        procs[0].send_signal(signal.SIGTERM)
+        assert procs[0].wait(timeout=60) == 0, log.read_text()[-3000:]
+        procs.append(controller(second))
+        wait_until(lambda: decided(second) >= 2, 90, f"the agent following to run {second}")
+        assert agent.poll() is None, "the same agent process, not a restart"
+        assert f"the controller started run {second}; following it" in log.read_text()
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=60) for proc in procs[1:]]
+        store.close()
+    assert codes == [0, 0], log.read_text()[-3000:]
+
+
 def test_agent_stores_its_node_telemetry_each_slot(
     kube: KubeClient, namespace: str, tmp_path: Path
 ) -> None:
