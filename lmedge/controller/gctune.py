@@ -4,13 +4,14 @@ At 1,000 workers a run holds millions of long-lived objects (the scenario,
 the emulator's nodes and queues, the context's caches), and each slot
 allocates tens of thousands of short-lived ones (arrivals, routes, records).
 With CPython's default thresholds every 700 net allocations start a young
-collection, and every 10th of those an older one that walks the long-lived
-objects again: measured at 1,000 workers that was ~0.6 s of CPU a slot,
-a third of the whole loop. `quiet_gc` moves what exists when the loop starts
-into the permanent generation (`gc.freeze`, so collections no longer walk
-it) and raises the young threshold so that a slot's garbage is collected in
-a few passes, not hundreds. Reference counting frees almost everything
-anyway; the collector is only needed for cycles, and it still runs.
+collection, every 10th of those a middle one and every 100th a full one
+that walks the long-lived objects again: at 1,000 workers that was ~0.6 s
+of CPU a slot, a third of the whole loop. `quiet_gc` moves what exists when
+the loop starts into the permanent generation (`gc.freeze`: collections no
+longer walk it) and raises the thresholds (`THRESHOLDS`) so that a slot's
+garbage is collected in a few passes, not hundreds. Reference counting
+frees almost everything anyway; the collector is only needed for cycles,
+and it still runs.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-#: Allocations between young collections while a loop runs (CPython's default: 700).
-YOUNG_THRESHOLD = 50_000
+#: The collector's thresholds while a loop runs (CPython's defaults: 700, 10, 10):
+#: allocations between young collections, then young collections between
+#: middle ones, then middle ones between full ones.
+THRESHOLDS = (50_000, 50, 1_000)
 
 _lock = threading.Lock()
 _depth = 0
@@ -42,7 +45,7 @@ def quiet_gc() -> Iterator[None]:
             # no gc.collect() first: it would walk everything once per run, and
             # garbage frozen with the rest is freed when the block ends
             gc.freeze()
-            gc.set_threshold(max(YOUNG_THRESHOLD, _saved[0]), _saved[1], _saved[2])
+            gc.set_threshold(*(max(new, old) for new, old in zip(THRESHOLDS, _saved, strict=True)))
         _depth += 1
     try:
         yield

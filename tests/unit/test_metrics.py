@@ -368,3 +368,30 @@ def test_twenty_thousand_records_segment_into_finite_metrics() -> None:
     assert seg.overall.requests == 20_000
     assert math.isfinite(seg.overall.objective or math.nan)
     assert len(seg.windows) == math.ceil((20_000 // 96 + 1) / 10)
+
+
+def test_metric_rows_give_the_metrics_of_their_records() -> None:
+    from lmedge.api import RequestRecord
+    from lmedge.metrics import MetricRow, window_metrics
+
+    def rec(i: int, lm: str, outcome: str, conflict: bool, dest: str) -> RequestRecord:
+        return RequestRecord(
+            id=f"r{i}", run="x", lm=lm, origin="w1", destination=dest, prompts=1,
+            prompts_done=1 if outcome == "success" else 0, slot=0, submit_s=0.0,
+            uplink_s=0.1 * i, queue_s=0.3 + i, inference_s=1.7, downlink_s=0.05,
+            outcome=outcome, conflict=conflict,
+        )  # fmt: skip
+
+    records = [
+        rec(1, "a", "success", False, "w2"),
+        rec(2, "a", "timeout", True, "w2"),
+        rec(3, "b", "success", True, "w3"),
+        rec(4, "b", "rejected", False, "w1"),
+        rec(5, "c", "success", False, "w1"),
+    ]
+    rows = [MetricRow.of(r) for r in records]
+    deadlines = {"a": 30.0, "b": 60.0}
+    assert window_metrics(rows, ["a", "b"], tau_s=90.0, deadlines=deadlines) == window_metrics(
+        records, ["a", "b"], tau_s=90.0, deadlines=deadlines
+    )
+    assert rows[2].latency_s == records[2].latency_s

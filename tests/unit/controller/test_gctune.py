@@ -8,15 +8,16 @@ import weakref
 
 import pytest
 
-from lmedge.controller.gctune import YOUNG_THRESHOLD, quiet_gc
+from lmedge.controller.gctune import THRESHOLDS, quiet_gc
 
 
 def test_the_block_freezes_and_raises_the_young_threshold_then_restores_both() -> None:
     before = gc.get_threshold()
     assert gc.get_freeze_count() == 0
     with quiet_gc():
-        assert gc.get_threshold()[0] == max(YOUNG_THRESHOLD, before[0])
-        assert gc.get_threshold()[1:] == before[1:]
+        assert gc.get_threshold() == tuple(
+            max(a, b) for a, b in zip(THRESHOLDS, before, strict=True)
+        )
         assert gc.get_freeze_count() > 0
         assert gc.isenabled()  # cycles are still collected
     assert gc.get_threshold() == before
@@ -38,7 +39,9 @@ def test_nested_and_concurrent_blocks_restore_once_the_outermost_ends() -> None:
         t.join()
         assert inner_done.is_set()
         # the other block has ended; this one still holds the collector set up
-        assert gc.get_threshold()[0] == max(YOUNG_THRESHOLD, before[0])
+        assert gc.get_threshold() == tuple(
+            max(a, b) for a, b in zip(THRESHOLDS, before, strict=True)
+        )
         assert gc.get_freeze_count() > 0
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
