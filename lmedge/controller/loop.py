@@ -78,7 +78,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from lmedge.api import (
     ActuationResult,
@@ -216,6 +216,7 @@ class ControlLoop:
         # requests routed this epoch, and those sent off-role (the planner sees the ratio)
         self._epoch_routed = 0
         self._epoch_off_role = 0
+        self._consumers: dict[type, bool] = {}  # deployer class -> is a FeedbackConsumer
         self._last_traffic: dict[str, int] = {}
         self._last_metrics: EpochMetrics | None = None
         self._keep_history = keep_history
@@ -576,11 +577,22 @@ class ControlLoop:
                 _observe(planner, records)
         if isinstance(self.plugins.router, FeedbackConsumer):
             _observe(self.plugins.router, records)
+        by_node: dict[str, list[RequestRecord]] | None = None
         for node, deployer in self.plugins.deployers.items():
-            if isinstance(deployer, FeedbackConsumer):
-                mine = [r for r in records if r.destination == node]
-                if mine:
-                    _observe(deployer, mine)
+            # a runtime Protocol check walks the protocol's members: once per class
+            kind = type(deployer)
+            consumes = self._consumers.get(kind)
+            if consumes is None:
+                consumes = self._consumers[kind] = isinstance(deployer, FeedbackConsumer)
+            if not consumes:
+                continue
+            if by_node is None:
+                by_node = {}
+                for r in records:
+                    by_node.setdefault(r.destination, []).append(r)
+            mine = by_node.get(node)
+            if mine:
+                _observe(cast(FeedbackConsumer, deployer), mine)
 
     def _count_off_role(
         self,
