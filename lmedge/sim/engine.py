@@ -1063,12 +1063,20 @@ def built(cls: type[M], values: dict[str, Any]) -> M:
     field's default): it matters at ~10,000 records and arrivals per slot.
     `tests/sim/test_emulator_built.py` checks the result equals a validated model.
     """
-    obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    obj = _new(cls)
+    _set_attr(obj, "__dict__", values)
+    _set_fields(obj, set(values))
+    _set_extra(obj, None)
+    _set_private(obj, None)
     return obj
+
+
+# BaseModel's slots, set through their descriptors (a third cheaper than object.__setattr__)
+_new = object.__new__
+_set_attr = object.__setattr__
+_set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _shape(p: LMPlacement) -> tuple[str, float, int]:
