@@ -90,6 +90,16 @@ def core(lmedge_cluster: KubeCluster) -> Iterator[client.CoreV1Api]:
         yield client.CoreV1Api(api)
 
 
+@pytest.fixture
+def lmedge_system(lmedge_cluster: KubeCluster) -> None:
+    """The controller's lease namespace, made once (a 409 means an earlier test made it)."""
+    try:
+        lmedge_cluster.create_namespace("lmedge-system")
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 def agent_for(kube: KubeClient, namespace: str, node: str, placement: Placement) -> NodeAgent:
     backend = KubernetesBackend(kube, KubernetesSettings(namespace=namespace, slot_s=1.0))
     return NodeAgent(node, backend, FixedDeployer(placement))
@@ -277,6 +287,7 @@ def lmedge(*args: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("lmedge_system")
 def test_controller_and_node_agent_processes_survive_an_agent_kill(
     lmedge_cluster: KubeCluster,
     core: client.CoreV1Api,
@@ -284,11 +295,6 @@ def test_controller_and_node_agent_processes_survive_an_agent_kill(
     ferretdb_uri: str,
     tmp_path: Path,
 ) -> None:
-    try:
-        lmedge_cluster.create_namespace("lmedge-system")
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
     env = {**os.environ, "KUBECONFIG": str(lmedge_cluster.kubeconfig)}
     run = f"proc-{uuid.uuid4().hex[:6]}"
     common = ["--namespace", namespace, "--store", ferretdb_uri]
@@ -355,9 +361,9 @@ def test_run_stops_and_names_the_run_that_supersedes_this_one(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("lmedge_system")
 def test_a_node_agent_follows_a_restarted_controller_to_its_new_run(
     lmedge_cluster: KubeCluster,
-    core: client.CoreV1Api,
     namespace: str,
     ferretdb_uri: str,
     tmp_path: Path,
@@ -365,11 +371,6 @@ def test_a_node_agent_follows_a_restarted_controller_to_its_new_run(
     """Without --run the agent serves the newest run; a controller restarted
     without --run starts a new one, and the agent moves to it (before, it kept
     reading the old run's policies and configuration until it was restarted)."""
-    try:
-        lmedge_cluster.create_namespace("lmedge-system")
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
     env = {**os.environ, "KUBECONFIG": str(lmedge_cluster.kubeconfig)}
     tag = uuid.uuid4().hex[:6]
     first, second = f"follow-a-{tag}", f"follow-b-{tag}"
