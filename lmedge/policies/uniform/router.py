@@ -11,6 +11,7 @@ restricted to feasible nodes, else uniform over the feasible nodes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,38 +44,60 @@ class UniformRouter:
         ctx = obs.context
         routes: list[Route] = []
         macro_weights = obs.macro.weights() if obs.macro is not None else None
-        per_lm: dict[str, tuple[list[str], np.ndarray[Any, Any], np.ndarray[Any, Any], float]] = {}
+        # per LM this slot: its nodes, their credits gathered into name order (written
+        # back at the end), weights, each node's name rank (the tie-break) and the total
+        per_lm: dict[str, _Slot | None] = {}
         for a in sorted(obs.arrivals, key=lambda a: (a.lm, a.origin)):
             if not ctx.has_service(a.lm):
                 continue
             if a.lm not in per_lm:
                 feasible = self._feasible(ctx, a.lm)
                 weights = _weights(macro_weights, a.lm, feasible)
-                index, _ = self._columns(a.lm, feasible)
+                index, credit = self._columns(a.lm, feasible)
                 names = list(weights)
+                idx = np.array([index[n] for n in names], dtype=np.intp)
+                by_name = sorted(range(len(names)), key=names.__getitem__)
+                rank = np.empty(len(names), dtype=np.intp)
+                rank[by_name] = np.arange(len(names))
                 per_lm[a.lm] = (
-                    names,
-                    np.array([index[n] for n in names], dtype=np.intp),
-                    np.array([weights[n] for n in names], dtype=np.float64),
-                    sum(weights.values()),
+                    _Slot(
+                        names,
+                        idx,
+                        credit[idx],
+                        np.array([weights[n] for n in names], dtype=np.float64),
+                        rank,
+                        sum(weights.values()),
+                    )
+                    if names
+                    else None
                 )
-            names, idx, w, total = per_lm[a.lm]
-            if not names:
+            lm = per_lm[a.lm]
+            if lm is None:
                 continue
-            credit = self._columns(a.lm, [])[1]
-            credit[idx] += w
-            mine = credit[idx]
-            tied = np.flatnonzero(mine == mine.max())
-            j = (
-                int(tied[0])
-                if len(tied) == 1
-                else min((int(k) for k in tied), key=names.__getitem__)
-            )
-            credit[idx[j]] -= total
-            routes.append(Route(origin=a.origin, lm=a.lm, destination=names[j]))
+            c = lm.credit
+            c += lm.weight
+            tied = (c == c.max()).nonzero()[0]
+            j = int(tied[0]) if len(tied) == 1 else int(tied[lm.rank[tied].argmin()])
+            c[j] -= lm.total
+            routes.append(Route(origin=a.origin, lm=a.lm, destination=lm.names[j]))
+        for name, lm in per_lm.items():
+            if lm is not None:
+                self._columns(name, [])[1][lm.idx] = lm.credit
         return Decision[RoutingMap](
             agent="scheduler", policy=self.name, source="rule", value=RoutingMap(routes=routes)
         )
+
+
+@dataclass
+class _Slot:
+    """One LM's round-robin state within a slot (see `UniformRouter.route`)."""
+
+    names: list[str]
+    idx: np.ndarray[Any, Any]  # position of each name in the LM's persistent credit array
+    credit: np.ndarray[Any, Any]
+    weight: np.ndarray[Any, Any]
+    rank: np.ndarray[Any, Any]  # each name's place in name order
+    total: float
 
 
 def _weights(
