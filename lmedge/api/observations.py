@@ -8,7 +8,7 @@ observation types are what the Planner, Router and Deployer receive.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -60,6 +60,16 @@ class ClusterContext(WireModel):
 
     def has_service(self, name: str) -> bool:
         return name in self._services
+
+    @cached_property
+    def memo(self) -> dict[str, Any]:
+        """A cache for values derived from this context alone, kept as long as the context.
+
+        A context never changes (a changed cluster is a new context), so a
+        policy may keep here what it would otherwise recompute every slot;
+        keys are namespaced by module, e.g. ``"slot_table.links"``.
+        """
+        return {}
 
     @cached_property
     def workers(self) -> list[NodeInfo]:
