@@ -9,7 +9,7 @@ with a path, never silently ignored.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
@@ -39,3 +39,31 @@ class WireModel(BaseModel):
     """Base of decisions, observations and records: snake_case, unknown fields rejected."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def built(cls: type[M], values: dict[str, Any]) -> M:
+    """`cls.model_construct(**values)` for trusted values that name every field.
+
+    Six times cheaper per object (pydantic's `model_construct` walks every
+    field's default): it matters at ~10,000 records, arrivals and routes per
+    slot. No validation runs, so only code that made the values itself (the
+    emulator, the rule router) may use it; `tests/sim/test_emulator_built.py`
+    checks the result equals a validated model.
+    """
+    obj = _new(cls)
+    _set_attr(obj, "__dict__", values)
+    _set_fields(obj, set(values))
+    _set_extra(obj, None)
+    _set_private(obj, None)
+    return obj
+
+
+# BaseModel's slots, set through their descriptors (a third cheaper than object.__setattr__)
+_new = object.__new__
+_set_attr = object.__setattr__
+_set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__

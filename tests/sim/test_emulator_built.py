@@ -1,13 +1,13 @@
-"""The emulator's fast model construction (`engine.built`) makes the same objects pydantic would."""
+"""The fast model construction (`api.base.built`) makes the same objects pydantic would."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from lmedge.api import Arrival, InstanceState, NodeState, RequestRecord, Snapshot
+from lmedge.api import Arrival, InstanceState, NodeState, RequestRecord, Route, Snapshot
+from lmedge.api.base import built
 from lmedge.backends.emulated import EmulatedBackend
 from lmedge.sim import Scenario
-from lmedge.sim.engine import built
 from tests.sim.conftest import place, run_all
 
 
@@ -36,6 +36,11 @@ def test_built_names_every_field_given() -> None:
     assert (
         a.model_dump_json() == Arrival(origin="w1", lm="a", requests=1, prompts=3).model_dump_json()
     )
+    # the rule router's routes: every field named, `model` as its default
+    r = built(Route, {"origin": "w1", "lm": "a", "destination": "w2", "model": None})
+    want = Route(origin="w1", lm="a", destination="w2")
+    assert r == want and r.model_dump_json() == want.model_dump_json()
+    assert r.serving_lm == "a"
 
 
 def test_snapshots_equal_validated_models(make_scenario: Callable[..., Scenario]) -> None:

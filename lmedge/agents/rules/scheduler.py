@@ -64,6 +64,7 @@ from lmedge.api import (
     Route,
     RoutingMap,
 )
+from lmedge.api.base import built
 
 #: Admission horizon as a fraction of the deadline, or None: admit every set.
 #: The router param `admit_fraction` sets it (`off` = None). On by default at
@@ -220,8 +221,11 @@ def rule_routing(
         if horizon is not None and best.backlog > 0 and best.cost_s > horizon:
             rejections.append(Rejection(origin=a.origin, lm=a.lm))
             continue
-        table.add(cols, best.index, a.prompts)
-        routes.append(Route(origin=a.origin, lm=a.lm, destination=best.node))
+        table.add(cols, best.column, a.prompts)
+        # names from the context and the arrivals: built without validating (~10,000 a slot)
+        routes.append(
+            built(Route, {"origin": a.origin, "lm": a.lm, "destination": best.node, "model": None})
+        )
     routes.sort(key=lambda r: (r.origin, r.lm))
     rejections.sort(key=lambda r: (r.origin, r.lm))
     return RoutingMap(routes=routes, rejections=rejections)

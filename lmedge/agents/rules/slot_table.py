@@ -20,7 +20,10 @@ What a pick still costs is kept to a few array passes: each candidate's
 queue term `backlog / rate + wait` is kept per candidate and re-priced
 only where `add` changes it, the uplink column is cached per (origin link
 table, prompts) and `prompts / rate` per prompt count, and the columns are
-in name order, so the first of the cheapest is the name tie-break.
+in (-weight, name) order, so the first of the cheapest is already the
+weight-then-name tie-break (weights are fixed for the slot) and only the
+origin's own node needs a scalar check; with no tie arrays per pick, a
+pick is two array passes and an argmin.
 `surely_rejected` answers, without pricing, the many pairs of an LM whose
 every candidate already has a queue ending past the admission horizon:
 the transfer is never negative, so `backlog / rate + wait + prompts / rate`
@@ -31,6 +34,7 @@ only grow within a slot, so the bound stays valid as prompts are routed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -59,18 +63,23 @@ class LmColumns:
     off: bool  # the tier is the inactive-target conflicts: cost 2 tau, start tau
     tau: float
     base: Floats  # backlog / rate + wait, kept in step with `backlog` by `add`
-    neg_weight: Floats
+    # The same columns as Python lists: a scalar read or write of a numpy array
+    # costs ten times a list's, and `add` and `pick` do a few per pair.
+    backlog_list: list[int]
+    base_list: list[float]
+    rate_list: list[float]
+    wait_list: list[float]
+    weight_list: list[float]
     idle: int  # candidates with no backlog (a pick among them is never refused)
     per: dict[int, Floats]  # prompts -> prompts / rate
     transfers: dict[tuple[int, int], Floats]  # (link table id, prompts) -> uplink seconds
     floor: dict[int, float]  # prompts -> a lower bound of any pair's cost (`surely_rejected`)
 
 
-@dataclass(frozen=True)
-class Pick:
+class Pick(NamedTuple):
     """The cheapest candidate of a pair: the first element of `candidates()`'s usable list."""
 
-    index: int
+    column: int  # the position in the LM's columns
     node: str
     cost_s: float
     backlog: int
@@ -90,27 +99,57 @@ class SlotTable:
         self._weights = weights
         self._roles = roles
         self._states = states
-        self._instances: dict[str, dict[str, InstanceState]] = {}
-        self.sites = sorted({n.spec.site for n in ctx.nodes})
-        self._site_index = {s: i for i, s in enumerate(self.sites)}
+        self._by_lm: dict[str, dict[str, InstanceState]] | None = None
+        self._by_role: dict[str, list[str]] | None = None
         self._lms: dict[str, LmColumns | None] = {}
         # What depends on the context alone is kept with it, across slots (at 1,000
-        # workers, rebuilding every origin's link arrays each slot was ~50 ms).
-        links = ctx.memo.setdefault("slot_table.links", ({}, {}, {}))
+        # workers, rebuilding every origin's link arrays each slot was ~50 ms, and
+        # each LM's feasible set, sites and best rates ~40 ms more).
+        memo = ctx.memo
+        if "slot_table.sites" not in memo:
+            sites = sorted({n.spec.site for n in ctx.nodes})
+            index = {s: i for i, s in enumerate(sites)}
+            memo["slot_table.sites"] = (sites, {n.name: index[n.spec.site] for n in ctx.nodes})
+        self.sites, self._site_of = memo["slot_table.sites"]
+        self._static: dict[str, tuple[list[str], set[str], dict[str, float]]] = memo.setdefault(
+            "slot_table.lms", {}
+        )
+        links = memo.setdefault("slot_table.links", ({}, {}, {}))
         self._links: dict[str, tuple[Floats, Floats]] = links[0]
         # link tables interned: origins with equal tables share cached uplink columns
         self._link_ids: dict[bytes, int] = links[1]
         self._origin_link: dict[str, int] = links[2]
 
-    def _instance(self, node: str, lm: str) -> InstanceState | None:
-        by_lm = self._instances.get(node)
-        if by_lm is None:
-            by_lm = {}
-            st = self._states.get(node)
-            for inst in st.instances if st else ():
-                by_lm.setdefault(inst.lm, inst)  # the first, as NodeState.instance
-            self._instances[node] = by_lm
-        return by_lm.get(lm)
+    def _instances(self, lm: str) -> dict[str, InstanceState]:
+        """`lm`'s instance on each node that runs one (the first, as `NodeState.instance`)."""
+        if self._by_lm is None:
+            by_lm: dict[str, dict[str, InstanceState]] = {}
+            for name, st in self._states.items():
+                for inst in st.instances:
+                    by_lm.setdefault(inst.lm, {}).setdefault(name, inst)
+            self._by_lm = by_lm
+        return self._by_lm.get(lm, {})
+
+    def _role_nodes(self) -> dict[str, list[str]]:
+        """The nodes each LM has a role on (the plan's roles, inverted once a slot)."""
+        if self._by_role is None:
+            by_role: dict[str, list[str]] = {}
+            for n, lms in self._roles.items():
+                for lm in lms:
+                    by_role.setdefault(lm, []).append(n)
+            self._by_role = by_role
+        return self._by_role
+
+    def _lm_static(self, lm: str) -> tuple[list[str], set[str], dict[str, float]]:
+        """`lm`'s feasible nodes (list and set) and each one's best rate (the context's alone)."""
+        got = self._static.get(lm)
+        if got is None:
+            ctx = self.ctx
+            svc = ctx.service(lm).spec
+            feasible = ctx.feasible_nodes(lm)
+            rates = {n: best_rate(svc, ctx.node(n).spec) for n in feasible}
+            got = self._static[lm] = (feasible, set(feasible), rates)
+        return got
 
     def columns(self, lm: str) -> LmColumns | None:
         """The usable tier of `lm`'s candidates, or None when it has none."""
@@ -121,32 +160,41 @@ class SlotTable:
     def _build(self, lm: str) -> LmColumns | None:
         ctx = self.ctx
         weights = self._weights.get(lm, {})
-        feasible = ctx.feasible_nodes(lm)
-        planned = {n for n in feasible if weights.get(n, 0.0) > 0 or lm in self._roles.get(n, ())}
+        feasible, feasible_set, best = self._lm_static(lm)
+        insts = self._instances(lm)
+        planned = {n for n, w in weights.items() if w > 0 and n in feasible_set}
+        planned.update(n for n in self._role_nodes().get(lm, ()) if n in feasible_set)
         if not planned:
-            planned = set(feasible)
+            planned = feasible_set
         svc = ctx.service(lm).spec
-        # tier 0: ready, pending, role; tier 1: draining; tier 2: off (see LAST_RESORT)
-        tiers: tuple[list[tuple[str, float, float, float]], ...] = ([], [], [])
-        for n in feasible:
-            inst = self._instance(n, lm)
-            if inst is None and n not in planned:
-                tiers[2].append((n, 0.0, 0.0, 0.0))
-                continue
-            node = ctx.node(n).spec
+        # tier 0: ready, pending, role (planned); tier 1: draining (running, not
+        # planned); tier 2: off (neither; see LAST_RESORT). Only the first
+        # non-empty tier is priced, so the later ones are listed only when needed.
+        rows: list[tuple[str, float, float, float]] = []
+        for n in planned:
+            inst = insts.get(n)
             if inst is not None:
-                rate = instance_rate(svc, node, inst)
-                tier = 0 if n in planned else 1
+                rate = instance_rate(svc, ctx.node(n).spec, inst)
                 wait = COLD_START_S / 2 if inst.status == "pending" else 0.0
             else:
-                rate, tier, wait = best_rate(svc, node), 0, COLD_START_S
-            if rate <= 0:
-                continue
-            tiers[tier].append((n, rate, wait, weights.get(n, 0.0)))
-        usable = next((k for k in range(3) if tiers[k]), None)
-        if usable is None:
+                rate, wait = best[n], COLD_START_S
+            if rate > 0:
+                rows.append((n, rate, wait, weights.get(n, 0.0)))
+        off = False
+        if not rows:
+            for n, inst in insts.items():
+                if n in feasible_set and n not in planned:
+                    rate = instance_rate(svc, ctx.node(n).spec, inst)
+                    wait = COLD_START_S / 2 if inst.status == "pending" else 0.0
+                    if rate > 0:
+                        rows.append((n, rate, wait, weights.get(n, 0.0)))
+        if not rows:
+            rows = [(n, 0.0, 0.0, 0.0) for n in feasible if n not in insts and n not in planned]
+            off = True
+        if not rows:
             return None
-        rows = sorted(tiers[usable])  # name order: the first of equal costs wins the name tie
+        # (-weight, name) order: the first of equal costs wins the weight, then the name, tie
+        rows.sort(key=lambda r: (-r[3], r[0]))
         names = [r[0] for r in rows]
         backlog = []
         for n in names:
@@ -155,18 +203,23 @@ class SlotTable:
         rates = np.array([r[1] for r in rows], np.float64)
         waits = np.array([r[2] for r in rows], np.float64)
         counts = np.array(backlog, np.int64)
+        site_of = self._site_of
         return LmColumns(
             nodes=names,
             position={n: i for i, n in enumerate(names)},
-            site=np.array([self._site_index[ctx.node(n).spec.site] for n in names], np.intp),
+            site=np.array([site_of[n] for n in names], np.intp),
             rate=rates,
             wait=waits,
             backlog=counts,
             weight=np.array([r[3] for r in rows], np.float64),
-            off=usable == 2,
+            off=off,
             tau=ctx.deadline_s(lm),
             base=counts / rates + waits,
-            neg_weight=-np.array([r[3] for r in rows], np.float64),
+            backlog_list=backlog,
+            base_list=(counts / rates + waits).tolist(),
+            rate_list=rates.tolist(),
+            wait_list=waits.tolist(),
+            weight_list=[r[3] for r in rows],
             idle=int(np.count_nonzero(counts == 0)),
             per={},
             transfers={},
@@ -227,9 +280,9 @@ class SlotTable:
         if cols.off:
             # every candidate costs 2 tau and weighs nothing: the origin, else the first name
             j = cols.position.get(origin, 0)
-            return Pick(j, cols.nodes[j], 2 * cols.tau, int(cols.backlog[j]))
+            return Pick(j, cols.nodes[j], 2 * cols.tau, cols.backlog_list[j])
         per = self._per(cols, prompts)
-        own = None
+        own, own_cost = None, 0.0
         if self.ctx.has_node(origin):
             key = (self._link_id(origin), prompts)
             transfer = cols.transfers.get(key)
@@ -242,23 +295,32 @@ class SlotTable:
             cost += per
             own = cols.position.get(origin)
             if own is not None:
-                cost[own] = (cols.base[own] + 0.0) + per[own]  # no transfer to itself
+                # no transfer to itself; Python floats are the same IEEE doubles
+                own_cost = (cols.base_list[own] + 0.0) + prompts / cols.rate_list[own]
+                cost[own] = own_cost
         else:
             cost = cols.base + per
-        j = int(cost.argmin())  # the first of the cheapest: the lowest name
-        best = cost[j]
-        tied = cost == best
-        if np.count_nonzero(tied) > 1:
-            # many nodes often tie (idle ones of one class): break ties in arrays
-            neg = np.where(tied, cols.neg_weight, np.inf)
-            top = neg == neg.min()
-            j = own if own is not None and top[own] else int(top.argmax())
-        return Pick(j, cols.nodes[j], float(best), int(cols.backlog[j]))
+        # the first of the cheapest: the highest weight, then the lowest name (column order)
+        j = int(cost.argmin())
+        best = float(cost[j])
+        if (
+            own is not None
+            and own != j
+            and own_cost == best
+            and cols.weight_list[own] == cols.weight_list[j]
+        ):
+            j = own  # a tie in cost and weight goes to the origin's own node
+        return Pick(j, cols.nodes[j], best, cols.backlog_list[j])
 
     @staticmethod
     def add(cols: LmColumns, index: int, prompts: int) -> None:
         """Count `prompts` routed to candidate `index` this slot."""
-        if cols.backlog[index] == 0 and prompts > 0:
+        backlog = cols.backlog_list[index]
+        if backlog == 0 and prompts > 0:
             cols.idle -= 1
-        cols.backlog[index] += prompts
-        cols.base[index] = cols.backlog[index] / cols.rate[index] + cols.wait[index]
+        backlog += prompts
+        cols.backlog_list[index] = backlog
+        cols.backlog[index] = backlog
+        base = backlog / cols.rate_list[index] + cols.wait_list[index]
+        cols.base_list[index] = base
+        cols.base[index] = base
