@@ -48,6 +48,7 @@ from pydantic import Field
 from lmedge.api import (
     ClusterContext,
     Decision,
+    Mode,
     NodeState,
     RequestRecord,
     Route,
@@ -55,7 +56,14 @@ from lmedge.api import (
     SlotObservation,
 )
 from lmedge.policies.lyapunov.params import PluginParams, parse_params
-from lmedge.policies.milp.estimates import COLD_START_S, LinkTable, service_s, serving_mode
+from lmedge.policies.milp.estimates import (
+    COLD_START_S,
+    KIB_BITS,
+    LinkTable,
+    modes_on,
+    service_s,
+    serving_mode,
+)
 
 NAME = "lyreo"
 
@@ -168,6 +176,15 @@ class LyreoRouter:
             lm: np.array([self.links.index[n] for n in context.feasible_nodes(lm)], dtype=int)
             for lm in context.lm_names
         }
+        # What the context alone decides, kept across slots (at 1,000 workers the
+        # per-node lookups were a quarter of a slot): each node's position among an
+        # LM's candidates, memory per prompt, fastest mode, and transfer rows.
+        self._position = {
+            lm: {n: j for j, n in enumerate(context.feasible_nodes(lm))} for lm in context.lm_names
+        }
+        self._mem: dict[tuple[str, str], tuple[float, float]] = {}
+        self._fastest: dict[tuple[str, str], Mode] = {}
+        self._rows: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
     def update_queues(self, loads: Mapping[str, float]) -> dict[str, float]:
         """Z_s <- max(Z_s + Y_s - eps, 0) from the realized workloads; returns Y."""
@@ -177,6 +194,40 @@ class LyreoRouter:
             self.z[s] = max(self.z.get(s, 0.0) + y - self.p.epsilon, 0.0)
         return dev
 
+    def _memory_time(self, node: str, lm: str) -> tuple[float, float]:
+        """(memory per prompt, capacity) on `node`: the context's alone, so kept."""
+        key = (node, lm)
+        got = self._mem.get(key)
+        if got is None:
+            got = self._mem[key] = memory_per_prompt(self.context, node, lm)
+        return got
+
+    def _mode(self, state: NodeState, lm: str) -> tuple[Mode, bool]:
+        """`serving_mode`, with the node's fastest mode (the context's alone) kept."""
+        inst = state.instance(lm)
+        if inst is not None:
+            return inst.mode, True
+        key = (state.name, lm)
+        mode = self._fastest.get(key)
+        if mode is None:
+            modes = modes_on(self.context, state.name, lm)
+            mode = self._fastest[key] = modes[0] if modes else "off"
+        return mode, False
+
+    def _workload(self, state: NodeState) -> float:
+        """`workload(ctx, state)` with the per-(node, LM) terms kept."""
+        ctx = self.context
+        total = 0.0
+        for lm, q in state.backlog.items():
+            if q <= 0 or not ctx.has_service(lm):
+                continue
+            mode = self._mode(state, lm)[0]
+            if mode == "off":
+                continue
+            mem, cap = self._memory_time(state.name, lm)
+            total += q * mem * service_s(ctx, lm, mode) / (cap * ctx.slot_s)
+        return total
+
     def _per_lm(
         self, lm: str, states: Mapping[str, NodeState]
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -185,25 +236,59 @@ class LyreoRouter:
         per, wait, work = [], [], []
         for k in self.feasible[lm]:
             node = self.workers[k]
-            mode, running = serving_mode(ctx, states[node], lm)
+            mode, running = self._mode(states[node], lm)
             t = service_s(ctx, lm, mode)
-            mem, cap = memory_per_prompt(ctx, node, lm)
+            mem, cap = self._memory_time(node, lm)
             per.append(t)
             wait.append(states[node].backlog.get(lm, 0) * t + (0.0 if running else COLD_START_S))
             work.append(mem * t / (cap * ctx.slot_s))
         return np.array(per), np.array(wait), np.array(work)
+
+    def _transfer(self, origin: str, lm: str, prompts: int) -> np.ndarray[Any, Any]:
+        """`LinkTable.transfer` to `lm`'s feasible nodes, its rows kept per origin site.
+
+        Origins of one site with the same intra-site link see the same row but
+        for their own node (no transfer), which is set after: the values are
+        those of `LinkTable.transfer`, computed the same way.
+        """
+        ctx = self.context
+        if not ctx.has_node(origin):
+            return np.zeros(len(self.feasible[lm]))
+        spec = ctx.node(origin).spec
+        key = (spec.site, spec.intra_site_latency_ms, spec.intra_site_bandwidth_mbps, lm)
+        row = self._rows.get(key)
+        if row is None:
+            lat, bw = self.links.row(origin)
+            idx = self.feasible[lm]
+            lat2, bwi = 2 * lat[idx], bw[idx].copy()
+            own = self._position[lm].get(origin)
+            if own is not None:  # another origin of the site: the intra-site link
+                lat2[own] = 2 * (spec.intra_site_latency_ms / 1000.0)
+                bwi[own] = spec.intra_site_bandwidth_mbps * 1e6
+            row = self._rows[key] = (lat2, bwi)
+        lat2, bwi = row
+        profile = ctx.service(lm).spec.profile
+        bits = prompts * (profile.request_kib + profile.response_kib) * KIB_BITS
+        out: np.ndarray[Any, Any] = lat2 + bits / bwi
+        own = self._position[lm].get(origin)
+        if own is not None:
+            out[own] = 0.0  # 2 * 0 + bits / inf, as the origin's own row has it
+        return out
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ctx = self.context
         states = {s.name: s for s in obs.snapshot.nodes}
         for n in self.workers:
             states.setdefault(n, NodeState(name=n))
-        loads_map = {n: workload(ctx, states[n]) for n in self.workers}
+        loads_map = {n: self._workload(states[n]) for n in self.workers}
         self.update_queues(loads_map)
         loads = np.array([loads_map[n] for n in self.workers])
         z = np.array([self.z[n] for n in self.workers])
         n_nodes = len(self.workers)
-        per_lm: dict[str, tuple[Any, Any, Any]] = {}
+        # per LM, once a slot: its columns, Z at its candidates, deadline
+        per_lm: dict[str, tuple[Any, Any, Any, Any, float]] = {}
+        # per (LM, prompts): the batch's workload delta, delta / S and its mean service
+        per_size: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
         batches = [
             (k, a)
             for k, a in enumerate(obs.arrivals)
@@ -211,32 +296,40 @@ class LyreoRouter:
         ]
         batches.sort(key=lambda t: (-t[1].prompts, t[0]))
         chosen: dict[int, str] = {}
+        add_reduce, sign_of, absolute = np.add.reduce, np.sign, np.abs
         for k, a in batches:
-            if a.lm not in per_lm:
-                per_lm[a.lm] = self._per_lm(a.lm, states)
-            per, wait, work = per_lm[a.lm]
-            idx = self.feasible[a.lm]
+            lm = a.lm
+            cols = per_lm.get(lm)
+            if cols is None:
+                per, wait, work = self._per_lm(lm, states)
+                cols = per_lm[lm] = (per, wait, work, z[self.feasible[lm]], ctx.deadline_s(lm))
+            per, wait, work, zi, deadline = cols
+            idx = self.feasible[lm]
             prompts = max(a.prompts, 1)
-            mean = loads.mean()
-            sign = np.sign(loads - mean)
+            sized = per_size.get((lm, prompts))
+            if sized is None:
+                delta = prompts * work
+                sized = per_size[(lm, prompts)] = (
+                    delta, delta / n_nodes, per * (prompts + 1) / 2
+                )  # fmt: skip
+            delta, shift, mean_service = sized
+            mean = add_reduce(loads) / n_nodes  # = loads.mean(), without its Python wrapper
+            sign = sign_of(loads - mean)
             # sum_s' Z_s' sign(W_s' - mean): how the mean shift moves everyone's deviation.
             pull = float(z @ sign)
-            latency = (
-                self.links.transfer(a.origin, a.lm, prompts, idx) + wait + per * (prompts + 1) / 2
-            )
-            delta = prompts * work
+            latency = self._transfer(a.origin, lm, prompts) + wait + mean_service
             w = loads[idx]
-            own = np.abs(w + delta - mean - delta / n_nodes) - np.abs(w - mean)
-            others = -(delta / n_nodes) * (pull - z[idx] * sign[idx])
-            balance = z[idx] * own + others
-            score = self.p.nu * prompts * latency / ctx.deadline_s(a.lm) + balance
+            own = absolute(w + delta - mean - shift) - absolute(w - mean)
+            others = -shift * (pull - zi * sign[idx])
+            balance = zi * own + others
+            score = self.p.nu * prompts * latency / deadline + balance
             if self.learner is not None:
                 cands = [
                     Candidate(self.workers[i], float(lt), float(b), float(sc))
                     for i, lt, b, sc in zip(idx, latency, balance, score, strict=True)
                 ]
                 score = score + np.asarray(self.learner.bias(obs, self.z, k, cands), dtype=float)
-            j = int(np.argmin(score))
+            j = int(score.argmin())
             node = self.workers[idx[j]]
             if self.learner is not None:
                 self.learner.record(obs, self.z, k, cands, node)
