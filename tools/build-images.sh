@@ -7,6 +7,9 @@
 #   lmedge       images/controller/Dockerfile (controller, node agent, gateway, helm test)
 #   model-server images/model-server/Dockerfile, stub backend, a tiny GPT-2 with
 #                random weights baked in as the "weights" (made here, never downloaded)
+#   agent-llm    images/agent-llm/Dockerfile: the chart's agentLLM server, from the
+#                llama-cpp-python wheel `make tools` cached (no llama.cpp compile)
+#                and the Gemma 3 270M GGUF it assembled, baked in
 #   ferretdb     the Go-built .tools/bin/ferretdb over SQLite: the chart's store in tests
 #   pause        the pod sandbox, compiled from the Kubernetes module's pause.c
 #
@@ -16,7 +19,7 @@
 # (`--network none`): pip installs come from a wheelhouse made on the host
 # (`pip wheel`, from the configured package index) and mounted read-only.
 #
-# Output: $LMEDGE_TOOLS_DIR/images/{base,lmedge,model-server,ferretdb,pause}.oci.tar
+# Output: $LMEDGE_TOOLS_DIR/images/{base,lmedge,model-server,agent-llm,ferretdb,pause}.oci.tar
 # and images.env (the image references, for people; the tier reads each
 # archive's own name from its index).
 set -euo pipefail
@@ -32,7 +35,8 @@ python="${LMEDGE_PYTHON:-$repo/.venv/bin/python}"
 suite=bookworm
 mirror="${LMEDGE_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)}"
 mirror="${mirror:-http://deb.debian.org/debian}"
-base_packages=python3,python3-venv,python3-pip,python-is-python3
+# libgomp1: llama.cpp's OpenMP runtime (the agent-llm image)
+base_packages=python3,python3-venv,python3-pip,python-is-python3,libgomp1
 version=0.1.0
 
 step() { printf '[build-images] %s\n' "$*"; }
@@ -136,7 +140,16 @@ ensure_local base "$base_ref"
 # --- wheelhouse --------------------------------------------------------------
 # lmedge's runtime dependencies and its build backend, as wheels for the
 # base's CPython 3.11; keyed by pyproject.toml.
-wheels_key="$(hash_of "$repo/pyproject.toml")"
+# The agent-llm image's llama-cpp-python: the wheel tools/build-llama.sh built
+# and cached (`make tools`), with its server's dependencies.
+llama_version="$(sed -n 's/^LLAMA_VERSION=//p' "$repo/tools/build-llama.sh")"
+llama_cache="${LMEDGE_WHEEL_CACHE:-$HOME/.cache/lmedge/wheels}"
+llama_wheel="$(ls "$llama_cache"/llama_cpp_python-"$llama_version"-*.whl 2>/dev/null | head -n1 || true)"
+[[ -n "$llama_wheel" ]] ||
+  die "no llama-cpp-python $llama_version wheel in $llama_cache; run \`make tools\` (tools/build-llama.sh)"
+agent_model="$tools_dir/models/$(sed -n 's/^MODEL_FILE=//p' "$repo/tools/build-llama.sh")"
+[[ -s "$agent_model" ]] || die "no GGUF model at $agent_model; run \`make tools\` (tools/build-llama.sh)"
+wheels_key="$( (hash_of "$repo/pyproject.toml"; basename "$llama_wheel") | sha256sum | cut -c1-16)"
 if [[ "$(cat "$wheels/.key" 2>/dev/null)" == "$wheels_key" ]]; then
   step "wheelhouse $wheels_key up to date"
 else
@@ -148,13 +161,16 @@ print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"
     "$repo/pyproject.toml")
   nice "$python" -m pip wheel -q --disable-pip-version-check -w "$wheels" "$repo" \
     "${backend_reqs[@]}" "huggingface_hub>=0.24" || die "pip wheel failed"
+  nice "$python" -m pip wheel -q --disable-pip-version-check -w "$wheels" \
+    --find-links "$llama_cache" --only-binary llama-cpp-python \
+    "llama-cpp-python[server]==$llama_version" || die "pip wheel (llama-cpp-python[server]) failed"
   rm -f "$wheels"/lmedge-*.whl
   echo "$wheels_key" >"$wheels/.key"
   step "wheelhouse made in $((SECONDS - t))s"
 fi
 
-# bud NAME REF KEY DOCKERFILE ARGS...: buildah build from the repository root,
-# offline, with the local base as PYTHON_IMAGE and the wheelhouse at /wheels.
+# bud NAME REF KEY DOCKERFILE ARGS...: buildah build from the repository root
+# (or $BUD_CONTEXT), offline, with the local base as PYTHON_IMAGE and the wheelhouse at /wheels.
 bud() {
   local name="$1" ref="$2" key="$3" dockerfile="$4"
   shift 4
@@ -163,7 +179,7 @@ bud() {
   step "$name: buildah bud -f ${dockerfile#"$repo"/} -t $ref"
   nice "${bh[@]}" bud -q --layers=false --network none --pull=never \
     --volume "$wheels:/wheels:ro" --build-arg "PYTHON_IMAGE=$base_ref" \
-    -f "$dockerfile" -t "$ref" "$@" "$repo" >"$out/$name.log" 2>&1 ||
+    -f "$dockerfile" -t "$ref" "$@" "${BUD_CONTEXT:-$repo}" >"$out/$name.log" 2>&1 ||
     die "$name build failed; last lines of $out/$name.log:
 $(tail -n 20 "$out/$name.log")"
   export_image "$name" "$ref" "$key"
@@ -194,6 +210,22 @@ if fresh model-server "$key"; then step "model-server $key up to date"; else
     --build-arg MODEL_ID=local:tiny-gpt2 --build-arg LM=lm1 \
     --build-arg MODALITY=text-to-text --build-arg BACKEND=stub --build-arg EXTRAS= \
     --build-arg STUB_SECONDS=1
+fi
+
+# --- agent-llm image: the chart's self-hosted agent LLM, model baked in ---------
+# The build context is the image's folder plus the GGUF (hard-linked where the
+# disk allows), as `docker build --build-arg MODEL_FILE=... images/agent-llm`.
+key="$(printf '%s\n' "$base_key" "$wheels_key" "$(hash_of "$repo/images/agent-llm")" \
+  "$(stat -c '%s %Y' "$agent_model")" | sha256sum | cut -c1-16)"
+agent_llm_ref="localhost/lmedge/agent-llm:$version-${key:0:8}"
+if fresh agent-llm "$key"; then step "agent-llm $key up to date"; else
+  ctx_dir="$out/agent-llm-context"
+  rm -rf "$ctx_dir" && mkdir -p "$ctx_dir"
+  cp "$repo/images/agent-llm/serve.py" "$ctx_dir/"
+  ln -f "$agent_model" "$ctx_dir/model.gguf" 2>/dev/null || cp "$agent_model" "$ctx_dir/model.gguf"
+  BUD_CONTEXT="$ctx_dir" bud agent-llm "$agent_llm_ref" "$key" "$repo/images/agent-llm/Dockerfile" \
+    --build-arg MODEL_FILE=model.gguf --build-arg LLAMA_VERSION="$llama_version"
+  rm -rf "$ctx_dir"
 fi
 
 # --- ferretdb image ------------------------------------------------------------
@@ -239,6 +271,7 @@ cat >"$out/images.env.tmp" <<EOF
 LMEDGE_IMAGE_BASE=$base_ref
 LMEDGE_IMAGE_LMEDGE=$lmedge_ref
 LMEDGE_IMAGE_MODEL_SERVER=$model_ref
+LMEDGE_IMAGE_AGENT_LLM=$agent_llm_ref
 LMEDGE_IMAGE_FERRETDB=$ferret_ref
 LMEDGE_IMAGE_PAUSE=$pause_ref
 EOF

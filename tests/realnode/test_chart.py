@@ -534,6 +534,72 @@ def test_a_recreated_workload_namespace_serves_again_after_helm_upgrade(
         ) from None
 
 
+#: The name the in-chart agent LLM answers to (agentLLM.model.name).
+AGENT_MODEL = "gemma3-270m"
+
+
+def test_the_in_chart_agent_llm_serves_the_controllers_planner(
+    realnode_tier: RealNodeTier, api: client.ApiClient, release: dict[str, Any]
+) -> None:
+    """`agentLLM.enabled` with the agent-llm image `make images` built (llama-cpp-python
+    and the Gemma 3 270M GGUF baked in): the server's pod comes up Ready, the chart
+    points the controller at its Service, and the planner's LLM call is answered
+    there, with the decision in the store. Only the planner asks the model (the
+    rf profile's router and deployer stay deterministic), with its budget lifted
+    off the 5-s slot: a CPU-hosted 270M model takes tens of seconds a call."""
+    core = client.CoreV1Api(api)
+    store = _store(core)
+    try:
+        runs_before = store.get_default_database()["runs"].count_documents({})
+    finally:
+        store.close()
+    helm(realnode_tier, "upgrade", RELEASE, str(CHART), "-n", NS, *release["values"],
+         "--set", "agentLLM.enabled=true", "--set", "agentLLM.model.baked=true",
+         "--set", f"agentLLM.image={realnode_tier.images['agent-llm']}",
+         "--set", f"agentLLM.model.name={AGENT_MODEL}", "--set", "agentLLM.chatTemplate=chatml",
+         "--set", "agentLLM.parallel=1", "--set", "agentLLM.contextSize=4096",
+         "--set", "agentLLM.resources.requests.cpu=100m",
+         "--set", "agentLLM.resources.requests.memory=256Mi",
+         "--set", "agentLLM.resources.limits.memory=2Gi",
+         "--set", "policy.planner=agentic",
+         "--set", "policy.params.planner.llm_slot_cap=off",
+         "--set-string", "policy.params.planner.llm_timeout_s=300",
+         "--set-string", "policy.params.planner.llm_budget_s=300",
+         "--wait", "--timeout", "600s")  # fmt: skip
+    (server,) = _pods(core, NS, "app.kubernetes.io/component=agent-llm")
+    assert _ready(server), _describe(core, NS)
+    (controller,) = [p for p in _pods(core, NS, "app.kubernetes.io/component=controller")
+                     if p.metadata.deletion_timestamp is None]  # fmt: skip
+    env = {e.name: e.value for c in controller.spec.containers for e in c.env or []}
+    assert env.get("LMEDGE_LLM_BASE_URL") == f"http://{RELEASE}-agent-llm.{NS}.svc:8080/v1", env
+
+    def answered() -> list[dict[str, Any]]:
+        store = _store(core)
+        try:
+            db = store.get_default_database()
+            if db["runs"].count_documents({}) <= runs_before:
+                return []  # the restarted controller's run is not stored yet
+            return [d for d in db["macro_policies"].find({"model": AGENT_MODEL})
+                    if d.get("tokens_out", 0) > 0]  # fmt: skip
+        finally:
+            store.close()
+
+    try:
+        wait_until(answered, 420, "a planner decision answered by the in-chart agent LLM", 5.0)
+    except TimeoutError as exc:
+        store = _store(core)
+        try:
+            last = list(store.get_default_database()["macro_policies"].find().sort("_seq", -1)
+                        .limit(2))  # fmt: skip
+        finally:
+            store.close()
+        detail = f"last planner decisions {last}\n{_describe(core, NS)}"
+        raise AssertionError(f"{exc}: {detail}") from None
+    (first, *_) = answered()
+    # The reply came through the agent's structured-output path and was parsed.
+    assert first["parsed"] is True and first["tokens_in"] > 0, first
+
+
 def test_helm_uninstall_leaves_no_pod(
     realnode_tier: RealNodeTier, api: client.ApiClient, release: dict[str, Any]
 ) -> None:

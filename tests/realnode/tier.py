@@ -68,7 +68,7 @@ HOST_TOOLS = ("containerd", "ctr", "runc", "ip", "iptables", "nsenter", "unshare
 CNI_BIN = Path("/usr/lib/cni")
 #: Tools under .tools/bin beyond the control plane's.
 TIER_BINARIES = ("kubelet", "kube-proxy", "coredns")
-IMAGES = ("lmedge", "model-server", "ferretdb", "pause")
+IMAGES = ("lmedge", "model-server", "agent-llm", "ferretdb", "pause")
 GPU_RESOURCE = "nvidia.com/gpu"
 START_TIMEOUT = 240.0
 
