@@ -40,18 +40,20 @@ EOF
 }
 server_ok() { "$py" -c 'import llama_cpp.server.app, sse_starlette, starlette_context' 2>/dev/null; }
 
+# The wheel is kept in the cache even when the venv already has the package:
+# `make images` bakes it into the agent-llm image.
+wheel="$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
+if [[ -z "$wheel" ]]; then
+  echo "[build-llama] building the llama-cpp-python $LLAMA_VERSION wheel (llama.cpp from source; slow)"
+  t0=$SECONDS
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="${LMEDGE_BUILD_PARALLEL:-2}" \
+    nice -n 10 "$py" -m pip wheel -q --no-deps -w "$wheels" "llama-cpp-python==$LLAMA_VERSION"
+  wheel="$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n1)"
+  echo "[build-llama] wheel built in $((SECONDS - t0))s ($wheel)"
+fi
 if have llama_cpp_python "$LLAMA_VERSION" && server_ok; then
   echo "[build-llama] llama-cpp-python $LLAMA_VERSION[server] present"
 else
-  wheel="$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
-  if [[ -z "$wheel" ]]; then
-    echo "[build-llama] building the llama-cpp-python $LLAMA_VERSION wheel (llama.cpp from source; slow)"
-    t0=$SECONDS
-    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="${LMEDGE_BUILD_PARALLEL:-2}" \
-      nice -n 10 "$py" -m pip wheel -q --no-deps -w "$wheels" "llama-cpp-python==$LLAMA_VERSION"
-    wheel="$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n1)"
-    echo "[build-llama] wheel built in $((SECONDS - t0))s ($wheel)"
-  fi
   # The extra's dependencies come from the registry; llama-cpp-python itself only from the
   # cached wheel (never a second source build).
   "$py" -m pip install -q --find-links "$wheels" --only-binary llama-cpp-python \
