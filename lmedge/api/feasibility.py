@@ -183,9 +183,15 @@ def _check_rejections(
 ) -> set[tuple[str, str]]:
     """The rejected pairs, after appending what is wrong with the rejection list."""
     rejected: set[tuple[str, str]] = set()
+    # A valid rejection passes on set lookups alone (~10,000 a slot at 1,000 nodes);
+    # the messages are built only for what is wrong.
+    nodes, classes = ctx._nodes, ctx._models
     for i, r in enumerate(routing.rejections):
-        path = f"rejections[{i}]"
         key = (r.origin, r.lm)
+        if allowed and key not in rejected and r.origin in nodes and r.lm in classes:
+            rejected.add(key)
+            continue
+        path = f"rejections[{i}]"
         if not allowed:
             out.append(
                 Violation(

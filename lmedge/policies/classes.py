@@ -21,12 +21,14 @@ __all__ = ["class_arrivals", "lm_arrivals", "routes_for_classes"]
 
 def class_arrivals(ctx: ClusterContext, arrivals: Sequence[Arrival]) -> list[Arrival]:
     """The arrivals whose `lm` is a request class rather than an LM."""
-    return [a for a in arrivals if not ctx.has_service(a.lm)]
+    known = ctx.has_service
+    return [a for a in arrivals if not known(a.lm)]
 
 
 def lm_arrivals(ctx: ClusterContext, arrivals: Sequence[Arrival]) -> list[Arrival]:
     """`arrivals` with each class replaced by its first model, merged per (origin, LM)."""
-    if not class_arrivals(ctx, arrivals):
+    known = ctx.has_service
+    if all(known(a.lm) for a in arrivals):
         return list(arrivals)
     merged: dict[tuple[str, str], Arrival] = {}
     for a in arrivals:

@@ -450,6 +450,16 @@ class Emulator:
         ctx = self._context_at(slot)
         return [r for r in rows if ctx.is_request_class(r.lm)]
 
+    def prepare(self, slot: int) -> None:
+        """Draw `slot`'s requests now (cached: the same rows whenever they are drawn).
+
+        The backend calls it at the slot boundary (`refresh`): the users' requests
+        exist before the controller reads them, so drawing them is the
+        emulator's work, not part of the controller's decision time, as on a
+        cluster, where the controller only reads its gateways' reports.
+        """
+        self.workload.slot(slot)
+
     def arrivals(self, slot: int) -> list[Arrival]:
         """The requests of `slot` the cluster's gateways receive (not those at a down origin,
         nor of a class no LM in force serves: those are recorded, never routed)."""

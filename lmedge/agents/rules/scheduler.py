@@ -215,11 +215,11 @@ def rule_routing(
         cols, request_kib, horizon = known
         prompts = max(1, a.prompts)
         if horizon is not None and table.surely_rejected(cols, prompts, horizon):
-            rejections.append(Rejection(origin=a.origin, lm=a.lm))
+            rejections.append(built(Rejection, {"origin": a.origin, "lm": a.lm}))
             continue
         best = table.pick(cols, a.origin, prompts, request_kib)
         if horizon is not None and best.backlog > 0 and best.cost_s > horizon:
-            rejections.append(Rejection(origin=a.origin, lm=a.lm))
+            rejections.append(built(Rejection, {"origin": a.origin, "lm": a.lm}))
             continue
         table.add(cols, best.column, a.prompts)
         # names from the context and the arrivals: built without validating (~10,000 a slot)

@@ -47,6 +47,7 @@ class EmulatedBackend:
         so a caller that never refreshes still sees the same cluster physics.
         """
         self.emulator.advance(slot)
+        self.emulator.prepare(slot)
         return ContextUpdate(
             slot=slot, context=self.emulator.ctx, changes=self.emulator.take_changes()
         )
