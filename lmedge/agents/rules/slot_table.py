@@ -57,19 +57,16 @@ class LmColumns:
     position: dict[str, int]
     site: npt.NDArray[np.intp]  # index into SlotTable.sites
     rate: Floats
-    wait: Floats
-    backlog: Ints  # snapshot backlog + prompts routed there this slot (updated by `add`)
-    weight: Floats
+    base: Floats  # backlog / rate + wait, kept in step with `backlog` by `add`
+    # Scalars are read and written as Python lists: a scalar access of a numpy
+    # array costs ten times a list's, and `add` and `pick` do a few per pair.
+    backlog: list[int]  # snapshot backlog + prompts routed there this slot (updated by `add`)
+    base_list: list[float]  # `base` as a list
+    rate_list: list[float]
+    wait: list[float]
+    weight: list[float]
     off: bool  # the tier is the inactive-target conflicts: cost 2 tau, start tau
     tau: float
-    base: Floats  # backlog / rate + wait, kept in step with `backlog` by `add`
-    # The same columns as Python lists: a scalar read or write of a numpy array
-    # costs ten times a list's, and `add` and `pick` do a few per pair.
-    backlog_list: list[int]
-    base_list: list[float]
-    rate_list: list[float]
-    wait_list: list[float]
-    weight_list: list[float]
     idle: int  # candidates with no backlog (a pick among them is never refused)
     per: dict[int, Floats]  # prompts -> prompts / rate
     transfers: dict[tuple[int, int], Floats]  # (link table id, prompts) -> uplink seconds
@@ -203,23 +200,21 @@ class SlotTable:
         rates = np.array([r[1] for r in rows], np.float64)
         waits = np.array([r[2] for r in rows], np.float64)
         counts = np.array(backlog, np.int64)
+        base = counts / rates + waits
         site_of = self._site_of
         return LmColumns(
             nodes=names,
             position={n: i for i, n in enumerate(names)},
             site=np.array([site_of[n] for n in names], np.intp),
             rate=rates,
-            wait=waits,
-            backlog=counts,
-            weight=np.array([r[3] for r in rows], np.float64),
+            base=base,
+            backlog=backlog,
+            base_list=base.tolist(),
+            rate_list=rates.tolist(),
+            wait=waits.tolist(),
+            weight=[r[3] for r in rows],
             off=off,
             tau=ctx.deadline_s(lm),
-            base=counts / rates + waits,
-            backlog_list=backlog,
-            base_list=(counts / rates + waits).tolist(),
-            rate_list=rates.tolist(),
-            wait_list=waits.tolist(),
-            weight_list=[r[3] for r in rows],
             idle=int(np.count_nonzero(counts == 0)),
             per={},
             transfers={},
@@ -280,7 +275,7 @@ class SlotTable:
         if cols.off:
             # every candidate costs 2 tau and weighs nothing: the origin, else the first name
             j = cols.position.get(origin, 0)
-            return Pick(j, cols.nodes[j], 2 * cols.tau, cols.backlog_list[j])
+            return Pick(j, cols.nodes[j], 2 * cols.tau, cols.backlog[j])
         per = self._per(cols, prompts)
         own, own_cost = None, 0.0
         if self.ctx.has_node(origin):
@@ -303,24 +298,18 @@ class SlotTable:
         # the first of the cheapest: the highest weight, then the lowest name (column order)
         j = int(cost.argmin())
         best = float(cost[j])
-        if (
-            own is not None
-            and own != j
-            and own_cost == best
-            and cols.weight_list[own] == cols.weight_list[j]
-        ):
+        if own is not None and own != j and own_cost == best and cols.weight[own] == cols.weight[j]:
             j = own  # a tie in cost and weight goes to the origin's own node
-        return Pick(j, cols.nodes[j], best, cols.backlog_list[j])
+        return Pick(j, cols.nodes[j], best, cols.backlog[j])
 
     @staticmethod
     def add(cols: LmColumns, index: int, prompts: int) -> None:
         """Count `prompts` routed to candidate `index` this slot."""
-        backlog = cols.backlog_list[index]
+        backlog = cols.backlog[index]
         if backlog == 0 and prompts > 0:
             cols.idle -= 1
         backlog += prompts
-        cols.backlog_list[index] = backlog
         cols.backlog[index] = backlog
-        base = backlog / cols.rate_list[index] + cols.wait_list[index]
+        base = backlog / cols.rate_list[index] + cols.wait[index]
         cols.base_list[index] = base
         cols.base[index] = base
