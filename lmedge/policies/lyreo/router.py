@@ -38,7 +38,7 @@ candidate objects are built at all and this is the pure Lyapunov scheduler
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -140,16 +140,27 @@ def memory_per_prompt(ctx: ClusterContext, node: str, lm: str) -> tuple[float, f
     return s.min_memory_gib, spec.memory_gib
 
 
-def workload(ctx: ClusterContext, state: NodeState) -> float:
-    """W_s: normalized memory-time of the node's queued prompts over one slot."""
+def workload(
+    ctx: ClusterContext,
+    state: NodeState,
+    mode_of: Callable[[NodeState, str], tuple[Mode, bool]] | None = None,
+    memory_of: Callable[[str, str], tuple[float, float]] | None = None,
+) -> float:
+    """W_s: normalized memory-time of the node's queued prompts over one slot.
+
+    `mode_of(state, lm)` and `memory_of(node, lm)` default to `serving_mode`
+    and `memory_per_prompt`; the router passes its cached versions.
+    """
+    mode_of = mode_of or (lambda st, lm: serving_mode(ctx, st, lm))
+    memory_of = memory_of or (lambda node, lm: memory_per_prompt(ctx, node, lm))
     total = 0.0
     for lm, q in state.backlog.items():
         if q <= 0 or not ctx.has_service(lm):
             continue
-        mode = serving_mode(ctx, state, lm)[0]
+        mode = mode_of(state, lm)[0]
         if mode == "off":
             continue
-        mem, cap = memory_per_prompt(ctx, state.name, lm)
+        mem, cap = memory_of(state.name, lm)
         total += q * mem * service_s(ctx, lm, mode) / (cap * ctx.slot_s)
     return total
 
@@ -214,20 +225,6 @@ class LyreoRouter:
             mode = self._fastest[key] = modes[0] if modes else "off"
         return mode, False
 
-    def _workload(self, state: NodeState) -> float:
-        """`workload(ctx, state)` with the per-(node, LM) terms kept."""
-        ctx = self.context
-        total = 0.0
-        for lm, q in state.backlog.items():
-            if q <= 0 or not ctx.has_service(lm):
-                continue
-            mode = self._mode(state, lm)[0]
-            if mode == "off":
-                continue
-            mem, cap = self._memory_time(state.name, lm)
-            total += q * mem * service_s(ctx, lm, mode) / (cap * ctx.slot_s)
-        return total
-
     def _per_lm(
         self, lm: str, states: Mapping[str, NodeState]
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -254,6 +251,7 @@ class LyreoRouter:
         ctx = self.context
         if not ctx.has_node(origin):
             return np.zeros(len(self.feasible[lm]))
+        own = self._position[lm].get(origin)
         spec = ctx.node(origin).spec
         key = (spec.site, spec.intra_site_latency_ms, spec.intra_site_bandwidth_mbps, lm)
         row = self._rows.get(key)
@@ -261,7 +259,6 @@ class LyreoRouter:
             lat, bw = self.links.row(origin)
             idx = self.feasible[lm]
             lat2, bwi = 2 * lat[idx], bw[idx].copy()
-            own = self._position[lm].get(origin)
             if own is not None:  # another origin of the site: the intra-site link
                 lat2[own] = 2 * (spec.intra_site_latency_ms / 1000.0)
                 bwi[own] = spec.intra_site_bandwidth_mbps * 1e6
@@ -270,7 +267,6 @@ class LyreoRouter:
         profile = ctx.service(lm).spec.profile
         bits = prompts * (profile.request_kib + profile.response_kib) * KIB_BITS
         out: np.ndarray[Any, Any] = lat2 + bits / bwi
-        own = self._position[lm].get(origin)
         if own is not None:
             out[own] = 0.0  # 2 * 0 + bits / inf, as the origin's own row has it
         return out
@@ -280,7 +276,9 @@ class LyreoRouter:
         states = {s.name: s for s in obs.snapshot.nodes}
         for n in self.workers:
             states.setdefault(n, NodeState(name=n))
-        loads_map = {n: self._workload(states[n]) for n in self.workers}
+        loads_map = {
+            n: workload(ctx, states[n], self._mode, self._memory_time) for n in self.workers
+        }
         self.update_queues(loads_map)
         loads = np.array([loads_map[n] for n in self.workers])
         z = np.array([self.z[n] for n in self.workers])
