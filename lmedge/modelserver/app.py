@@ -200,7 +200,8 @@ def create_app(server: ModelServer, *, load_in_background: bool = True) -> FastA
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         loaded = server.ready.is_set()
-        problem = await asyncio.to_thread(server.progress_problem) if loaded else None
+        # Probed while loading too, so an unwritable directory is the first reason shown.
+        problem = await asyncio.to_thread(server.progress_problem)
         if loaded and problem is None:
             return JSONResponse({"status": "ready", "lm": server.lm, "mode": server.backend.mode})
         detail = problem or server.load_error or "loading model"
