@@ -105,7 +105,7 @@ from lmedge.api import (
 from lmedge.api.feasibility import check_macro_policy
 from lmedge.api.live import REPLAN_KINDS, ContextUpdate
 from lmedge.controller.assembly import PolicyPlugins, derive_seed
-from lmedge.controller.gctune import quiet_gc
+from lmedge.controller.gctune import quiet_gc, slot_end
 from lmedge.controller.guard import DecisionGuard
 from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.metrics import MetricRow, metric_lms, window_metrics
@@ -361,6 +361,11 @@ class ControlLoop:
             lm = a.lm if self.ctx.has_service(a.lm) else self.ctx.default_model(a.lm) or a.lm
             self._epoch_traffic[lm] = self._epoch_traffic.get(lm, 0) + a.prompts
 
+        del snapshot, arrivals, index, backlog
+        # After actuating, before the slot's wait: idle time for a controller on a
+        # cluster. The full collection once an epoch runs just after the epoch's
+        # metric rows were let go, so it does not walk them.
+        slot_end(full=slot > 0 and slot % ctx.epoch_slots == 0)
         self.backend.clock.sleep_until((slot + 1) * ctx.slot_s)
         records = self.backend.drain_records()
         for r in records:

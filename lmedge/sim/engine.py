@@ -59,6 +59,7 @@ import math
 from collections import deque
 from collections.abc import Generator
 from functools import partial
+from operator import attrgetter
 from typing import Literal
 
 import numpy as np
@@ -92,6 +93,7 @@ from lmedge.sim.trace import RequestSpec
 from lmedge.sim.workload import Workload
 
 COLD_STREAM = 2
+_OFFSET = attrgetter("offset_s")
 SERVICE_STREAM = 3
 
 UPLINK, QUEUED, SERVING, DOWNLINK, DONE = range(5)
@@ -518,19 +520,25 @@ class Emulator:
         while True:
             start = slot * self.slot_s
             self.advance(slot)
-            for r in self._requests(slot):
-                ev = env.timeout(max(0.0, start + r.offset_s - env.now))
-                ev.callbacks.append(partial(self._submit, r))
+            now = env.now
+            # Every request of the slot is submitted here, at its own submit time:
+            # what decides its fate (the slot's routing map, the nodes down, the LMs
+            # in force) changes only at slot boundaries, so one event per request
+            # (its arrival at the destination) replaces a submit and an arrival.
+            # In submit order, so that each deadline FIFO stays in deadline order.
+            for r in sorted(self._requests(slot), key=_OFFSET):
+                self._submit(r, now + max(0.0, start + r.offset_s - now))
             slot += 1
             yield env.timeout(max(0.0, slot * self.slot_s - env.now))
 
-    def _submit(self, r: RequestSpec, _ev: object = None) -> None:
+    def _submit(self, r: RequestSpec, at: float) -> None:
+        """Submit `r` at time `at` (now or later in the slot): refuse it, or start its uplink."""
         env = self.env
         if r.origin in self._down:
-            self._refuse(r, "node_lost")  # the origin's gateway is gone
+            self._refuse(r, at, "node_lost")  # the origin's gateway is gone
             return
         if (r.origin, r.lm) in self._rejected.get(r.slot, ()):
-            self._refuse(r)
+            self._refuse(r, at)
             return
         hit = self._routing.get(r.slot, {}).get((r.origin, r.lm))
         if hit is not None and hit in self._hostable:
@@ -539,22 +547,23 @@ class Emulator:
             # an unmapped class is served by its first model, at the local/nearest node
             found = self.ctx.default_model(r.lm)
             if found is None:
-                self._refuse(r, "lm_removed")  # no LM in force serves the class
+                self._refuse(r, at, "lm_removed")  # no LM in force serves the class
                 return
             model = found
             if not self.ctx.feasible_nodes(model):
-                self._refuse(r, "node_lost")  # every node that could host it is down
+                self._refuse(r, at, "node_lost")  # every node that could host it is down
                 return
             dest = self.default_destination(r.origin, model)
-        now = env.now
         tau = self.ctx.deadline_s(model)
-        job = Job(self._request_id(r), r, dest, model, now, now + tau)
+        job = Job(self._request_id(r), r, dest, model, at, at + tau)
         self.stats["submitted"] += 1
         prof = self.services[model].spec.profile
         job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
         self._watch_deadline(job, tau)
-        if job.uplink_s > 0:
-            env.timeout(job.uplink_s).callbacks.append(partial(self._arrive, job))
+        now = env.now
+        arrive = at + job.uplink_s
+        if arrive > now:
+            env.timeout(arrive - now).callbacks.append(partial(self._arrive, job))
         else:
             self._arrive(job)
 
@@ -562,7 +571,7 @@ class Emulator:
         """The record id of a request (served or refused alike)."""
         return f"{self.seed}-{r.slot}-{r.origin}-{r.lm}"
 
-    def _refuse(self, r: RequestSpec, outcome: RequestOutcome = "rejected") -> None:
+    def _refuse(self, r: RequestSpec, at: float, outcome: RequestOutcome = "rejected") -> None:
         """Record a request ended at once, at its origin, unserved: refused by admission
         control (`rejected`), or with no cluster to take it (`node_lost`, `lm_removed`)."""
         self.stats["submitted"] += 1
@@ -580,7 +589,7 @@ class Emulator:
                     "prompts": r.prompts,
                     "prompts_done": 0,
                     "slot": r.slot,
-                    "submit_s": self.env.now,
+                    "submit_s": at,
                     "uplink_s": 0.0,
                     "queue_s": 0.0,
                     "inference_s": 0.0,
@@ -687,7 +696,8 @@ class Emulator:
             q = self._deadlines[tau] = deque()
         q.append(job)
         if len(q) == 1:
-            self.env.timeout(tau).callbacks.append(partial(self._deadline_due, q))
+            due = max(0.0, job.deadline - self.env.now)
+            self.env.timeout(due).callbacks.append(partial(self._deadline_due, q))
 
     def _deadline_due(self, q: deque[Job], _ev: object = None) -> None:
         now = self.env.now

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from lmedge.agents.rules.capacity import GPU_POD_CORES, planned_mode
 from lmedge.api import InstanceState, LMPlacement, NodeObservation, Placement, ServiceInfo
+from lmedge.api.base import built
 
 
 @dataclass
@@ -48,8 +49,18 @@ class _Free:
     vram: float
 
 
+def _lmp(lm: str, mode: str, cores: float, vgpus: int) -> LMPlacement:
+    # 16 per node a slot, 16,000 at 1,000 nodes: built from values this module
+    # made, without pydantic's validation (the guard checks the placement).
+    return built(LMPlacement, {"lm": lm, "mode": mode, "cpu_cores": float(cores), "vgpus": vgpus})
+
+
 def _off(lm: str) -> LMPlacement:
-    return LMPlacement(lm=lm, mode="off", cpu_cores=0, vgpus=0)
+    return _lmp(lm, "off", 0.0, 0)
+
+
+def _placement(node: str, lms: list[LMPlacement]) -> Placement:
+    return built(Placement, {"node": node, "lms": lms})
 
 
 def _work(s: ServiceInfo, backlog: int) -> float:
@@ -62,13 +73,10 @@ def rule_placement(obs: NodeObservation) -> Placement:
     services = {s.name: s for s in obs.services}
     running = {i.lm: i for i in state.instances if i.lm in services}
     if spec.role != "worker":
-        return Placement(node=node.name, lms=[_off(s.name) for s in obs.services])
+        return _placement(node.name, [_off(s.name) for s in obs.services])
     if state.pending:
-        kept = {
-            lm: LMPlacement(lm=lm, mode=i.mode, cpu_cores=i.cpu_cores, vgpus=i.vgpus)
-            for lm, i in running.items()
-        }
-        return Placement(node=node.name, lms=[kept.get(s.name, _off(s.name)) for s in obs.services])
+        kept = {lm: _lmp(lm, i.mode, i.cpu_cores, i.vgpus) for lm, i in running.items()}
+        return _placement(node.name, [kept.get(s.name) or _off(s.name) for s in obs.services])
     backlog = {lm: state.backlog.get(lm, 0) for lm in services}
     roles = set(obs.roles)
     wanted = [lm for lm in services if lm in roles or backlog[lm] > 0]
@@ -94,7 +102,7 @@ def rule_placement(obs: NodeObservation) -> Placement:
         shrunk = _fit(obs, wanted, running, backlog, shrink=True)
         if _served(shrunk, queued) > _served(chosen, queued):
             chosen = shrunk
-    return Placement(node=node.name, lms=[chosen.get(s.name, _off(s.name)) for s in obs.services])
+    return _placement(node.name, [chosen.get(s.name) or _off(s.name) for s in obs.services])
 
 
 def _served(chosen: dict[str, LMPlacement], wanted: list[str]) -> tuple[int, ...]:
@@ -132,7 +140,7 @@ def _fit(
             and vgpus <= free.vgpus
             and need_vram <= free.vram + 1e-9
         ):
-            chosen[lm] = LMPlacement(lm=lm, mode=inst.mode, cpu_cores=inst.cpu_cores, vgpus=vgpus)
+            chosen[lm] = _lmp(lm, inst.mode, inst.cpu_cores, vgpus)
             _consume(free, chosen[lm], services[lm])
     starting = [lm for lm in wanted if lm not in chosen]
     mode_of = {lm: planned_mode(services[lm].spec, spec) for lm in starting}
@@ -150,7 +158,7 @@ def _fit(
             cores = min(GPU_POD_CORES, free.cores)
             if cores <= 0:
                 continue
-            placed = LMPlacement(lm=lm, mode="gpu", cpu_cores=cores, vgpus=1)
+            placed = _lmp(lm, "gpu", cores, 1)
         elif mode == "cpu":
             # GPU pods start first, so every text LM after this one also runs on CPU.
             cpu_waiting = 1 + sum(
@@ -159,7 +167,7 @@ def _fit(
             cores = float(int(free.cores / cpu_waiting))
             if cores < 1:
                 continue
-            placed = LMPlacement(lm=lm, mode="cpu", cpu_cores=cores, vgpus=0)
+            placed = _lmp(lm, "cpu", cores, 0)
         else:
             continue
         chosen[lm] = placed
@@ -175,7 +183,7 @@ def _fit(
         for lm in fresh:
             p = chosen[lm]
             if free.vgpus > 0 and p.vgpus < services[lm].spec.max_vgpus:
-                chosen[lm] = p.model_copy(update={"vgpus": p.vgpus + 1})
+                chosen[lm] = _lmp(lm, p.mode, p.cpu_cores, p.vgpus + 1)
                 free.vgpus -= 1
                 grew = True
         if not grew:

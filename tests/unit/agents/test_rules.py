@@ -18,10 +18,12 @@ from lmedge.api import (
     ClusterContext,
     EpochMetrics,
     InstanceState,
+    LMPlacement,
     LMStats,
     MacroPolicy,
     NodeObservation,
     NodeState,
+    Placement,
     PlanningObservation,
     check_macro_policy,
     check_placement,
@@ -279,3 +281,26 @@ def test_admission_admits_the_small_set_before_the_large_one(ctx: ClusterContext
     routing = rule_routing(one, plan_macro(one, {}, {}), states, arrivals, admit_fraction=0.3)
     assert [(r.origin, r.destination) for r in routing.routes] == [("edge", "worker-2")]
     assert routing.rejected() == {("worker-2", "lm4")}
+
+
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("node", ["worker-1", "worker-2", "worker-3", "worker-6", "control"])
+def test_deployer_placements_equal_validated_models(
+    ctx: ClusterContext, node: str, pending: bool
+) -> None:
+    # The rule builds its placements without validation (api.base.built).
+    run = [
+        InstanceState(
+            lm=lm, mode="gpu", cpu_cores=2, vgpus=1, status="pending" if pending else "ready"
+        )
+        for lm in ("lm2", "lm4")
+    ]
+    state = NodeState(name=node, backlog={"lm1": 9, "lm3": 4, "lm4": 2}, instances=run)
+    for roles in ([], ["lm1"], ["lm1", "lm2", "lm3", "lm4"]):
+        placement = rule_placement(_node_obs(ctx, node, roles, state))
+        again = Placement.model_validate(placement.model_dump())
+        assert again == placement and again.model_dump_json() == placement.model_dump_json()
+        assert [p.lm for p in placement.lms] == [s.name for s in ctx.services]
+        for p in placement.lms:
+            assert p.model_fields_set == set(LMPlacement.model_fields)
+            assert isinstance(p.cpu_cores, float)

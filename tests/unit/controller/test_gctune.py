@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from lmedge.controller.gctune import THRESHOLDS, quiet_gc
+from lmedge.controller.gctune import THRESHOLDS, quiet_gc, slot_end
 
 
 def test_the_block_freezes_and_raises_the_young_threshold_then_restores_both() -> None:
@@ -67,3 +67,52 @@ def test_cyclic_garbage_made_in_the_block_is_still_collected() -> None:
         del a, b
         gc.collect()
         assert collected.is_set()
+
+
+class _Cycle:
+    other: _Cycle | None = None
+
+
+def _cycle(freed: threading.Event) -> _Cycle:
+    a, b = _Cycle(), _Cycle()
+    a.other, b.other = b, a
+    weakref.finalize(a, freed.set)
+    return a
+
+
+def test_slot_end_frees_the_cycles_a_slot_left() -> None:
+    freed = threading.Event()
+    with quiet_gc():
+        _cycle(freed)  # garbage at once, but only the collector can free a cycle
+        slot_end()
+        assert freed.is_set()
+
+
+def test_the_full_slot_end_frees_cycles_that_outlived_their_slot() -> None:
+    freed = threading.Event()
+    with quiet_gc():
+        kept = _cycle(freed)
+        slot_end()  # still referenced: it moves to the old generation
+        assert not freed.is_set()
+        del kept
+        slot_end(full=True)
+        assert freed.is_set()
+
+
+def test_slot_end_outside_a_block_leaves_the_collector_alone() -> None:
+    started: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    enabled = gc.isenabled()
+    gc.disable()  # no automatic collection in the window; an explicit one still runs
+    gc.callbacks.append(seen)
+    try:
+        slot_end(full=True)
+    finally:
+        gc.callbacks.remove(seen)
+        if enabled:
+            gc.enable()
+    assert started == []
