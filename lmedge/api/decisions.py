@@ -13,7 +13,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmedge.api.base import WireModel
 
@@ -108,6 +108,10 @@ class RoutingMap(WireModel):
 
 
 class LMPlacement(WireModel):
+    """One LM's share of a node in a `Placement`; immutable, so one value can be shared."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     lm: str = Field(description="LM service name.")
     mode: Mode = Field(description="gpu, cpu or off.")
     cpu_cores: float = Field(ge=0, description="CPU cores (requests = limits); 0 when off.")

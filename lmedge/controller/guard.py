@@ -146,12 +146,12 @@ class DecisionGuard:
             d, failed = error_decision("deployer", deployer.name, error, Placement), True
         else:
             d, failed = self.call("deployer", deployer.name, Placement, lambda: deployer.place(obs))
-        priority = repair_priority(obs.roles if obs is not None else (), state)
+        roles = obs.roles if obs is not None else ()
         d = self.validate(
             d,
             failed=failed,
             check=lambda v: check_placement(v, node, services),
-            repair=lambda v: nearest_feasible(v, node, services, priority),
+            repair=lambda v: nearest_feasible(v, node, services, repair_priority(roles, state)),
             fallback=lambda: fallback_placement(node, services, state),
         )
         return self.stamp(d, epoch, slot, node.name)

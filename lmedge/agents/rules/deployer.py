@@ -35,6 +35,7 @@ The result is feasible by construction (it is checked again by the caller).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from lmedge.agents.rules.capacity import GPU_POD_CORES, planned_mode
 from lmedge.api import InstanceState, LMPlacement, NodeObservation, Placement, ServiceInfo
@@ -49,9 +50,12 @@ class _Free:
     vram: float
 
 
+@lru_cache(maxsize=4096)
 def _lmp(lm: str, mode: str, cores: float, vgpus: int) -> LMPlacement:
     # 16 per node a slot, 16,000 at 1,000 nodes: built from values this module
-    # made, without pydantic's validation (the guard checks the placement).
+    # made, without pydantic's validation (the guard checks the placement), and
+    # shared (LMPlacement is frozen), so a slot's placements are mostly old
+    # objects that the collector does not walk again.
     return built(LMPlacement, {"lm": lm, "mode": mode, "cpu_cores": float(cores), "vgpus": vgpus})
 
 
