@@ -361,7 +361,7 @@ class ControlLoop:
             lm = a.lm if self.ctx.has_service(a.lm) else self.ctx.default_model(a.lm) or a.lm
             self._epoch_traffic[lm] = self._epoch_traffic.get(lm, 0) + a.prompts
 
-        del snapshot, arrivals, index, backlog
+        del snapshot, arrivals, index, backlog  # not walked by the collection below
         # After actuating, before the slot's wait: idle time for a controller on a
         # cluster. The full collection once an epoch runs just after the epoch's
         # metric rows were let go, so it does not walk them.

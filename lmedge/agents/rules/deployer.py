@@ -29,7 +29,7 @@ On one node, every slot:
    most backlog first, up to their maxVgpus (a larger share of the GPU under
    contention); running instances are not resized.
 
-The result is feasible by construction (it is checked again by the caller).
+The result is feasible by construction; the controller's decision guard checks it.
 """
 
 from __future__ import annotations
