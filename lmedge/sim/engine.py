@@ -93,8 +93,8 @@ from lmedge.sim.trace import RequestSpec
 from lmedge.sim.workload import Workload
 
 COLD_STREAM = 2
-_OFFSET = attrgetter("offset_s")
 SERVICE_STREAM = 3
+_OFFSET = attrgetter("offset_s")
 
 UPLINK, QUEUED, SERVING, DOWNLINK, DONE = range(5)
 Mode = Literal["gpu", "cpu"]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from lmedge.api import Decision, Route, RoutingMap, SlotObservation
+from lmedge.api.base import built
 from lmedge.policies._support import FeasibleNodes
 
 
@@ -44,8 +45,9 @@ class UniformRouter:
         ctx = obs.context
         routes: list[Route] = []
         macro_weights = obs.macro.weights() if obs.macro is not None else None
-        # per LM this slot: its nodes, their credits gathered into name order (written
-        # back at the end), weights, each node's name rank (the tie-break) and the total
+        # per LM this slot: its nodes in name order, their credits gathered in that
+        # order (written back at the end), weights and the total; in name order the
+        # first of the tied maxima (argmax) is the name tie-break
         per_lm: dict[str, _Slot | None] = {}
         for a in sorted(obs.arrivals, key=lambda a: (a.lm, a.origin)):
             if not ctx.has_service(a.lm):
@@ -54,18 +56,14 @@ class UniformRouter:
                 feasible = self._feasible(ctx, a.lm)
                 weights = _weights(macro_weights, a.lm, feasible)
                 index, credit = self._columns(a.lm, feasible)
-                names = list(weights)
+                names = sorted(weights)
                 idx = np.array([index[n] for n in names], dtype=np.intp)
-                by_name = sorted(range(len(names)), key=names.__getitem__)
-                rank = np.empty(len(names), dtype=np.intp)
-                rank[by_name] = np.arange(len(names))
                 per_lm[a.lm] = (
                     _Slot(
                         names,
                         idx,
                         credit[idx],
                         np.array([weights[n] for n in names], dtype=np.float64),
-                        rank,
                         sum(weights.values()),
                     )
                     if names
@@ -76,10 +74,15 @@ class UniformRouter:
                 continue
             c = lm.credit
             c += lm.weight
-            tied = (c == c.max()).nonzero()[0]
-            j = int(tied[0]) if len(tied) == 1 else int(tied[lm.rank[tied].argmin()])
+            j = int(c.argmax())
             c[j] -= lm.total
-            routes.append(Route(origin=a.origin, lm=a.lm, destination=lm.names[j]))
+            # trusted names (the context's and the arrivals'): no revalidation
+            routes.append(
+                built(
+                    Route,
+                    {"origin": a.origin, "lm": a.lm, "destination": lm.names[j], "model": None},
+                )
+            )
         for name, lm in per_lm.items():
             if lm is not None:
                 self._columns(name, [])[1][lm.idx] = lm.credit
@@ -92,11 +95,10 @@ class UniformRouter:
 class _Slot:
     """One LM's round-robin state within a slot (see `UniformRouter.route`)."""
 
-    names: list[str]
+    names: list[str]  # in name order
     idx: np.ndarray[Any, Any]  # position of each name in the LM's persistent credit array
     credit: np.ndarray[Any, Any]
     weight: np.ndarray[Any, Any]
-    rank: np.ndarray[Any, Any]  # each name's place in name order
     total: float
 
 
