@@ -68,9 +68,9 @@ def greedy_slot(
     workers = [n.name for n in ctx.workers]
     order = {n: k for k, n in enumerate(workers)}
 
-    def modes(n: str, lm: str) -> list[Mode]:
+    def modes(n: str, lm: str) -> tuple[Mode, ...]:
         ms = modes_on(ctx, n, lm)
-        return ms if cpu_modes else [m for m in ms if m == "gpu"]
+        return ms if cpu_modes else tuple(m for m in ms if m == "gpu")
 
     budget: dict[str, _Budget] = {}
     chosen: dict[str, dict[str, LMPlacement]] = {n: {} for n in workers}

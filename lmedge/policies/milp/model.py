@@ -141,9 +141,9 @@ def solve_slot(
         demand[i] += k
     prompts_in_play = max(sum(demand.values()), 1.0)
 
-    def modes(n: str, i: str) -> list[Mode]:
+    def modes(n: str, i: str) -> tuple[Mode, ...]:
         ms = modes_on(ctx, n, i)
-        return ms if w.cpu_modes else [m for m in ms if m == "gpu"]
+        return ms if w.cpu_modes else tuple(m for m in ms if m == "gpu")
 
     v, rows = _Vars(), _Rows()
     delay_scale = w.lam / (tau * prompts_in_play)
