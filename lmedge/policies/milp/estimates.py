@@ -48,6 +48,85 @@ def transfer_s(ctx: ClusterContext, origin: str, dest: str, lm: str, prompts: in
     return 2 * latency + bits / bw
 
 
+class Transfers:
+    """`transfer_s` from one origin, for many destinations and batch sizes.
+
+    The link to each destination is looked up once (kept in the context's memo,
+    per origin), so the MILP's model and its greedy plan, which price every
+    (batch, node) pair, pay a dictionary read per pair; the values are
+    `transfer_s`'s, computed the same way.
+    """
+
+    __slots__ = ("_bits", "_ctx", "_links", "_origin")
+
+    def __init__(self, ctx: ClusterContext, origin: str, lm: str, prompts: int) -> None:
+        self._ctx, self._origin = ctx, origin
+        if not ctx.has_node(origin):
+            self._links: dict[str, tuple[float, float]] | None = None
+            self._bits = 0.0
+            return
+        memo: dict[str, dict[str, tuple[float, float]]] = ctx.memo.setdefault("estimates.links", {})
+        links = memo.get(origin)
+        if links is None:
+            links = memo[origin] = {}
+        self._links = links
+        profile = ctx.service(lm).spec.profile
+        self._bits = prompts * (profile.request_kib + profile.response_kib) * KIB_BITS
+
+    def to(self, dest: str) -> float:
+        """Uplink + downlink seconds to `dest`: `transfer_s(ctx, origin, dest, lm, prompts)`."""
+        if self._links is None or dest == self._origin:
+            return 0.0
+        link = self._links.get(dest)
+        if link is None:
+            link = self._links[dest] = _link(self._ctx, self._origin, dest)
+        latency, bw = link
+        return 2 * latency + self._bits / bw
+
+
+def transfer_bits(ctx: ClusterContext, lm: str, prompts: int) -> float:
+    """Request + response bits of `prompts` prompts of `lm`, as `transfer_s` counts them."""
+    profile = ctx.service(lm).spec.profile
+    return prompts * (profile.request_kib + profile.response_kib) * KIB_BITS
+
+
+def link_arrays(ctx: ClusterContext, origin: str, dests: list[str]) -> tuple[Any, Any]:
+    """(2 x one-way latency s, bandwidth bit/s) from `origin` to each of `dests`.
+
+    `lat2 + bits / bw` is `transfer_s` for each, computed the same way: the
+    origin itself, and every destination of an origin outside the context,
+    get (0, inf), so 0 seconds.
+    """
+    import numpy as np
+
+    if not ctx.has_node(origin):
+        return np.zeros(len(dests)), np.full(len(dests), np.inf)
+    lat2, bw = [], []
+    for n in dests:
+        latency, b = _link(ctx, origin, n)
+        lat2.append(2 * latency)
+        bw.append(b)
+    return np.array(lat2, dtype=float), np.array(bw, dtype=float)
+
+
+def allowed_modes(ctx: ClusterContext, cpu_modes: bool) -> dict[tuple[str, str], tuple[Mode, ...]]:
+    """`modes_on` of every (worker, LM), only GPU modes when `cpu_modes` is off.
+
+    Kept in the context's memo: the MILP's model and greedy plan ask for every
+    (batch, node) pair, ~250,000 times a slot at 1,000 workers.
+    """
+    key = f"estimates.allowed_modes.{cpu_modes}"
+    table: dict[tuple[str, str], tuple[Mode, ...]] | None = ctx.memo.get(key)
+    if table is None:
+        table = {}
+        for n in ctx.workers:
+            for lm in ctx.lm_names:
+                ms = modes_on(ctx, n.name, lm)
+                table[n.name, lm] = ms if cpu_modes else tuple(m for m in ms if m == "gpu")
+        ctx.memo[key] = table
+    return table
+
+
 def service_s(ctx: ClusterContext, lm: str, mode: Mode) -> float:
     """Profiled seconds per prompt of `lm` in `mode` (inf when the mode cannot run it)."""
     profile = ctx.service(lm).spec.profile

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmedge.api import ClusterContext, LMPlacement, Mode, Placement, SlotObservation
-from lmedge.policies.milp.estimates import COLD_START_S, modes_on, service_s, transfer_s
+from lmedge.policies.milp.estimates import COLD_START_S, Transfers, allowed_modes, service_s
 
 
 @dataclass
@@ -68,9 +68,8 @@ def greedy_slot(
     workers = [n.name for n in ctx.workers]
     order = {n: k for k, n in enumerate(workers)}
 
-    def modes(n: str, lm: str) -> tuple[Mode, ...]:
-        ms = modes_on(ctx, n, lm)
-        return ms if cpu_modes else tuple(m for m in ms if m == "gpu")
+    allowed = allowed_modes(ctx, cpu_modes)
+    per_prompt = {(lm, m): service_s(ctx, lm, m) for lm in ctx.lm_names for m in ("gpu", "cpu")}
 
     budget: dict[str, _Budget] = {}
     chosen: dict[str, dict[str, LMPlacement]] = {n: {} for n in workers}
@@ -79,7 +78,7 @@ def greedy_slot(
         b = _Budget(spec.cpu_cores, spec.memory_gib, spec.total_vgpus, spec.total_vram_gib)
         st = states.get(n)
         for inst in st.instances if st else []:
-            if not ctx.has_service(inst.lm) or inst.mode not in modes(n, inst.lm):
+            if not ctx.has_service(inst.lm) or inst.mode not in allowed[n, inst.lm]:
                 continue
             p = LMPlacement(lm=inst.lm, mode=inst.mode, cpu_cores=inst.cpu_cores, vgpus=inst.vgpus)
             chosen[n][inst.lm] = p
@@ -101,19 +100,16 @@ def greedy_slot(
     dest: dict[tuple[str, str], str] = {}
     for origin, lm, k in batches:
         best: tuple[tuple[float, int, int], str, Mode] | None = None
+        transfer = Transfers(ctx, origin, lm, k)
         for n in ctx.feasible_nodes(lm):
             active = chosen[n].get(lm)
-            for m in modes(n, lm):
+            for m in allowed[n, lm]:
                 if active is not None and active.mode != m:
                     continue
                 if active is None and not budget[n].fits(ctx, lm, m):
                     continue
                 cold = 0.0 if active is not None else COLD_START_S
-                d = (
-                    transfer_s(ctx, origin, n, lm, k)
-                    + cold
-                    + service_s(ctx, lm, m) * (queued[(n, lm)] + k)
-                )
+                d = transfer.to(n) + cold + per_prompt[lm, m] * (queued[(n, lm)] + k)
                 key = (d, int(active is None), order[n])
                 if best is None or key < best[0]:
                     best = (key, n, m)

@@ -35,7 +35,13 @@ from scipy.optimize import LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from lmedge.api import LMPlacement, Mode, Placement, SlotObservation
-from lmedge.policies.milp.estimates import COLD_START_S, modes_on, service_s, transfer_s
+from lmedge.policies.milp.estimates import (
+    COLD_START_S,
+    allowed_modes,
+    link_arrays,
+    service_s,
+    transfer_bits,
+)
 from lmedge.policies.milp.greedy import greedy_slot
 
 TANGENTS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
@@ -141,9 +147,8 @@ def solve_slot(
         demand[i] += k
     prompts_in_play = max(sum(demand.values()), 1.0)
 
-    def modes(n: str, i: str) -> tuple[Mode, ...]:
-        ms = modes_on(ctx, n, i)
-        return ms if w.cpu_modes else tuple(m for m in ms if m == "gpu")
+    allowed = allowed_modes(ctx, w.cpu_modes)
+    per_prompt = {(i, m): service_s(ctx, i, m) for i in lms for m in ("gpu", "cpu")}
 
     v, rows = _Vars(), _Rows()
     delay_scale = w.lam / (tau * prompts_in_play)
@@ -151,7 +156,7 @@ def solve_slot(
     z_terms: dict[tuple[str, str], list[int]] = {}
     for n in workers:
         for i in lms:
-            for m in modes(n, i):
+            for m in allowed[n, i]:
                 y[(n, i, m)] = v.add(0.0, 0.0, 1.0, True)
                 z_terms.setdefault((n, i), []).append(y[(n, i, m)])
     n_pairs_total = max(len(workers) * len(lms), 1)
@@ -166,12 +171,15 @@ def solve_slot(
         constant += trans if was else 0.0
         for c in cols:
             v.cost[c] += -stranded + (-trans if was else trans)
+    on_node: dict[str, list[tuple[str, Mode, int]]] = {}
+    of_lm: dict[str, list[tuple[Mode, int]]] = {}
+    for (n, i, m), c in y.items():  # grouped once, in y's order
+        on_node.setdefault(n, []).append((i, m, c))
+        of_lm.setdefault(i, []).append((m, c))
     for n in workers:
         spec = ctx.node(n).spec
         cores, mem, gpus, vram = [], [], [], []
-        for (nn, i, m), c in y.items():
-            if nn != n:
-                continue
+        for i, m, c in on_node.get(n, ()):
             s = ctx.service(i).spec
             cores.append((c, s.default_cpu_cores))
             mem.append((c, s.deployment_memory_gib))
@@ -188,22 +196,35 @@ def solve_slot(
                 rows.add(terms, -np.inf, cap)
     u: dict[tuple[int, str, Mode], int] = {}
     load: dict[tuple[str, str, Mode], list[tuple[int, float]]] = {}
+    # Per LM, its (node, mode) options in order, with the slot's cold start and
+    # backlog wait per option; per (origin, LM), the links to them (kept across slots).
+    per_lm: dict[str, tuple[list[tuple[str, Mode]], np.ndarray, np.ndarray]] = {}
+    link_memo: dict[tuple[str, str, bool], tuple[np.ndarray, np.ndarray]] = ctx.memo.setdefault(
+        "milp.option_links", {}
+    )
     for b, (o, i, k) in enumerate(batches):
         choice = []
-        options = []
-        for n in ctx.feasible_nodes(i):
-            for m in modes(n, i):
-                per = service_s(ctx, i, m)
-                cold = 0.0 if running.get((n, i)) == m else COLD_START_S
-                d = transfer_s(ctx, o, n, i, k) / k + cold + per * (backlog[(n, i)] + 1)
-                options.append((d, n, m))
+        lm_options = per_lm.get(i)
+        if lm_options is None:
+            opts = [(n, m) for n in ctx.feasible_nodes(i) for m in allowed[n, i]]
+            cold = np.array([0.0 if running.get((n, i)) == m else COLD_START_S for n, m in opts])
+            wait = np.array([per_prompt[i, m] * (backlog[(n, i)] + 1) for n, m in opts])
+            lm_options = per_lm[i] = (opts, cold, wait)
+        opts, cold, wait = lm_options
+        links = link_memo.get((o, i, w.cpu_modes))
+        if links is None:
+            links = link_memo[o, i, w.cpu_modes] = link_arrays(ctx, o, [n for n, _ in opts])
+        # D_bnm, term for term as transfer_s(o, n, i, k) / k + cold + s_im (Q_ni + 1)
+        delay = (links[0] + transfer_bits(ctx, i, k) / links[1]) / k + cold + wait
+        picked: list[int] = list(range(len(opts)))
         if w.candidates is not None:
-            ranked = sorted(options, key=lambda x: x[0])
-            options = ranked[: w.candidates]
+            ranked = np.argsort(delay, kind="stable").tolist()
+            picked = ranked[: w.candidates]
             seed_dest = seed_plan[0].get((o, i)) if seed_plan is not None else None
             if seed_dest is not None and seed_plan is not None:
                 mode = seed_plan[1][seed_dest].by_lm()[i].mode
-                options += [x for x in ranked[w.candidates :] if x[1:] == (seed_dest, mode)]
+                picked += [j for j in ranked[w.candidates :] if opts[j] == (seed_dest, mode)]
+        options = [(float(delay[j]), *opts[j]) for j in picked]
         for d, n, m in options:
             col = v.add(delay_scale * k * d, 0.0, 1.0, True)
             u[(b, n, m)] = col
@@ -235,9 +256,8 @@ def solve_slot(
             rho[i] = v.add(-fair * w.service_weight / len(served), 0.0, 1.0, False)
             constant += fair * w.service_weight / len(served)
             terms = [(rho[i], demand[i])]
-            for (_n, ii, m), c in y.items():
-                if ii == i:
-                    terms.append((c, -ctx.slot_s / service_s(ctx, i, m)))
+            for m, c in of_lm.get(i, ()):
+                terms.append((c, -ctx.slot_s / per_prompt[i, m]))
             rows.add(terms, -np.inf, 0.0)
         pairs = list(itertools.combinations(served, 2))
         for a, b2 in pairs:
@@ -278,7 +298,7 @@ def solve_slot(
     for n in workers:
         lms_out = []
         for i in lms:
-            active = [m for m in modes(n, i) if x[y[(n, i, m)]] > 0.5]
+            active = [m for m in allowed[n, i] if x[y[(n, i, m)]] > 0.5]
             lm_cores = ctx.service(i).spec.default_cpu_cores
             if active and active[0] == "gpu":
                 lms_out.append(LMPlacement(lm=i, mode="gpu", cpu_cores=lm_cores, vgpus=1))

@@ -5,12 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmedge.api import NodeState
+from lmedge.api import ClusterContext, NodeState
+from lmedge.api.manifests import load_resources
+from lmedge.bench.runner import resolve_scenario
 from lmedge.policies.milp.estimates import (
     COLD_START_S,
     LinkTable,
+    Transfers,
+    allowed_modes,
     backlog_s,
+    link_arrays,
     modes_on,
+    transfer_bits,
     transfer_s,
 )
 from tests.unit.policies.lyapunov.scenario import node_obs, paper_testbed
@@ -50,3 +56,33 @@ def test_backlog_wait_adds_cold_start_only_when_not_running() -> None:
     assert backlog_s(ctx, running, "lm3") == pytest.approx(4 * per)
     idle = NodeState(name="worker-2", backlog={"lm3": 4})
     assert backlog_s(ctx, idle, "lm3") == pytest.approx(4 * per + COLD_START_S)
+
+
+@pytest.mark.parametrize("scenario", ["testbed", "large"])
+def test_transfers_and_link_arrays_equal_transfer_s_exactly(scenario: str) -> None:
+    nodes, _ = load_resources(resolve_scenario(scenario) / "nodes.yaml")
+    _, services = load_resources(resolve_scenario(scenario) / "services.yaml")
+    ctx = ClusterContext(nodes=nodes, services=services)
+    dests = [n.name for n in ctx.workers]
+    sites = {ctx.node(n).spec.site for n in dests}
+    for origin in [n.name for n in ctx.nodes] + ["not-a-node"]:
+        for lm in ctx.lm_names[:3]:
+            for prompts in (1, 7):
+                want = [transfer_s(ctx, origin, d, lm, prompts) for d in dests]
+                transfer = Transfers(ctx, origin, lm, prompts)
+                assert [transfer.to(d) for d in dests] == want
+                lat2, bw = link_arrays(ctx, origin, dests)
+                assert (lat2 + transfer_bits(ctx, lm, prompts) / bw).tolist() == want
+    assert scenario == "testbed" or len(sites) > 1  # cross-site links are compared too
+
+
+def test_allowed_modes_is_modes_on_filtered() -> None:
+    ctx = paper_testbed()
+    for cpu_modes in (True, False):
+        table = allowed_modes(ctx, cpu_modes)
+        for n in ctx.workers:
+            for lm in ctx.lm_names:
+                ms = modes_on(ctx, n.name, lm)
+                want = ms if cpu_modes else tuple(m for m in ms if m == "gpu")
+                assert table[n.name, lm] == want
+    assert allowed_modes(ctx, False)["worker-2", "lm2"] == ("gpu",)
