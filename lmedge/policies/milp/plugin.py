@@ -42,7 +42,7 @@ from lmedge.api import (
 )
 from lmedge.errors import ConfigError
 from lmedge.policies.lyapunov.params import PluginParams, parse_params
-from lmedge.policies.milp.estimates import transfer_s
+from lmedge.policies.milp.estimates import LinkTable
 from lmedge.policies.milp.model import Solution, SurrogateWeights, solve_slot
 from lmedge.policies.milp.sites import SiteSplit, solve_by_site
 
@@ -98,6 +98,8 @@ class MilpRouter:
     def __init__(self, context: ClusterContext, params: MilpParams, plan: JointPlan) -> None:
         self.context = context
         self.plan = plan
+        self._links: LinkTable | None = None
+        self._nearest_of: dict[tuple[str, str], str] = {}
         sites = {n.spec.site for n in context.workers}
         self.split = (
             SiteSplit.of(context)
@@ -137,9 +139,21 @@ class MilpRouter:
         )
 
     def _nearest(self, origin: str, lm: str) -> str:
-        """Fallback without a solution: the feasible node with the smallest transfer delay."""
-        nodes = self.context.feasible_nodes(lm)
-        return min(nodes, key=lambda n: (transfer_s(self.context, origin, n, lm, 1), n))
+        """Fallback without a solution: the feasible node with the smallest transfer delay
+        of one prompt (ties by name); the context's alone, so kept."""
+        key = (origin, lm)
+        hit = self._nearest_of.get(key)
+        if hit is None:
+            if self._links is None:
+                self._links = LinkTable(self.context)
+            nodes = self.context.feasible_nodes(lm)
+            idx = [self._links.index[n] for n in nodes]
+            delay = self._links.transfer(origin, lm, 1, idx)
+            least = delay.min()
+            hit = self._nearest_of[key] = min(
+                n for n, d in zip(nodes, delay.tolist(), strict=True) if d == least
+            )
+        return hit
 
 
 class MilpDeployer:

@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 
 from lmedge.api import ClusterContext, check_placement, check_routing_map
+from lmedge.api.manifests import load_resources
+from lmedge.bench.runner import resolve_scenario
 from lmedge.errors import ConfigError
 from lmedge.policies.milp import build_deployer, build_router
+from lmedge.policies.milp.estimates import transfer_s
 from tests.unit.policies.lyapunov.scenario import node_obs, paper_testbed, slot_obs
 
 
@@ -175,3 +178,20 @@ def test_the_solution_reports_the_optimality_gap() -> None:
     timed_out.route(obs)
     assert timed_out.plan.last is not None and timed_out.plan.last.source == "greedy"
     assert timed_out.plan.last.gap is None  # the greedy plan has no bound
+
+
+@pytest.mark.parametrize("scenario", ["testbed", "large"])
+def test_nearest_fallback_is_the_smallest_transfer_then_name(scenario: str) -> None:
+    nodes, _ = load_resources(resolve_scenario(scenario) / "nodes.yaml")
+    _, services = load_resources(resolve_scenario(scenario) / "services.yaml")
+    ctx = ClusterContext(nodes=nodes, services=services)
+    router = build_router(ctx, 0, {})
+    away = 0
+    for lm in ctx.lm_names:
+        feasible = ctx.feasible_nodes(lm)
+        for origin in [n.name for n in ctx.nodes] + ["not-a-node"]:
+            want = min(feasible, key=lambda n: (transfer_s(ctx, origin, n, lm, 1), n))
+            assert router._nearest(origin, lm) == want, (origin, lm)
+            assert router._nearest(origin, lm) == want  # kept
+            away += want != origin
+    assert away > 0
