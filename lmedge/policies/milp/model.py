@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.optimize import LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from lmedge.api import LMPlacement, Mode, Placement, SlotObservation
+from lmedge.api import ClusterContext, LMPlacement, Mode, Placement, SlotObservation
 from lmedge.policies.milp.estimates import (
     COLD_START_S,
     allowed_modes,
@@ -195,6 +196,7 @@ def solve_slot(
             if terms:
                 rows.add(terms, -np.inf, cap)
     u: dict[tuple[int, str, Mode], int] = {}
+    slack_of: dict[int, int] = {}
     load: dict[tuple[str, str, Mode], list[tuple[int, float]]] = {}
     # Per LM, its (node, mode) options in order, with the slot's cold start and
     # backlog wait per option; per (origin, LM), the links to them (kept across slots).
@@ -234,15 +236,17 @@ def solve_slot(
         if choice and w.candidates is not None:
             # bounded model: a batch may stay unplaced at the price of waiting tau (a
             # failure), as the greedy plan leaves what fits nowhere, so it stays feasible
-            slack = v.add(delay_scale * k * tau, 0.0, 1.0, False)
+            slack = slack_of[b] = v.add(delay_scale * k * tau, 0.0, 1.0, False)
             rows.add([*choice, (slack, 1.0)], 1.0, 1.0)
         elif choice:
             rows.add(choice, 1.0, 1.0)
         # else: no allowed mode anywhere (a text LM on CPU-only nodes with cpu_modes off):
         # the batch is left to the router's nearest-node fallback.
+    congestion: list[tuple[int, float, list[tuple[int, float]]]] = []
     for (_n, i, m), terms in load.items():
         per = service_s(ctx, i, m)
         wc = v.add(delay_scale, 0.0, np.inf, False)
+        congestion.append((wc, per, terms))
         for l0 in TANGENTS:
             # W >= per * (l0 * L - l0^2 / 2)  <=>  per*l0*L - W <= per*l0^2/2
             rows.add(
@@ -250,6 +254,7 @@ def solve_slot(
             )
     served = [i for i in lms if demand[i] > 0]
     rho: dict[str, int] = {}
+    differences: list[tuple[int, str, str]] = []
     if served:
         fair = 1.0 - w.lam
         for i in served:
@@ -262,6 +267,7 @@ def solve_slot(
         pairs = list(itertools.combinations(served, 2))
         for a, b2 in pairs:
             dcol = v.add(fair / len(pairs), 0.0, np.inf, False)
+            differences.append((dcol, a, b2))
             rows.add([(dcol, 1.0), (rho[a], -1.0), (rho[b2], 1.0)], 0.0, np.inf)
             rows.add([(dcol, 1.0), (rho[a], 1.0), (rho[b2], -1.0)], 0.0, np.inf)
     matrix = coo_matrix(
@@ -285,6 +291,47 @@ def solve_slot(
             variables=len(v.cost),
             source="greedy",
         )
+    if seed_plan is not None:
+        # HiGHS's plan at its time limit (in a large site, little better than leaving
+        # everything unplaced) or within its relative gap (taken on the objective
+        # without its constant) can score worse than the greedy plan, which is one of
+        # the model's feasible points: the lower of the two in this same model wins.
+        point = _seed_point(
+            seed_plan,
+            batches,
+            y,
+            u,
+            slack_of,
+            congestion,
+            rho,
+            of_lm,
+            differences,
+            demand,
+            ctx,
+            len(v.cost),
+        )
+        if point is not None and _feasible(point, matrix, rows, v):
+            seed_value = float(np.dot(v.cost, point)) + constant
+            found = float(res.fun) + constant
+            if seed_value < found:
+                bound = getattr(res, "mip_dual_bound", None)
+                gap = (
+                    abs(seed_value - (float(bound) + constant)) / max(abs(seed_value), 1e-12)
+                    if bound is not None and np.isfinite(bound)
+                    else None
+                )
+                return Solution(
+                    seed_plan[0],
+                    seed_plan[1],
+                    status=(
+                        f"HiGHS's plan {found:.4g} above the greedy plan's {seed_value:.4g} "
+                        f"({res.message}): greedy plan"
+                    ),
+                    objective=seed_value,
+                    variables=len(v.cost),
+                    source="greedy",
+                    gap=gap,
+                )
     x = res.x
     dest: dict[tuple[str, str], str] = {}
     picks: dict[int, list[tuple[float, str]]] = {}
@@ -311,3 +358,58 @@ def solve_slot(
     raw_gap = getattr(res, "mip_gap", None)
     gap = float(raw_gap) if raw_gap is not None and np.isfinite(raw_gap) else None
     return Solution(dest, placements, status, float(res.fun) + constant, len(v.cost), gap=gap)
+
+
+def _seed_point(
+    seed_plan: tuple[dict[tuple[str, str], str], dict[str, Placement]],
+    batches: list[tuple[str, str, int]],
+    y: dict[tuple[str, str, Mode], int],
+    u: dict[tuple[int, str, Mode], int],
+    slack_of: dict[int, int],
+    congestion: list[tuple[int, float, list[tuple[int, float]]]],
+    rho: dict[str, int],
+    of_lm: dict[str, list[tuple[Mode, int]]],
+    differences: list[tuple[int, str, str]],
+    demand: dict[str, float],
+    ctx: ClusterContext,
+    size: int,
+) -> np.ndarray | None:
+    """The model's point of the greedy plan, continuous columns at their least cost;
+    None when the plan is not a point of this model (a destination it does not offer)."""
+    dest, placements = seed_plan
+    by_lm = {n: p.by_lm() for n, p in placements.items()}
+    x = np.zeros(size)
+    for (n, i, m), c in y.items():
+        lp = by_lm.get(n, {}).get(i)
+        x[c] = 1.0 if lp is not None and lp.mode == m else 0.0
+    for b, (o, i, _k) in enumerate(batches):
+        to = dest.get((o, i))
+        lp = by_lm.get(to, {}).get(i) if to is not None else None
+        col = u.get((b, to, lp.mode)) if to is not None and lp is not None else None
+        if col is not None:
+            x[col] = 1.0
+        elif b in slack_of:
+            x[slack_of[b]] = 1.0
+        else:
+            return None
+    for wc, per, terms in congestion:
+        load = sum(k * x[c] for c, k in terms)
+        x[wc] = max(0.0, *(per * (l0 * load - l0 * l0 / 2) for l0 in TANGENTS))
+    for i, col in rho.items():
+        capacity = sum(ctx.slot_s / service_s(ctx, i, m) * x[c] for m, c in of_lm.get(i, ()))
+        x[col] = min(1.0, capacity / demand[i])
+    for dcol, a, b2 in differences:
+        x[dcol] = abs(x[rho[a]] - x[rho[b2]])
+    return x
+
+
+def _feasible(x: np.ndarray, matrix: Any, rows: _Rows, v: _Vars) -> bool:
+    """`x` within the model's rows and bounds (to a 1e-7 tolerance)."""
+    r = matrix @ x
+    tol = 1e-7
+    return bool(
+        np.all(r >= np.array(rows.lower) - tol)
+        and np.all(r <= np.array(rows.upper) + tol)
+        and np.all(x >= np.array(v.lower) - tol)
+        and np.all(x <= np.array(v.upper) + tol)
+    )

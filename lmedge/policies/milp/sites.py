@@ -118,7 +118,7 @@ def solve_by_site(obs: SlotObservation, w: SurrogateWeights, split: SiteSplit) -
     worst = f", worst gap {max(gaps):.3g}" if gaps else ""
     status = (
         f"per site: {sites} sites, {solved} solved by HiGHS ({optimal} optimal{worst}), "
-        f"{greedy} greedy plan (no incumbent in {share.time_limit_s:.3g} s)"
+        f"{greedy} greedy plan (no incumbent in {share.time_limit_s:.3g} s, or a worse one)"
     )
     return Solution(
         dest,

@@ -195,3 +195,40 @@ def test_nearest_fallback_is_the_smallest_transfer_then_name(scenario: str) -> N
             assert router._nearest(origin, lm) == want  # kept
             away += want != origin
     assert away > 0
+
+
+def _limited(pad: float) -> Any:
+    """`milp` as HiGHS stopping at its time limit with the optimum as incumbent, its
+    objective raised by `pad` (an incumbent that much worse)."""
+    from scipy.optimize import milp
+
+    def run(**kw: Any) -> Any:
+        res = milp(**kw)
+        res.status, res.fun, res.message = 1, res.fun + pad, "Time limit reached."
+        return res
+
+    return run
+
+
+@pytest.mark.parametrize(("pad", "kept"), [(1e6, "greedy"), (0.0, "milp")])
+def test_a_poor_incumbent_loses_to_the_greedy_plan(
+    monkeypatch: pytest.MonkeyPatch, pad: float, kept: str
+) -> None:
+    from lmedge.policies.milp import model
+    from lmedge.policies.milp.greedy import greedy_slot
+
+    arrivals = [(f"worker-{k}", lm, 3) for k in range(1, 7) for lm in ("lm1", "lm3")]
+    obs = slot_obs(arrivals, running={"worker-2": {"lm1": "gpu"}})
+    w = model.SurrogateWeights(
+        lam=0.5, service_weight=4.0, transition_weight=0.05, time_limit_s=5.0,
+        cpu_modes=False, candidates=3, mip_gap=1e-9,
+    )  # fmt: skip
+    seed = greedy_slot(obs, False)
+    monkeypatch.setattr(model, "milp", _limited(pad))
+    sol = model.solve_slot(obs, w, seed)
+    assert sol.source == kept
+    if kept == "greedy":  # the greedy plan is a point of the model: it was scored and won
+        assert sol.destinations == seed[0] and "above the greedy plan's" in sol.status
+        assert sol.objective is not None
+    else:  # the optimum scores no worse than the greedy plan: HiGHS's plan stays
+        assert sol.status.startswith("incumbent")
