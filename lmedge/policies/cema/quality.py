@@ -56,6 +56,18 @@ class PriorQualityPredictor:
         ok, n = self.counts.get((request_class, node, model), (0.0, 0.0))
         return (prior * self.prior_weight + ok) / (self.prior_weight + n)
 
+    def predict_many(self, request_class: str, dests: Sequence[tuple[str, str]]) -> list[float]:
+        """`predict` of each (node, model), each model's prior looked up once."""
+        priors: dict[str, float] = {}
+        w, counts, out = self.prior_weight, self.counts, []
+        for node, model in dests:
+            prior = priors.get(model)
+            if prior is None:
+                prior = priors[model] = prior_quality(self.ctx, model, self.default)
+            ok, n = counts.get((request_class, node, model), (0.0, 0.0))
+            out.append((prior * w + ok) / (w + n))
+        return out
+
     def observe(self, records: Sequence[RequestRecord]) -> None:
         for r in records:
             c = self.counts[(r.lm, r.destination, r.model or r.lm)]

@@ -25,6 +25,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import Field
 
 from lmedge.api import (
@@ -36,7 +37,9 @@ from lmedge.api import (
     RoutingMap,
     SlotObservation,
 )
+from lmedge.api.base import built
 from lmedge.errors import ConfigError
+from lmedge.policies.cema import kernel
 from lmedge.policies.cema.evaluator import BatchEvaluator, Weights
 from lmedge.policies.cema.quality import (
     PriorQualityPredictor,
@@ -87,12 +90,16 @@ class CemaRouter:
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ev = BatchEvaluator(obs, self.predictor, self.weights, self.p.radio_watts)
         best = self.search(ev)
+        # trusted names (the context's and the arrivals'): no revalidation
         routes = [
-            Route(
-                origin=g.origin,
-                lm=g.lm,
-                destination=ev.dests[d][0],
-                model=None if ev.dests[d][1] == g.lm else ev.dests[d][1],
+            built(
+                Route,
+                {
+                    "origin": g.origin,
+                    "lm": g.lm,
+                    "destination": ev.dests[d][0],
+                    "model": None if ev.dests[d][1] == g.lm else ev.dests[d][1],
+                },
             )
             for g, d in zip(ev.genes, best, strict=True)
         ]
@@ -107,78 +114,34 @@ class CemaRouter:
     # -- memetic search --------------------------------------------------------
 
     def search(self, ev: BatchEvaluator) -> list[int]:
+        """The best chromosome (a destination per gene); advances `self.rng` as it draws."""
         if not ev.genes:
             return []
-        p, rng = self.p, self.rng
-        pop = [self.load_aware(ev)]
-        pop += [[rng.choice(legal) for legal in ev.legal] for _ in range(p.population - 1)]
-        scored = sorted(((ev.fitness(c), c) for c in pop), key=lambda t: t[0])
-        for _ in range(p.generations):
-            nxt = scored[: p.elite]
-            while len(nxt) < p.population:
-                a, b = self._pick(scored), self._pick(scored)
-                child = self._crossover(a, b) if rng.random() < p.p_crossover else list(a)
-                self._mutate(ev, child)
-                fit = ev.fitness(child)
-                if rng.random() < p.p_repair:
-                    child, fit = self._repair(ev, child, fit)
-                nxt.append((fit, child))
-            scored = sorted(nxt, key=lambda t: t[0])
-        return scored[0][1]
+        p = self.p
+        version, words, gauss = self.rng.getstate()
+        mt = np.array(words[:-1], dtype=np.uint32)
+        pos = np.array([words[-1]], dtype=np.int64)
+        best = kernel.search(
+            ev.slot,
+            ev.radio_watts,
+            ev.seed,
+            ev.bounds,
+            ev.weight_array,
+            np.array([p.p_crossover, p.p_mutation, p.p_repair]),
+            np.array(
+                [p.population, p.generations, p.tournament, p.elite, p.repair_budget],
+                dtype=np.int64,
+            ),
+            mt,
+            pos,
+        )
+        self.rng.setstate((version, (*mt.tolist(), int(pos[0])), gauss))
+        return list(best.tolist())
 
     @staticmethod
     def load_aware(ev: BatchEvaluator) -> list[int]:
         """Largest batch first, each to the destination that would finish it earliest."""
-        finish = list(ev.backlog)
-        chromosome = [0] * len(ev.genes)
-        for g in sorted(range(len(ev.genes)), key=lambda g: (-ev.genes[g].prompts, g)):
-            d = min(ev.legal[g], key=lambda d: finish[d] + ev.service[g][d] + ev.transfer[g][d])
-            chromosome[g] = d
-            finish[d] += ev.service[g][d]
-        return chromosome
-
-    def _pick(self, scored: list[tuple[float, list[int]]]) -> list[int]:
-        contenders = [self.rng.randrange(len(scored)) for _ in range(self.p.tournament)]
-        return scored[min(contenders)][1]  # `scored` is sorted: lowest index = fittest
-
-    def _crossover(self, a: list[int], b: list[int]) -> list[int]:
-        n = len(a)
-        if n < 2:
-            return list(a)
-        i, j = sorted(self.rng.sample(range(n + 1), 2))
-        return a[:i] + b[i:j] + a[j:]
-
-    def _mutate(self, ev: BatchEvaluator, child: list[int]) -> None:
-        for g, legal in enumerate(ev.legal):
-            if len(legal) > 1 and self.rng.random() < self.p.p_mutation:
-                child[g] = self.rng.choice(legal)
-
-    def _repair(self, ev: BatchEvaluator, child: list[int], fit: float) -> tuple[list[int], float]:
-        """Best improving worst-gene move or 2-opt swap within the budget (Lamarckian)."""
-        budget = self.p.repair_budget
-        best, best_fit = child, fit
-        completion = ev.completion(child)
-        worst = max(range(len(child)), key=lambda g: completion[g])
-        alternatives = [d for d in ev.legal[worst] if d != child[worst]]
-        self.rng.shuffle(alternatives)
-        for d in alternatives[: budget // 2 or 1]:
-            trial = list(child)
-            trial[worst] = d
-            f = ev.fitness(trial)
-            budget -= 1
-            if f < best_fit:
-                best, best_fit = trial, f
-        while budget > 0 and len(child) > 1:
-            g1, g2 = self.rng.sample(range(len(child)), 2)
-            budget -= 1
-            if child[g2] not in ev.legal[g1] or child[g1] not in ev.legal[g2]:
-                continue
-            trial = list(child)
-            trial[g1], trial[g2] = child[g2], child[g1]
-            f = ev.fitness(trial)
-            if f < best_fit:
-                best, best_fit = trial, f
-        return best, best_fit
+        return list(ev.seed.tolist())
 
 
 def build(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> CemaRouter:

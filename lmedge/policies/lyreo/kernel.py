@@ -13,31 +13,11 @@ formulas are the router module's docstring, term for term.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
-Array = np.ndarray[Any, Any]
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _compiled(fn: F) -> F:
-    """`njit`, its machine code cached on disk when a cache directory is writable.
-
-    Without one (a read-only root file system with no NUMBA_CACHE_DIR), each
-    process compiles the kernel on first use instead: a second or two.
-    """
-    try:
-        return cast(F, njit(cache=True, **_OPTIONS)(fn))
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return cast(F, njit(**_OPTIONS)(fn))
-
-
-# IEEE division (x / inf = 0, x / 0 = inf) instead of Python's ZeroDivisionError
-# check, whose branch also keeps the loops from vectorizing.
-_OPTIONS: dict[str, Any] = {"nogil": True, "error_model": "numpy"}
+from lmedge.policies.compiled import Array, compiled
 
 
 class SlotArrays(NamedTuple):
@@ -68,7 +48,7 @@ class Batches(NamedTuple):
     bits: Array  # request + response bits of the whole batch
 
 
-@_compiled
+@compiled
 def _terms(
     lat2: float,
     bw: float,
@@ -93,7 +73,7 @@ def _terms(
     return lat, bal
 
 
-@_compiled
+@compiled
 def _mean_and_pull(s: SlotArrays) -> tuple[float, float]:
     """(mean W, sum_s Z_s sign(W_s - mean): how the mean's shift moves every deviation)."""
     loads, n = s.loads, s.loads.size
@@ -107,7 +87,7 @@ def _mean_and_pull(s: SlotArrays) -> tuple[float, float]:
     return mean, pull
 
 
-@_compiled
+@compiled
 def scores(b: int, s: SlotArrays, q: Batches, nu: float, w: Array, score: Array) -> int:
     """Fill the first m entries of `score` for batch `b` (`w` is scratch); return m.
 
@@ -138,7 +118,7 @@ def scores(b: int, s: SlotArrays, q: Batches, nu: float, w: Array, score: Array)
     return int(m)
 
 
-@_compiled
+@compiled
 def batch_scores(
     b: int, s: SlotArrays, q: Batches, nu: float, latency: Array, balance: Array, score: Array
 ) -> int:
@@ -167,7 +147,7 @@ def batch_scores(
     return m
 
 
-@_compiled
+@compiled
 def commit(b: int, j: int, s: SlotArrays, q: Batches) -> int:
     """Send batch `b` to its LM's candidate `j`; return that worker's index."""
     c = s.lm_off[q.lm[b]] + j
@@ -179,7 +159,7 @@ def commit(b: int, j: int, s: SlotArrays, q: Batches) -> int:
     return int(s.cand[c])
 
 
-@_compiled
+@compiled
 def first_min(score: Array, m: int) -> int:
     """Index of the lowest finite score among the first m (the first on ties); 0 if none."""
     best, at = np.inf, 0
@@ -189,7 +169,7 @@ def first_min(score: Array, m: int) -> int:
     return at
 
 
-@_compiled
+@compiled
 def route_all(s: SlotArrays, q: Batches, nu: float, width: int, out: Array) -> None:
     """Route every batch in order, each to its lowest-scoring candidate."""
     w, score = np.empty(width), np.empty(width)

@@ -245,3 +245,45 @@ class LinkTable:
         profile = self.ctx.service(lm).spec.profile
         bits = prompts * (profile.request_kib + profile.response_kib) * KIB_BITS
         return 2 * lat[idx] + bits / bw[idx]
+
+
+class NodeLinks:
+    """`_link`'s rules as arrays over every node of the context, for compiled code.
+
+    For nodes at positions o and d of `ctx.nodes`: the same node is (0, inf);
+    the same site is o's intra-site link; else o's first declared link to d's
+    site (`out_*[o, site[d]]` where `declared`), else d's first declared link
+    to o's site, else `DEFAULT_LINK`: link by link what `transfer_s` uses, for
+    any sites the nodes declare (not only consistent ones). Kept in the
+    context's memo (`of`).
+    """
+
+    def __init__(self, ctx: ClusterContext) -> None:
+        import numpy as np
+
+        self.index = {n.name: k for k, n in enumerate(ctx.nodes)}
+        sites = {s: k for k, s in enumerate(sorted({n.spec.site for n in ctx.nodes}))}
+        specs = [n.spec for n in ctx.nodes]
+        self.site = np.array([sites[s.site] for s in specs], dtype=np.int64)
+        self.intra_lat = np.array([s.intra_site_latency_ms / 1000.0 for s in specs])
+        self.intra_bw = np.array([s.intra_site_bandwidth_mbps * 1e6 for s in specs])
+        shape = (len(specs), len(sites))
+        self.declared = np.zeros(shape, dtype=np.bool_)
+        self.out_lat = np.full(shape, DEFAULT_LINK[0])
+        self.out_bw = np.full(shape, DEFAULT_LINK[1])
+        for k, spec in enumerate(specs):
+            for lk in spec.links:
+                s = sites.get(lk.site)
+                if s is None or self.declared[k, s]:  # no node there, or not the first
+                    continue
+                self.declared[k, s] = True
+                self.out_lat[k, s] = lk.latency_ms / 1000.0
+                self.out_bw[k, s] = lk.bandwidth_mbps * 1e6
+
+    @classmethod
+    def of(cls, ctx: ClusterContext) -> NodeLinks:
+        """The context's tables, built on first use."""
+        hit: NodeLinks | None = ctx.memo.get("estimates.node_links")
+        if hit is None:
+            hit = ctx.memo["estimates.node_links"] = cls(ctx)
+        return hit

@@ -25,6 +25,7 @@ from lmedge.policies.cema import (
     rag_available,
 )
 from lmedge.policies.cema.quality import class_description
+from lmedge.policies.milp.estimates import transfer_s
 from tests.unit.policies.lyapunov.scenario import paper_testbed, slot_obs
 
 EQUAL = Weights(0.25, 0.25, 0.25, 0.25)
@@ -53,7 +54,8 @@ def test_makespan_is_backlog_plus_assigned_service_plus_transfer() -> None:
     per = paper_testbed().service("lm4").spec.profile.gpu_seconds_per_prompt
     finish = 3 * per + 2 * per + 1 * per
     _, _, _, t = ev.raw(both_local)
-    assert t == pytest.approx(finish + ev.transfer[1][d])
+    net = transfer_s(paper_testbed(), "worker-3", "worker-2", "lm4", 1)
+    assert t == pytest.approx(finish + net)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3], ids=["s1", "s2", "s3"])
