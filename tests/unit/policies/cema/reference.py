@@ -8,6 +8,7 @@ fitness and leave the random generator in the same state.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 from lmedge.api import ClusterContext, PowerProfile, SlotObservation
 from lmedge.policies.cema import CemaParams, Gene, Weights
@@ -77,12 +78,13 @@ class ReferenceEvaluator:
         ]
         prompts = sum(g.prompts for g in self.genes) or 1
         self.weight = [g.prompts / prompts for g in self.genes]
-        self.q_ub = sum(w * max(t.values()) for w, t in zip(self.weight, self.loss, strict=True))
-        self.c_ub = sum(max(t.values()) for t in self.cost)
-        self.e_ub = sum(max(t.values()) for t in self.energy)
+        pairs = zip(self.weight, self.loss, strict=True)
+        self.q_ub = _in_order(w * max(t.values()) for w, t in pairs)
+        self.c_ub = _in_order(max(t.values()) for t in self.cost)
+        self.e_ub = _in_order(max(t.values()) for t in self.energy)
         self.t_ub = (
             max(self.backlog, default=0.0)
-            + sum(max(t.values()) for t in self.service)
+            + _in_order(max(t.values()) for t in self.service)
             + max((max(t.values()) for t in self.transfer), default=0.0)
         )
 
@@ -98,9 +100,9 @@ class ReferenceEvaluator:
         return [self.transfer[g][d] + finish[d] for g, d in enumerate(chromosome)]
 
     def raw(self, chromosome: list[int]) -> tuple[float, float, float, float]:
-        q = sum(self.weight[g] * self.loss[g][d] for g, d in enumerate(chromosome))
-        c = sum(self.cost[g][d] for g, d in enumerate(chromosome))
-        e = sum(self.energy[g][d] for g, d in enumerate(chromosome))
+        q = _in_order(self.weight[g] * self.loss[g][d] for g, d in enumerate(chromosome))
+        c = _in_order(self.cost[g][d] for g, d in enumerate(chromosome))
+        e = _in_order(self.energy[g][d] for g, d in enumerate(chromosome))
         t = max(self.completion(chromosome), default=0.0)
         return q, c, e, t
 
@@ -119,6 +121,14 @@ class ReferenceEvaluator:
 def _alleles(ctx: ClusterContext, request_class: str) -> list[tuple[str, str]]:
     """(model, node) pairs that may serve a class: its models in order, each on its hosts."""
     return [(m, n) for m in ctx.models_for(request_class) for n in ctx.feasible_nodes(m)]
+
+
+def _in_order(values: Iterable[float]) -> float:
+    """Left to right, as `sum` added floats up to Python 3.11 (3.12's `sum` compensates)."""
+    total = 0.0
+    for v in values:
+        total += v
+    return total
 
 
 def _norm(value: float, bound: float) -> float:
