@@ -36,10 +36,11 @@ class Slot(NamedTuple):
     weight: Array  # prompts / the slot's prompts
     row: Array  # gene -> its origin's row of `lat2` and `bw`
     node: Array  # destination -> position of its node
-    kib: Array  # request + response KiB of its model
-    per: Array  # seconds a prompt takes in the mode it would serve in
-    watts: Array  # busy power of that mode
-    price: Array  # the node's cost per hour
+    dest_site: Array  # destination -> its node's site
+    # destination -> (seconds a prompt takes in the mode it would serve in, the
+    # node's cost per hour, busy power of that mode, request + response KiB of
+    # the model): one row, so a gene moved there reads one cache line
+    dest: Array
     backlog: Array  # seconds before a new prompt would start (queue + cold start)
     off: Array  # alleles of class c: alleles[off[c]:off[c + 1]], in allele order
     alleles: Array
@@ -47,7 +48,6 @@ class Slot(NamedTuple):
     loss: Array  # [class, destination] -> 1 - predicted quality
     row_node: Array  # origin row -> the origin's node position, -1 if unknown
     row_site: Array  # origin row -> the origin's site
-    site: Array  # node -> site
     lat2: Array  # [origin row, site] -> twice the one-way latency s, NaN: the receiver's
     bw: Array  # [origin row, site] -> bandwidth bit/s
     recv_lat2: Array  # [node, site] -> twice the latency the node declares to that site
@@ -90,10 +90,21 @@ def _random(mt: Array, pos: Array) -> float:
 
 
 @inlined
-def _randbelow(mt: Array, pos: Array, n: int) -> int:
+def _bit_length(n: int) -> int:
     k = 0
     while (n >> k) > 0:
         k += 1
+    return k
+
+
+@inlined
+def _randbelow(mt: Array, pos: Array, n: int) -> int:
+    return _randbelow_k(mt, pos, n, _bit_length(n))
+
+
+@inlined
+def _randbelow_k(mt: Array, pos: Array, n: int, k: int) -> int:
+    """`_randbelow(n)` with k = n's bit length given (the mutation knows it per class)."""
     r = _genrand(mt, pos) >> (32 - k)
     while r >= n:
         r = _genrand(mt, pos) >> (32 - k)
@@ -186,17 +197,17 @@ def _at(s: Slot, radio: float, g: int, d: int) -> tuple[float, float, float, flo
     if n == s.row_node[r]:  # the origin itself: `transfer_s` is 0
         lat2, bw = 0.0, np.inf
     else:
-        lat2, bw = s.lat2[r, s.site[n]], s.bw[r, s.site[n]]
+        lat2, bw = s.lat2[r, s.dest_site[d]], s.bw[r, s.dest_site[d]]
         if np.isnan(lat2):
             lat2, bw = s.recv_lat2[n, s.row_site[r]], s.recv_bw[n, s.row_site[r]]
     return _terms(
         s.weight[g],
         s.loss[s.cls[g], d],
         s.prompts[g],
-        s.per[d],
-        s.price[d],
-        s.watts[d],
-        s.kib[d],
+        s.dest[d, 0],
+        s.dest[d, 1],
+        s.dest[d, 2],
+        s.dest[d, 3],
         lat2,
         bw,
         radio,
@@ -239,7 +250,7 @@ def prepare(s: Slot, radio: float) -> tuple[Array, Array]:
                 mn = net
         worst[g, 0], worst[g, 1], worst[g, 2], worst[g, 3], worst[g, 4] = mq, mc, me, ms, mn
         seed[g] = best
-        finish[best] += s.prompts[g] * s.per[best]
+        finish[best] += s.prompts[g] * s.dest[best, 0]
     q_ub = c_ub = e_ub = svc = net_ub = 0.0
     for g in range(n):
         q_ub += s.weight[g] * worst[g, 0]
@@ -283,30 +294,27 @@ def _fitness(q: float, c: float, e: float, t: float, ub: Array, w: Array) -> flo
 
 
 class Genes(NamedTuple):
-    """Chromosomes (rows) with each gene's terms at its allele, as `_terms` gives them."""
+    """Chromosomes (rows): each gene's destination, and its terms there (`_terms`'s order).
 
-    dest: Array
-    q: Array
-    c: Array
-    e: Array
-    busy: Array
-    net: Array
+    A gene's five terms sit together (`terms[r, g]`), so moving a gene
+    writes one cache line, and copying a stretch of genes is one copy.
+    """
+
+    dest: Array  # [row, gene]
+    terms: Array  # [row, 5 x gene + (weighted loss, cost, energy, busy, transfer)]
 
 
 @inlined
 def _set(s: Slot, radio: float, p: Genes, r: int, g: int, d: int) -> None:
     p.dest[r, g] = d
-    p.q[r, g], p.c[r, g], p.e[r, g], p.busy[r, g], p.net[r, g] = _at(s, radio, g, d)
+    t, k = p.terms[r], 5 * g
+    t[k], t[k + 1], t[k + 2], t[k + 3], t[k + 4] = _at(s, radio, g, d)
 
 
 @compiled
 def _copy(a: Genes, src: int, b: Genes, dst: int, lo: int, hi: int) -> None:
     b.dest[dst, lo:hi] = a.dest[src, lo:hi]
-    b.q[dst, lo:hi] = a.q[src, lo:hi]
-    b.c[dst, lo:hi] = a.c[src, lo:hi]
-    b.e[dst, lo:hi] = a.e[src, lo:hi]
-    b.busy[dst, lo:hi] = a.busy[src, lo:hi]
-    b.net[dst, lo:hi] = a.net[src, lo:hi]
+    b.terms[dst, 5 * lo : 5 * hi] = a.terms[src, 5 * lo : 5 * hi]
 
 
 @compiled
@@ -314,19 +322,19 @@ def _raw(s: Slot, p: Genes, r: int, finish: Array) -> tuple[float, float, float,
     """(Q, C, E, T) of row r; `finish` is left with each destination's finish time."""
     q = c = e = 0.0
     n = p.dest.shape[1]
-    for g in range(n):
-        q += p.q[r, g]
-        c += p.c[r, g]
-        e += p.e[r, g]
+    dest, t = p.dest[r], p.terms[r]
     finish[:] = s.backlog
     for g in range(n):
-        finish[p.dest[r, g]] += p.busy[r, g]
-    t = 0.0
+        q += t[5 * g]
+        c += t[5 * g + 1]
+        e += t[5 * g + 2]
+        finish[dest[g]] += t[5 * g + 3]
+    makespan = 0.0
     for g in range(n):
-        v = p.net[r, g] + finish[p.dest[r, g]]
-        if g == 0 or v > t:
-            t = v
-    return q, c, e, t
+        v = t[5 * g + 4] + finish[dest[g]]
+        if g == 0 or v > makespan:
+            makespan = v
+    return q, c, e, makespan
 
 
 @compiled
@@ -348,14 +356,7 @@ def fitness(values: Array, ub: Array, w: Array) -> float:
 
 @compiled
 def _genes(rows: int, n: int) -> Genes:
-    return Genes(
-        np.empty((rows, n), dtype=np.int64),
-        np.empty((rows, n)),
-        np.empty((rows, n)),
-        np.empty((rows, n)),
-        np.empty((rows, n)),
-        np.empty((rows, n)),
-    )
+    return Genes(np.empty((rows, n), dtype=np.int64), np.empty((rows, 5 * n)))
 
 
 @compiled
@@ -383,7 +384,7 @@ def _repair(
     _raw(s, p, r, finish)
     worst, worst_v = 0, 0.0
     for g in range(n):
-        v = p.net[r, g] + finish[p.dest[r, g]]
+        v = p.terms[r, 5 * g + 4] + finish[p.dest[r, g]]
         if g == 0 or v > worst_v:
             worst, worst_v = g, v
     here = p.dest[r, worst]
@@ -399,14 +400,7 @@ def _repair(
     best_fit = fit
     # the best trial as (gene, destination) x 2; -1: the child itself
     b1, bd1, b2, bd2 = -1, 0, -1, 0
-    saved = Genes(
-        np.empty((1, 2), dtype=np.int64),
-        np.empty((1, 2)),
-        np.empty((1, 2)),
-        np.empty((1, 2)),
-        np.empty((1, 2)),
-        np.empty((1, 2)),
-    )
+    saved = _genes(1, 2)
     _keep(p, r, saved, 0, worst)
     moves = budget // 2
     for d in alternatives[: moves if moves > 0 else 1]:
@@ -440,14 +434,14 @@ def _repair(
 
 @compiled
 def _keep(p: Genes, r: int, saved: Genes, k: int, g: int) -> None:
-    saved.dest[0, k], saved.q[0, k], saved.c[0, k] = p.dest[r, g], p.q[r, g], p.c[r, g]
-    saved.e[0, k], saved.busy[0, k], saved.net[0, k] = p.e[r, g], p.busy[r, g], p.net[r, g]
+    saved.dest[0, k] = p.dest[r, g]
+    saved.terms[0, 5 * k : 5 * k + 5] = p.terms[r, 5 * g : 5 * g + 5]
 
 
 @compiled
 def _restore(p: Genes, r: int, saved: Genes, k: int, g: int) -> None:
-    p.dest[r, g], p.q[r, g], p.c[r, g] = saved.dest[0, k], saved.q[0, k], saved.c[0, k]
-    p.e[r, g], p.busy[r, g], p.net[r, g] = saved.e[0, k], saved.busy[0, k], saved.net[0, k]
+    p.dest[r, g] = saved.dest[0, k]
+    p.terms[r, 5 * g : 5 * g + 5] = saved.terms[0, 5 * k : 5 * k + 5]
 
 
 @compiled
@@ -474,6 +468,7 @@ def search(
     pops = (_genes(size, n), _genes(size, n))
     fits = (np.empty(size), np.empty(size))
     finish = np.empty(len(s.backlog))
+    bits = np.array([_bit_length(s.off[c + 1] - s.off[c]) for c in range(len(s.off) - 1)])
     cur = pops[0]
     for g in range(n):
         _set(s, radio, cur, 0, g, seed[g])
@@ -481,7 +476,7 @@ def search(
         for g in range(n):
             c = s.cls[g]
             k = s.off[c + 1] - s.off[c]
-            _set(s, radio, cur, r, g, s.alleles[s.off[c] + _randbelow(mt, pos, k)])
+            _set(s, radio, cur, r, g, s.alleles[s.off[c] + _randbelow_k(mt, pos, k, bits[c])])
     fit = fits[0]
     for r in range(size):
         fit[r] = _score(s, cur, r, ub, w, finish)
@@ -509,7 +504,8 @@ def search(
                 c = s.cls[g]
                 k = s.off[c + 1] - s.off[c]
                 if k > 1 and _random(mt, pos) < p_mut:
-                    _set(s, radio, nxt, r, g, s.alleles[s.off[c] + _randbelow(mt, pos, k)])
+                    a = s.off[c] + _randbelow_k(mt, pos, k, bits[c])
+                    _set(s, radio, nxt, r, g, s.alleles[a])
             f = _score(s, nxt, r, ub, w, finish)
             if _random(mt, pos) < p_repair:
                 f = _repair(s, radio, nxt, r, f, budget, ub, w, finish, mt, pos)
