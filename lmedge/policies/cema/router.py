@@ -3,7 +3,8 @@
 Per slot: build the `BatchEvaluator`, seed a population with one load-aware
 chromosome (largest batch first, each to the destination with the earliest
 estimated finish: backlog + service + network) and random legal ones, then
-evolve for `generations` generations:
+evolve for `generations` generations (fewer when `population` x genes a
+generation would pass `search_budget`, at least one):
 
 - elitism: the `elite` best survive unchanged;
 - parents by tournament (size `tournament`), two-point crossover with
@@ -61,6 +62,14 @@ class CemaParams(PluginParams):
     elite: int = Field(default=2, ge=0)
     p_repair: float = Field(default=0.5, ge=0, le=1, description="Lamarckian repair probability.")
     repair_budget: int = Field(default=8, ge=0, description="L, evaluator calls per repair.")
+    search_budget: int | None = Field(
+        default=1_000_000,
+        ge=1,
+        description=(
+            "Genes scored per slot (population x genes per generation): above it the slot "
+            "runs fewer generations (at least one); null: always `generations`."
+        ),
+    )
     w_quality: float = Field(default=0.25, ge=0)
     w_cost: float = Field(default=0.25, ge=0)
     w_energy: float = Field(default=0.25, ge=0)
@@ -86,6 +95,7 @@ class CemaRouter:
         self.predictor = predictor
         self.weights = Weights(params.w_quality, params.w_cost, params.w_energy, params.w_time)
         self.last_fitness: float | None = None
+        self.last_generations = 0
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ev = BatchEvaluator(obs, self.predictor, self.weights, self.p.radio_watts)
@@ -118,6 +128,7 @@ class CemaRouter:
         if not ev.genes:
             return []
         p = self.p
+        self.last_generations = self.generations(len(ev.genes))
         version, words, gauss = self.rng.getstate()
         mt = np.array(words[:-1], dtype=np.uint32)
         pos = np.array([words[-1]], dtype=np.int64)
@@ -129,7 +140,7 @@ class CemaRouter:
             ev.weight_array,
             np.array([p.p_crossover, p.p_mutation, p.p_repair]),
             np.array(
-                [p.population, p.generations, p.tournament, p.elite, p.repair_budget],
+                [p.population, self.last_generations, p.tournament, p.elite, p.repair_budget],
                 dtype=np.int64,
             ),
             mt,
@@ -137,6 +148,13 @@ class CemaRouter:
         )
         self.rng.setstate((version, (*mt.tolist(), int(pos[0])), gauss))
         return list(best.tolist())
+
+    def generations(self, genes: int) -> int:
+        """Generations for a slot of `genes` genes: `generations`, fewer past `search_budget`."""
+        p = self.p
+        if p.search_budget is None or genes == 0:
+            return p.generations
+        return min(p.generations, max(1, p.search_budget // (p.population * genes)))
 
     @staticmethod
     def load_aware(ev: BatchEvaluator) -> list[int]:

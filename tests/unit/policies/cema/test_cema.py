@@ -171,8 +171,14 @@ def test_rag_predictor_learns_from_similar_history() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"population": 1}, {"p_mutation": 2}, {"predictor": "oracle"}, {"speed": 1}],
-    ids=["tiny-population", "bad-rate", "unknown-predictor", "unknown-key"],
+    [
+        {"population": 1},
+        {"p_mutation": 2},
+        {"predictor": "oracle"},
+        {"speed": 1},
+        {"search_budget": 0},
+    ],
+    ids=["tiny-population", "bad-rate", "unknown-predictor", "unknown-key", "no-budget"],
 )
 def test_bad_params_are_rejected(params: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="cema"):

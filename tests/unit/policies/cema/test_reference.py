@@ -109,6 +109,7 @@ def _scenario(name: str, tmp_path: Path) -> ClusterContext:
         ("mixed-links", 8, {"w_cost": 0.3, "w_energy": 0.2, "w_quality": 0.2, "w_time": 0.3}),
         ("mixed-links", 24, {"repair_budget": 1, "elite": 0}),
         ("model-routing", 12, {}),
+        ("testbed", 20, {"search_budget": 1500}),  # 2 generations of 30 x 20 genes
         ("large", 40, SMALL),
         ("scale-60", 60, SMALL),
     ],
@@ -126,6 +127,7 @@ def test_routes_fitness_and_random_state_equal_the_python_search(
     for slot in range(3):  # the generator carries over from slot to slot
         obs = random_slot(ctx, rng, pairs, odd=slot == 1)
         ref = ReferenceEvaluator(obs, router.predictor, router.weights, router.p.radio_watts)
+        search.p = router.p.model_copy(update={"generations": router.generations(len(ref.genes))})
         best = search.search(ref)
         routes = router.route(obs).value.routes
         got = [(r.destination, r.model or r.lm) for r in routes]
@@ -173,3 +175,14 @@ def test_every_transfer_follows_the_links_node_by_node() -> None:
             assert ev.transfer(g, d) == expected, (gene, node)
             values.add(expected)
     assert len(values) > 5  # intra-site, own, the receiver's and the default links differ
+
+
+def test_the_search_budget_cuts_generations_only_past_it() -> None:
+    router = build(paper_testbed(), 0, {})
+    assert isinstance(router, CemaRouter)
+    assert router.generations(24) == 20  # the paper's testbed: 30 x 20 x 24 genes, far below
+    assert router.generations(1_666) == 20
+    assert router.generations(10_000) == 3  # 1,000,000 // (30 x 10,000)
+    assert router.generations(10**7) == 1  # always at least one
+    unbounded = build(paper_testbed(), 0, {"search_budget": None})
+    assert isinstance(unbounded, CemaRouter) and unbounded.generations(10**7) == 20
