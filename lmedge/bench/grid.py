@@ -122,7 +122,7 @@ def specs(experiments: Sequence[Experiment]) -> list[RunSpec]:
         for p in e.policies
         for seed in e.seeds
     ]
-    heavy = {"milp": 3, "cema": 3}  # measured: ~3x the CPU time per slot of the others
+    heavy = {"milp": 3}  # measured: ~3x the CPU time per slot of the others (its solver)
     return sorted(out, key=lambda s: -(s.slots or 0) * heavy.get(s.choice.profile or "", 1))
 
 
