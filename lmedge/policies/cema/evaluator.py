@@ -35,7 +35,13 @@ import numpy as np
 from lmedge.api import ClusterContext, PowerProfile, SlotObservation
 from lmedge.policies.cema import kernel
 from lmedge.policies.cema.quality import QualityPredictor
-from lmedge.policies.milp.estimates import COLD_START_S, NodeLinks, modes_on, service_s
+from lmedge.policies.milp.estimates import (
+    COLD_START_S,
+    NodeLinks,
+    memoized,
+    modes_on,
+    service_s,
+)
 
 Array = np.ndarray[Any, Any]
 
@@ -107,10 +113,8 @@ class Destinations:
 
     @classmethod
     def of(cls, ctx: ClusterContext) -> Destinations:
-        hit: Destinations | None = ctx.memo.get("cema.destinations")
-        if hit is None:
-            hit = ctx.memo["cema.destinations"] = cls(ctx)
-        return hit
+        """The context's table, built on first use."""
+        return memoized(ctx, "cema.destinations", lambda: cls(ctx))
 
     def alleles(self, ctx: ClusterContext, request_class: str) -> Array:
         """Destinations of a class, models in `models_for` order, each in its nodes' order."""

@@ -14,9 +14,12 @@ which policies may not import (the layering keeps policies below the emulator).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from lmedge.api import ClusterContext, Mode, NodeState
+
+T = TypeVar("T")
 
 #: Median pod cold start (pod start + model load) measured in the paper, seconds.
 COLD_START_S = 9.34
@@ -283,7 +286,12 @@ class NodeLinks:
     @classmethod
     def of(cls, ctx: ClusterContext) -> NodeLinks:
         """The context's tables, built on first use."""
-        hit: NodeLinks | None = ctx.memo.get("estimates.node_links")
-        if hit is None:
-            hit = ctx.memo["estimates.node_links"] = cls(ctx)
-        return hit
+        return memoized(ctx, "estimates.node_links", lambda: cls(ctx))
+
+
+def memoized(ctx: ClusterContext, key: str, build: Callable[[], T]) -> T:
+    """`build()`, kept in the context's memo under `key` (namespaced by module)."""
+    hit = ctx.memo.get(key)
+    if hit is None:
+        hit = ctx.memo[key] = build()
+    return cast(T, hit)
