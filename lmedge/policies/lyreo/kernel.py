@@ -122,11 +122,14 @@ def scores(b: int, s: SlotArrays, q: Batches, nu: float, w: Array, score: Array)
 def batch_scores(
     b: int, s: SlotArrays, q: Batches, nu: float, latency: Array, balance: Array, score: Array
 ) -> int:
-    """`scores`, with each candidate's latency and balance too (for a learner); return m."""
-    m = scores(b, s, q, nu, latency, score)
+    """`scores`, with each candidate's latency and balance too (for a learner); return m.
+
+    The same terms and the same score formula as `scores`, computed once.
+    """
     mean, pull = _mean_and_pull(s)
     lm, p, own = q.lm[b], q.prompts[b], q.own[b]
-    lo, r0 = s.lm_off[lm], s.row_off[q.row[b]]
+    lo, m, r0 = s.lm_off[lm], s.lm_off[lm + 1] - s.lm_off[lm], s.row_off[q.row[b]]
+    weight, deadline = nu * p, s.lm_deadline[lm]
     for j in range(m):
         c = lo + j
         local = j == own
@@ -144,7 +147,8 @@ def batch_scores(
             pull,
             s.loads.size,
         )
-    return m
+        score[j] = weight * latency[j] / deadline + balance[j]
+    return int(m)
 
 
 @compiled

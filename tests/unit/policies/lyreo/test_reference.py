@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ from lmedge.api import ClusterContext, NodeState, SlotObservation
 from lmedge.api.manifests import load_resources
 from lmedge.bench.runner import resolve_scenario
 from lmedge.bench.scale import scale_scenario
-from lmedge.policies.lyreo import build, workload
+from lmedge.policies.lyreo import Candidate, build, workload
 from lmedge.policies.lyreo.router import memory_per_prompt
 from lmedge.policies.milp.estimates import COLD_START_S, service_s, serving_mode, transfer_s
 from tests.unit.policies.lyapunov.scenario import slot_obs
@@ -98,9 +100,29 @@ def random_slot(ctx: ClusterContext, rng: random.Random) -> SlotObservation:
     return slot_obs(arrivals, backlog, running, ctx=ctx)
 
 
+class ZeroLearner:
+    """A learner that adds nothing: the router takes its per-batch (learner) path."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def bias(self, obs: Any, z: Any, b: int, cands: Sequence[Candidate]) -> list[float]:
+        self.seen += 1
+        return [0.0] * len(cands)
+
+    def record(self, *_args: Any) -> None:
+        pass
+
+    def observe(self, records: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("learner", [False, True], ids=["compiled-path", "learner-path"])
 @pytest.mark.parametrize("scenario", ["testbed", "large", "scale-60"])
 @pytest.mark.parametrize("nu", [0.5, 0.01])
-def test_routes_equal_the_plain_greedy(tmp_path: Path, scenario: str, nu: float) -> None:
+def test_routes_equal_the_plain_greedy(
+    tmp_path: Path, scenario: str, nu: float, learner: bool
+) -> None:
     path = (
         scale_scenario(tmp_path, 60, sites=5)
         if scenario == "scale-60"
@@ -108,7 +130,8 @@ def test_routes_equal_the_plain_greedy(tmp_path: Path, scenario: str, nu: float)
     )
     ctx = _context(path)
     rng = random.Random(f"{scenario}-{nu}")
-    router = build(ctx, 0, {"nu": nu})
+    zero = ZeroLearner() if learner else None
+    router = build(ctx, 0, {"nu": nu}, learner=zero)
     spread = set()
     for _ in range(3):  # across slots, so the virtual queues carry over
         z0 = dict(router.z)
@@ -118,6 +141,7 @@ def test_routes_equal_the_plain_greedy(tmp_path: Path, scenario: str, nu: float)
         assert router.z == pytest.approx(reference_z(ctx, obs, z0, router.p.epsilon))
         spread |= {d for (o, _), d in got.items() if d != o}
     assert len(spread) > 1  # requests were sent away from their origins, to several nodes
+    assert zero is None or zero.seen > 0
 
 
 def reference_z(
