@@ -18,6 +18,8 @@ extras="${LMEDGE_LOCK_EXTRAS:-dev model-server cema ray}"
 args=()
 for e in $extras; do args+=(--extra "$e"); done
 cd "$repo"
+# The current pins are uv's preferences: a re-lock moves only what it must.
+[[ -f requirements.lock ]] && cp requirements.lock requirements.lock.tmp
 "$uv" pip compile pyproject.toml --quiet --no-header --python-version 3.11 \
   --python-platform x86_64-unknown-linux-gnu "${args[@]}" -o requirements.lock.tmp
 {

@@ -104,12 +104,9 @@ def link_arrays(ctx: ClusterContext, origin: str, dests: list[str]) -> tuple[Any
 
     if not ctx.has_node(origin):
         return np.zeros(len(dests)), np.full(len(dests), np.inf)
-    lat2, bw = [], []
-    for n in dests:
-        latency, b = _link(ctx, origin, n)
-        lat2.append(2 * latency)
-        bw.append(b)
-    return np.array(lat2, dtype=float), np.array(bw, dtype=float)
+    links = NodeLinks.of(ctx)
+    latency, bw = links.from_node(links.index[origin], [links.index[n] for n in dests])
+    return 2 * latency, bw
 
 
 def allowed_modes(ctx: ClusterContext, cpu_modes: bool) -> dict[tuple[str, str], tuple[Mode, ...]]:
@@ -282,6 +279,25 @@ class NodeLinks:
                 self.declared[k, s] = True
                 self.out_lat[k, s] = lk.latency_ms / 1000.0
                 self.out_bw[k, s] = lk.bandwidth_mbps * 1e6
+
+    def from_node(self, o: int, dests: list[int]) -> tuple[Any, Any]:
+        """(one-way latency s, bandwidth bit/s) from position `o` to each of `dests`."""
+        import numpy as np
+
+        d = np.asarray(dests, dtype=np.int64)
+        site_d, site_o = self.site[d], self.site[o]
+        own = self.declared[o, site_d]
+        theirs = self.declared[d, site_o]
+        lat = np.where(
+            own, self.out_lat[o, site_d], np.where(theirs, self.out_lat[d, site_o], DEFAULT_LINK[0])
+        )
+        bw = np.where(
+            own, self.out_bw[o, site_d], np.where(theirs, self.out_bw[d, site_o], DEFAULT_LINK[1])
+        )
+        same = site_d == site_o
+        lat[same], bw[same] = self.intra_lat[o], self.intra_bw[o]
+        lat[d == o], bw[d == o] = 0.0, np.inf
+        return lat, bw
 
     @classmethod
     def of(cls, ctx: ClusterContext) -> NodeLinks:

@@ -31,8 +31,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+import highspy
 import numpy as np
-from scipy.optimize import LinearConstraint, milp
+from highspy._core import _Highs
 from scipy.sparse import coo_matrix
 
 from lmedge.api import ClusterContext, LMPlacement, Mode, Placement, SlotObservation
@@ -46,6 +47,9 @@ from lmedge.policies.milp.estimates import (
 from lmedge.policies.milp.greedy import greedy_slot
 
 TANGENTS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+# highspy.Highs() turns its callbacks on when built, which prints HiGHS's banner on
+# stdout before output_flag can be set; its base class (the bare binding) does not,
+# and the model uses no callbacks. test_milp.py holds the solve silent.
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,12 @@ class Solution:
     #: "milp" (HiGHS optimum or incumbent) or "greedy" (no incumbent in the time limit).
     source: str = "milp"
     #: HiGHS's relative optimality gap of the returned plan (|primal - dual bound| /
-    #: |primal|); None for the greedy plan, which has no bound.
+    #: |primal|, on the objective with its constant); None without a bound.
     gap: float | None = None
+    #: The objective of the greedy plan HiGHS started from, in the same model.
+    start_objective: float | None = None
+    #: Per site (sites.py): the sites HiGHS was given this slot, in rotation order.
+    solved_sites: tuple[str, ...] = ()
 
 
 @dataclass
@@ -120,8 +128,10 @@ def solve_slot(
 
     `seed_plan` is the slot's greedy plan when the caller has it (sites.py):
     with `w.candidates`, each batch keeps its greedy destination among its
-    candidates, so the bounded model always has a feasible point; and it is
-    the plan returned when HiGHS finds no incumbent.
+    candidates, so the bounded model always has it as a feasible point, and
+    HiGHS starts from it. The plan returned then scores no worse than the
+    greedy plan in this model (`Solution.start_objective`); it is the greedy
+    plan itself when HiGHS finds nothing better in its time limit.
     """
     ctx = obs.context
     tau = ctx.tau_s
@@ -272,30 +282,12 @@ def solve_slot(
             rows.add([(dcol, 1.0), (rho[a], 1.0), (rho[b2], -1.0)], 0.0, np.inf)
     matrix = coo_matrix(
         (rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lower), len(v.cost))
-    ).tocsr()
-    res = milp(
-        c=np.array(v.cost),
-        constraints=[LinearConstraint(matrix, np.array(rows.lower), np.array(rows.upper))],
-        integrality=np.array(v.integer),
-        bounds=(np.array(v.lower), np.array(v.upper)),
-        options={"time_limit": w.time_limit_s, "disp": False, "mip_rel_gap": w.mip_gap},
-    )
-    if res.x is None:
-        # No feasible point in the time limit: a greedy plan, never "keep what runs"
-        # (on a cold cluster that is nothing, and nothing would ever be served).
-        dest_g, placements_g = seed_plan or greedy_slot(obs, w.cpu_modes)
-        return Solution(
-            dest_g,
-            placements_g,
-            status=f"solver time limit, no incumbent ({res.message}): greedy plan",
-            variables=len(v.cost),
-            source="greedy",
-        )
+    ).tocsc()
+    point: np.ndarray | None = None
+    seed_value: float | None = None
     if seed_plan is not None:
-        # HiGHS's plan at its time limit (in a large site, little better than leaving
-        # everything unplaced) or within its relative gap (taken on the objective
-        # without its constant) can score worse than the greedy plan, which is one of
-        # the model's feasible points: the lower of the two in this same model wins.
+        # The greedy plan is one of the model's feasible points: HiGHS starts from it,
+        # so whatever its time limit, it returns a plan no worse, with a bound.
         point = _seed_point(
             seed_plan,
             batches,
@@ -312,26 +304,34 @@ def solve_slot(
         )
         if point is not None and _feasible(point, matrix, rows, v):
             seed_value = float(np.dot(v.cost, point)) + constant
-            found = float(res.fun) + constant
-            if seed_value < found:
-                bound = getattr(res, "mip_dual_bound", None)
-                gap = (
-                    abs(seed_value - (float(bound) + constant)) / max(abs(seed_value), 1e-12)
-                    if bound is not None and np.isfinite(bound)
-                    else None
-                )
-                return Solution(
-                    seed_plan[0],
-                    seed_plan[1],
-                    status=(
-                        f"HiGHS's plan {found:.4g} above the greedy plan's {seed_value:.4g} "
-                        f"({res.message}): greedy plan"
-                    ),
-                    objective=seed_value,
-                    variables=len(v.cost),
-                    source="greedy",
-                    gap=gap,
-                )
+        else:
+            point = None
+    res = _highs(matrix, rows, v, constant, w, point)
+    if res.x is None:
+        # No feasible point in the time limit: a greedy plan, never "keep what runs"
+        # (on a cold cluster that is nothing, and nothing would ever be served).
+        dest_g, placements_g = seed_plan or greedy_slot(obs, w.cpu_modes)
+        return Solution(
+            dest_g,
+            placements_g,
+            status=f"solver time limit, no incumbent ({res.message}): greedy plan",
+            variables=len(v.cost),
+            source="greedy",
+        )
+    unimproved = seed_value is not None and res.objective >= seed_value - 1e-9
+    if seed_plan is not None and seed_value is not None and unimproved and not res.optimal:
+        # HiGHS kept the plan it started from (its time limit hit before it found a
+        # better one): the greedy plan, with HiGHS's bound on it.
+        return Solution(
+            seed_plan[0],
+            seed_plan[1],
+            status=f"greedy plan {seed_value:.4g}, no better one found ({res.message})",
+            objective=seed_value,
+            variables=len(v.cost),
+            source="greedy",
+            gap=_gap(seed_value, res.bound),
+            start_objective=seed_value,
+        )
     x = res.x
     dest: dict[tuple[str, str], str] = {}
     picks: dict[int, list[tuple[float, str]]] = {}
@@ -354,10 +354,79 @@ def solve_slot(
             else:
                 lms_out.append(LMPlacement(lm=i, mode="off", cpu_cores=0, vgpus=0))
         placements[n] = Placement(node=n, lms=lms_out)
-    status = "optimal" if res.status == 0 else f"incumbent ({res.message})"
-    raw_gap = getattr(res, "mip_gap", None)
-    gap = float(raw_gap) if raw_gap is not None and np.isfinite(raw_gap) else None
-    return Solution(dest, placements, status, float(res.fun) + constant, len(v.cost), gap=gap)
+    status = "optimal" if res.optimal else f"incumbent ({res.message})"
+    return Solution(
+        dest,
+        placements,
+        status,
+        res.objective,
+        len(v.cost),
+        gap=_gap(res.objective, res.bound),
+        start_objective=seed_value,
+    )
+
+
+@dataclass(frozen=True)
+class _Result:
+    x: np.ndarray | None
+    objective: float
+    bound: float
+    optimal: bool
+    message: str
+
+
+def _highs(
+    matrix: Any, rows: _Rows, v: _Vars, constant: float, w: SurrogateWeights, start: Any
+) -> _Result:
+    """Solve the model with HiGHS (objective with its constant, so the gap is the true
+    one), from the feasible point `start` when given."""
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = matrix.shape[1], matrix.shape[0]
+    lp.offset_ = constant
+    lp.col_cost_ = np.asarray(v.cost, dtype=float)
+    lp.col_lower_ = np.asarray(v.lower, dtype=float)
+    lp.col_upper_ = np.asarray(v.upper, dtype=float)
+    lp.row_lower_ = np.asarray(rows.lower, dtype=float)
+    lp.row_upper_ = np.asarray(rows.upper, dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = matrix.indptr
+    lp.a_matrix_.index_ = matrix.indices
+    lp.a_matrix_.value_ = matrix.data
+    integer, continuous = highspy.HighsVarType.kInteger, highspy.HighsVarType.kContinuous
+    lp.integrality_ = [integer if k else continuous for k in v.integer]
+    h = _Highs()
+    for name, value in (
+        ("output_flag", False),
+        ("threads", 1),  # on the caller's thread: its CPU time is the slot's cost
+        ("time_limit", w.time_limit_s),
+        ("mip_rel_gap", w.mip_gap),
+    ):
+        h.setOptionValue(name, value)
+    h.passModel(lp)
+    if start is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = start.tolist()
+        sol.value_valid = True
+        h.setSolution(sol)
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    feasible = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    x = np.asarray(h.getSolution().col_value) if feasible else None
+    return _Result(
+        x,
+        float(info.objective_function_value),
+        float(info.mip_dual_bound),
+        status == highspy.HighsModelStatus.kOptimal,
+        h.modelStatusToString(status),
+    )
+
+
+def _gap(objective: float, bound: float) -> float | None:
+    """HiGHS's relative gap |objective - bound| / |objective|; None without a bound."""
+    if not np.isfinite(bound):
+        return None
+    return abs(objective - bound) / max(abs(objective), 1e-12)
 
 
 def _seed_point(

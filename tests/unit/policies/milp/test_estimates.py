@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,18 @@ def test_allowed_modes_is_modes_on_filtered() -> None:
                 want = ms if cpu_modes else tuple(m for m in ms if m == "gpu")
                 assert table[n.name, lm] == want
     assert allowed_modes(ctx, False)["worker-2", "lm2"] == ("gpu",)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_link_arrays_follow_links_that_differ_node_by_node(seed: int) -> None:
+    """Own intra-site links, declared links to some sites, none to others (the
+    receiver's or the default applies): link_arrays equals transfer_s exactly."""
+    from tests.unit.policies.milp.test_greedy_kernel import slow_links
+
+    ctx = slow_links(random.Random(seed))
+    dests = [n.name for n in ctx.workers]
+    lm = ctx.lm_names[0]
+    for origin in [n.name for n in ctx.nodes]:
+        lat2, bw = link_arrays(ctx, origin, dests)
+        want = [transfer_s(ctx, origin, d, lm, 3) for d in dests]
+        assert (lat2 + transfer_bits(ctx, lm, 3) / bw).tolist() == want

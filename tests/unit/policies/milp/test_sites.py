@@ -62,7 +62,8 @@ def test_every_node_gets_a_feasible_plan_and_each_batch_stays_in_its_site(
     tmp_path: Path, limit_s: float, source: str
 ) -> None:
     ctx, obs = _slot(tmp_path)
-    router = build_router(ctx, 0, {"decompose_above": 1, "time_limit_s": limit_s, "mip_gap": 0.2})
+    params = {"decompose_above": 1, "site_budget_s": limit_s, "mip_gap": 0.2}
+    router = build_router(ctx, 0, params)
     deployer = build_deployer(ctx, 0, {}, router)
     decision = router.route(obs)
     assert router.split is not None and len(router.split.contexts) == 3
@@ -77,11 +78,34 @@ def test_every_node_gets_a_feasible_plan_and_each_batch_stays_in_its_site(
         assert ctx.node(dest).spec.site == ctx.node(origin).spec.site
         # u <= y: the destination hosts the LM it receives, in the plan its deployer returns
         assert placements[dest].value.by_lm()[lm].mode != "off", (origin, lm, dest)
+    assert sol.solved_sites == tuple(router.split.contexts)  # 3 sites, 4 a slot: all
     if source == "rule":
         assert sol.source == "milp" and sol.gap is not None and sol.gap >= 0
-    else:
-        assert sol.source == "greedy" and sol.gap is None and "3 greedy plan" in sol.status
+        assert sol.objective is not None and sol.start_objective is not None
+        assert sol.objective <= sol.start_objective + 1e-9
+    else:  # no time to improve: each site keeps the greedy plan HiGHS started from
+        assert sol.source == "greedy" and "3 greedy plan" in sol.status
+        assert sol.objective == sol.start_objective
         assert all(d.source == "fallback" for d in placements.values())
+
+
+def test_highs_takes_the_sites_in_turn_and_the_rest_keep_their_greedy_plan(
+    tmp_path: Path,
+) -> None:
+    """One site a slot, round robin: every slot plans every node, and in three slots
+    each of the three sites is given to HiGHS once."""
+    ctx, obs = _slot(tmp_path)
+    router = build_router(ctx, 0, {"decompose_above": 1, "sites_per_slot": 1})
+    assert router.split is not None
+    turns = []
+    for slot in range(4):
+        router.route(obs.model_copy(update={"slot": slot}))
+        sol = router.plan.last
+        assert sol is not None and set(sol.placements) == {n.name for n in ctx.workers}
+        assert "1 given to HiGHS" in sol.status and sol.gap is None  # two sites have no bound
+        turns.append(sol.solved_sites)
+    names = list(router.split.contexts)
+    assert turns == [(names[0],), (names[1],), (names[2],), (names[0],)]
 
 
 def test_small_clusters_keep_the_joint_model() -> None:
