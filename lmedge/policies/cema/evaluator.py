@@ -163,15 +163,7 @@ class BatchEvaluator:
         origins: dict[str, int] = {}
         rows = [origins.setdefault(g.origin, len(origins)) for g in self.genes]
         row_node = np.array([links.index.get(o, -1) for o in origins], dtype=np.int64)
-        lat2, bw, row_site = kernel.link_table(
-            row_node,
-            links.site,
-            links.intra_lat,
-            links.intra_bw,
-            links.declared,
-            links.out_lat,
-            links.out_bw,
-        )
+        lat2, bw, row_site = kernel.link_table(row_node, *links.arrays)
         self.slot = kernel.Slot(
             cls=np.array([class_of[g.lm] for g in self.genes], dtype=np.int64),
             prompts=np.array([g.prompts for g in self.genes], dtype=float),

@@ -280,6 +280,11 @@ class NodeLinks:
                 self.out_lat[k, s] = lk.latency_ms / 1000.0
                 self.out_bw[k, s] = lk.bandwidth_mbps * 1e6
 
+    @property
+    def arrays(self) -> tuple[Any, ...]:
+        """(site, intra_lat, intra_bw, declared, out_lat, out_bw), as compiled code takes them."""
+        return self.site, self.intra_lat, self.intra_bw, self.declared, self.out_lat, self.out_bw
+
     def from_node(self, o: int, dests: list[int]) -> tuple[Any, Any]:
         """(one-way latency s, bandwidth bit/s) from position `o` to each of `dests`."""
         import numpy as np

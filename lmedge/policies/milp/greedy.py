@@ -39,7 +39,6 @@ from lmedge.api.base import built
 from lmedge.policies.milp import kernel
 from lmedge.policies.milp.estimates import (
     COLD_START_S,
-    DEFAULT_LINK,
     NodeLinks,
     allowed_modes,
     memoized,
@@ -170,14 +169,7 @@ def greedy_slot(
         t.need,
         t.per_prompt,
         COLD_START_S,
-        links.site,
-        links.intra_lat,
-        links.intra_bw,
-        links.declared,
-        links.out_lat,
-        links.out_bw,
-        DEFAULT_LINK[0],
-        DEFAULT_LINK[1],
+        links.arrays,
     ).tolist()
     dest = {(o, lm): t.workers[w] for (o, lm, _), w in zip(batches, picks, strict=True) if w >= 0}
     off = [

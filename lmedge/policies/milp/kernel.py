@@ -16,27 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from lmedge.policies.compiled import compiled
+from lmedge.policies.compiled import compiled, inlined
+from lmedge.policies.milp.estimates import DEFAULT_LINK
 
 Array = np.ndarray[Any, Any]
 
 GPU, CPU = 1, 2  # mode codes; `allowed` holds a bit per mode, GPU first (fastest)
 
 
-@compiled
-def _link(
-    o: int,
-    d: int,
-    site: Array,
-    intra_lat: Array,
-    intra_bw: Array,
-    declared: Array,
-    out_lat: Array,
-    out_bw: Array,
-    default_lat: float,
-    default_bw: float,
-) -> tuple[float, float]:
-    """`estimates._link` on NodeLinks' tables (node positions o, d)."""
+@inlined
+def _link(o: int, d: int, links: tuple[Any, ...]) -> tuple[float, float]:
+    """`estimates._link` on `NodeLinks.arrays` (node positions o, d)."""
+    site, intra_lat, intra_bw, declared, out_lat, out_bw = links
     if o == d:
         return 0.0, np.inf
     if site[o] == site[d]:
@@ -45,7 +36,7 @@ def _link(
         return out_lat[o, site[d]], out_bw[o, site[d]]
     if declared[d, site[o]]:
         return out_lat[d, site[o]], out_bw[d, site[o]]
-    return default_lat, default_bw
+    return DEFAULT_LINK[0], DEFAULT_LINK[1]
 
 
 @compiled
@@ -64,14 +55,7 @@ def greedy(
     need: Array,  # [LM, 3]: default cores, deployment memory, min vRAM
     per_prompt: Array,  # [LM, 2]: seconds per prompt on GPU, on CPU
     cold_s: float,
-    site: Array,
-    intra_lat: Array,
-    intra_bw: Array,
-    declared: Array,
-    out_lat: Array,
-    out_bw: Array,
-    default_lat: float,
-    default_bw: float,
+    links: tuple[Any, ...],  # NodeLinks.arrays
 ) -> Array:
     """Each batch's worker position (-1: fits nowhere); `active`, `queued` and `budget`
     end as the plan leaves them. Batches come largest first, as greedy.py sorts them."""
@@ -84,10 +68,7 @@ def greedy(
             if origin[b] < 0 or origin[b] == node_of[n]:
                 transfer = 0.0
             else:
-                lat, bw = _link(
-                    origin[b], node_of[n], site, intra_lat, intra_bw, declared, out_lat,
-                    out_bw, default_lat, default_bw,
-                )  # fmt: skip
+                lat, bw = _link(origin[b], node_of[n], links)
                 transfer = 2 * lat + bits[b] / bw
             on = active[n, i]
             for m in (GPU, CPU):

@@ -87,8 +87,9 @@ class MilpParams(PluginParams):
         default=0.15,
         gt=0,
         description=(
-            "Per site: HiGHS wall-clock seconds a slot, shared equally by the sites it "
-            "solves; each starts from its greedy plan, so any budget returns a plan."
+            "Per site: wall-clock seconds a slot for the sites HiGHS solves (building "
+            "their models and HiGHS), shared as it goes; each site starts from its greedy "
+            "plan, so any budget returns a plan."
         ),
     )
     cpu_modes: bool = Field(

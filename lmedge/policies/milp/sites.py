@@ -25,6 +25,7 @@ bound on each site's subproblem, not on the joint model, which is never built.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -82,8 +83,13 @@ def solve_by_site(
     budget_s: float | None = None,
 ) -> Solution:
     """Every site's greedy plan, and HiGHS on the sites in `solve` (all when None), each
-    started from its greedy plan with `budget_s / len(solve)` seconds (default: an equal
-    share of `w.time_limit_s`); merged (module docstring)."""
+    started from its greedy plan; merged (module docstring).
+
+    The sites share `budget_s` (default `w.time_limit_s`) of HiGHS's wall-clock time:
+    each gets what is left of it over the sites still to solve, so one that runs past
+    its limit (HiGHS checks it between steps) takes from the next, and the slot's
+    total stays near the budget.
+    """
     if not split.contexts:
         return Solution({}, {}, "no worker in any site")
     turn = tuple(split.contexts if solve is None else solve)
@@ -95,11 +101,9 @@ def solve_by_site(
     arrivals: dict[str, list[Arrival]] = defaultdict(list)
     for a in obs.arrivals:
         arrivals[split.site_of.get(a.origin, first)].append(a)
-    share = replace(
-        w,
-        time_limit_s=(w.time_limit_s if budget_s is None else budget_s) / max(len(chosen), 1),
-        candidates=w.candidates if w.candidates is not None else SITE_CANDIDATES,
-    )
+    bounded = replace(w, candidates=w.candidates if w.candidates is not None else SITE_CANDIDATES)
+    left_s = w.time_limit_s if budget_s is None else budget_s
+    to_solve = len(chosen)
     dest: dict[tuple[str, str], str] = {}
     placements = {}
     solved = greedy = optimal = variables = 0
@@ -123,7 +127,10 @@ def solve_by_site(
             placements.update(plan[1])
             greedy += 1
             continue
-        sol = solve_slot(sub, share, plan)
+        started = time.perf_counter()
+        sol = solve_slot(sub, replace(bounded, time_limit_s=max(left_s / to_solve, 1e-3)), plan)
+        left_s -= time.perf_counter() - started
+        to_solve -= 1
         dest.update(sol.destinations)
         placements.update(sol.placements)
         variables += sol.variables
@@ -142,7 +149,8 @@ def solve_by_site(
     gain = f", {1 - objective / start:.1%} below their greedy plans" if start > 0 else ""
     status = (
         f"per site: {sites} sites, {len(chosen)} given to HiGHS ({', '.join(turn)}; "
-        f"{share.time_limit_s:.3g} s each{worst}{gain}): {solved} improved or proved "
+        f"{(w.time_limit_s if budget_s is None else budget_s):.3g} s{worst}{gain}): "
+        f"{solved} improved or proved "
         f"({optimal} optimal), {greedy} greedy plan"
     )
     return Solution(
