@@ -9,8 +9,8 @@ site's subproblem has the site's workers, the batches arriving there and the
 site's share of the fairness terms.
 
 Every site gets its greedy plan (`greedy.py`) every slot. The router hands
-a few sites a slot, round robin, to HiGHS, each started from its greedy plan
-with an equal share of a per-slot budget: HiGHS returns a plan no worse in
+a few sites a slot, round robin, to HiGHS, each started from its greedy plan,
+sharing a per-slot budget as they go: HiGHS returns a plan no worse in
 the site's model, with a bound once its root LP is done. So the slot's cost
 is bounded by the budget whatever the node count, and every slot has a plan.
 
@@ -85,10 +85,10 @@ def solve_by_site(
     """Every site's greedy plan, and HiGHS on the sites in `solve` (all when None), each
     started from its greedy plan; merged (module docstring).
 
-    The sites share `budget_s` (default `w.time_limit_s`) of HiGHS's wall-clock time:
-    each gets what is left of it over the sites still to solve, so one that runs past
-    its limit (HiGHS checks it between steps) takes from the next, and the slot's
-    total stays near the budget.
+    The sites share `budget_s` (default `w.time_limit_s`) of wall-clock time, model
+    building and HiGHS: each gets what is left of it over the sites still to solve,
+    so one that runs past its limit (HiGHS checks it between steps) takes from the
+    next, and the slot's total stays near the budget.
     """
     if not split.contexts:
         return Solution({}, {}, "no worker in any site")
