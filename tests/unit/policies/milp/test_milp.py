@@ -157,12 +157,20 @@ def test_deployer_without_router_is_a_configuration_error() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"time_limit_s": 0}, {"gap": 0.1}, {"mip_gap": 1.5}],
-    ids=["zero-limit", "unknown", "gap-too-big"],
+    [
+        {"time_limit_s": 0},
+        {"gap": 0.1},
+        {"mip_gap": 1.5},
+        {"sites_per_slot": 0},
+        {"site_budget_s": -1},
+        {"sites_per_slot": "all"},
+    ],
+    ids=["zero-limit", "unknown", "gap-too-big", "no-site", "negative-budget", "not-a-count"],
 )
 def test_bad_params_are_rejected(params: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError, match="milp"):
+    with pytest.raises(ConfigError, match="milp") as err:
         build_router(paper_testbed(), 0, params)
+    assert next(iter(params)) in str(err.value)  # the message names the parameter
 
 
 def test_the_solution_reports_the_optimality_gap() -> None:
