@@ -128,7 +128,7 @@ def solve_by_site(
             greedy += 1
             continue
         started = time.perf_counter()
-        sol = solve_slot(sub, replace(bounded, time_limit_s=max(left_s / to_solve, 1e-3)), plan)
+        sol = solve_slot(sub, replace(bounded, time_limit_s=max(left_s / to_solve, 1e-6)), plan)
         left_s -= time.perf_counter() - started
         to_solve -= 1
         dest.update(sol.destinations)

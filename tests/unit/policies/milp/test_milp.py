@@ -205,7 +205,7 @@ def test_nearest_fallback_is_the_smallest_transfer_then_name(scenario: str) -> N
     assert away > 0
 
 
-@pytest.mark.parametrize("limit_s", [1e-6, 5.0], ids=["tiny-limit", "solved"])
+@pytest.mark.parametrize("limit_s", [1e-6, 60.0], ids=["tiny-limit", "solved"])
 @pytest.mark.parametrize("seed", range(3))
 def test_the_plan_never_scores_above_the_greedy_plan_it_starts_from(
     seed: int, limit_s: float
