@@ -76,7 +76,7 @@ class MilpParams(PluginParams):
         ),
     )
     sites_per_slot: int = Field(
-        default=3,
+        default=1,
         ge=1,
         description=(
             "Per site: how many sites HiGHS solves each slot (round robin, from where the "

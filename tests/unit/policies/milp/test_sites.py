@@ -62,7 +62,7 @@ def test_every_node_gets_a_feasible_plan_and_each_batch_stays_in_its_site(
     tmp_path: Path, limit_s: float, source: str
 ) -> None:
     ctx, obs = _slot(tmp_path)
-    params = {"decompose_above": 1, "site_budget_s": limit_s, "mip_gap": 0.2}
+    params = {"decompose_above": 1, "site_budget_s": limit_s, "mip_gap": 0.2, "sites_per_slot": 3}
     router = build_router(ctx, 0, params)
     deployer = build_deployer(ctx, 0, {}, router)
     decision = router.route(obs)
@@ -78,7 +78,7 @@ def test_every_node_gets_a_feasible_plan_and_each_batch_stays_in_its_site(
         assert ctx.node(dest).spec.site == ctx.node(origin).spec.site
         # u <= y: the destination hosts the LM it receives, in the plan its deployer returns
         assert placements[dest].value.by_lm()[lm].mode != "off", (origin, lm, dest)
-    assert sol.solved_sites == tuple(router.split.contexts)  # 3 sites, 4 a slot: all
+    assert sol.solved_sites == tuple(router.split.contexts)  # 3 sites, 3 a slot: all
     if source == "rule":
         assert sol.source == "milp" and sol.gap is not None and sol.gap >= 0
         assert sol.objective is not None and sol.start_objective is not None
