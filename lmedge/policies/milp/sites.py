@@ -37,9 +37,9 @@ from lmedge.policies.milp.model import Solution, SurrogateWeights, solve_slot
 #: greedy plan's): with every node of a site as a candidate HiGHS rarely finds
 #: an incumbent in its share (measured at 8 workers per site: one site of three
 #: in 2 s each); the cheapest few are where a batch goes anyway. Two, not
-#: three: a 25-worker site's root LP then takes ~40 ms instead of ~70 ms, so
-#: HiGHS bounds the site within its 50-ms share, and on recorded 1,000-worker
-#: slots it improved the greedy plans as much (1.8% of the objective).
+#: three: a 25-worker site's root LP (its bound) then takes ~40 ms instead of
+#: ~70 ms of CPU, and on recorded 1,000-worker slots HiGHS improved the greedy
+#: plans as much (1.8% of the objective).
 SITE_CANDIDATES = 2
 
 
