@@ -28,7 +28,8 @@ queued prompts from being stranded on a deactivated LM (they would time out).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import highspy
@@ -64,6 +65,9 @@ class SurrogateWeights:
     #: pairs by D_bnm, or every one (None, the joint model). Bounds the model
     #: of a large site (sites.py); the gap is then that of the bounded model.
     candidates: int | None = None
+    #: `time.perf_counter()` by which the solve must end (sites.py's budget): HiGHS
+    #: gets the lesser of `time_limit_s` and what is left once the model is built.
+    deadline: float | None = None
 
 
 @dataclass
@@ -306,7 +310,10 @@ def solve_slot(
             seed_value = float(np.dot(v.cost, point)) + constant
         else:
             point = None
-    res = _highs(matrix, rows, v, constant, w, point)
+    limit_s = w.time_limit_s
+    if w.deadline is not None:
+        limit_s = max(min(limit_s, w.deadline - time.perf_counter()), 1e-6)
+    res = _highs(matrix, rows, v, constant, replace(w, time_limit_s=limit_s), point)
     if res.x is None:
         # No feasible point in the time limit: a greedy plan, never "keep what runs"
         # (on a cold cluster that is nothing, and nothing would ever be served).
@@ -423,10 +430,14 @@ def _highs(
 
 
 def _gap(objective: float, bound: float) -> float | None:
-    """HiGHS's relative gap |objective - bound| / |objective|; None without a bound."""
+    """The relative gap (objective - bound) / objective; None without a bound.
+
+    Every term of the surrogate is nonnegative, so 0 bounds it too: an early dual
+    bound below 0 (an LP relaxation cut short) gives a gap of 1, not more.
+    """
     if not np.isfinite(bound):
         return None
-    return abs(objective - bound) / max(abs(objective), 1e-12)
+    return abs(objective - max(bound, 0.0)) / max(abs(objective), 1e-12)
 
 
 def _seed_point(

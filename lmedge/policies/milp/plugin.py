@@ -84,7 +84,7 @@ class MilpParams(PluginParams):
         ),
     )
     site_budget_s: float = Field(
-        default=0.15,
+        default=0.1,
         gt=0,
         description=(
             "Per site: wall-clock seconds a slot for the sites HiGHS solves (building "

@@ -128,7 +128,8 @@ def solve_by_site(
             greedy += 1
             continue
         started = time.perf_counter()
-        sol = solve_slot(sub, replace(bounded, time_limit_s=max(left_s / to_solve, 1e-6)), plan)
+        deadline = started + max(left_s, 0.0) / to_solve
+        sol = solve_slot(sub, replace(bounded, time_limit_s=left_s, deadline=deadline), plan)
         left_s -= time.perf_counter() - started
         to_solve -= 1
         dest.update(sol.destinations)
