@@ -79,8 +79,9 @@ class Solution:
     variables: int = 0
     #: "milp" (HiGHS optimum or incumbent) or "greedy" (no incumbent in the time limit).
     source: str = "milp"
-    #: HiGHS's relative optimality gap of the returned plan (|primal - dual bound| /
-    #: |primal|, on the objective with its constant); None without a bound.
+    #: The relative optimality gap of the returned plan, (primal - dual bound) /
+    #: primal on the objective with its constant, the bound at least 0 (`_gap`);
+    #: None without a bound.
     gap: float | None = None
     #: The objective of the greedy plan HiGHS started from, in the same model.
     start_objective: float | None = None
@@ -325,8 +326,12 @@ def solve_slot(
             variables=len(v.cost),
             source="greedy",
         )
-    unimproved = seed_value is not None and res.objective >= seed_value - 1e-9
-    if seed_plan is not None and seed_value is not None and unimproved and not res.optimal:
+    if (
+        seed_plan is not None
+        and seed_value is not None
+        and res.objective >= seed_value - 1e-9
+        and not res.optimal
+    ):
         # HiGHS kept the plan it started from (its time limit hit before it found a
         # better one): the greedy plan, with HiGHS's bound on it.
         return Solution(
