@@ -79,20 +79,20 @@ def solve_by_site(
     obs: SlotObservation,
     w: SurrogateWeights,
     split: SiteSplit,
-    solve: list[str] | None = None,
-    budget_s: float | None = None,
+    solve: list[str],
+    budget_s: float,
 ) -> Solution:
-    """Every site's greedy plan, and HiGHS on the sites in `solve` (all when None), each
-    started from its greedy plan; merged (module docstring).
+    """Every site's greedy plan, and HiGHS on the sites in `solve`, each started from
+    its greedy plan; merged (module docstring).
 
-    The sites share `budget_s` (default `w.time_limit_s`) of wall-clock time, model
+    The sites share `budget_s` of wall-clock time, model
     building and HiGHS: each gets what is left of it over the sites still to solve,
     so one that runs past its limit (HiGHS checks it between steps) takes from the
     next, and the slot's total stays near the budget.
     """
     if not split.contexts:
         return Solution({}, {}, "no worker in any site")
-    turn = tuple(split.contexts if solve is None else solve)
+    turn = tuple(solve)
     chosen = set(turn)
     first = next(iter(split.contexts))
     states: dict[str, list[NodeState]] = defaultdict(list)
@@ -102,7 +102,7 @@ def solve_by_site(
     for a in obs.arrivals:
         arrivals[split.site_of.get(a.origin, first)].append(a)
     bounded = replace(w, candidates=w.candidates if w.candidates is not None else SITE_CANDIDATES)
-    left_s = w.time_limit_s if budget_s is None else budget_s
+    left_s = budget_s
     to_solve = len(chosen)
     dest: dict[tuple[str, str], str] = {}
     placements = {}
@@ -129,7 +129,7 @@ def solve_by_site(
             continue
         started = time.perf_counter()
         deadline = started + max(left_s, 0.0) / to_solve
-        sol = solve_slot(sub, replace(bounded, time_limit_s=left_s, deadline=deadline), plan)
+        sol = solve_slot(sub, replace(bounded, deadline=deadline), plan)
         left_s -= time.perf_counter() - started
         to_solve -= 1
         dest.update(sol.destinations)
@@ -150,7 +150,7 @@ def solve_by_site(
     gain = f", {1 - objective / start:.1%} below their greedy plans" if start > 0 else ""
     status = (
         f"per site: {sites} sites, {len(chosen)} given to HiGHS ({', '.join(turn)}; "
-        f"{(w.time_limit_s if budget_s is None else budget_s):.3g} s{worst}{gain}): "
+        f"{budget_s:.3g} s{worst}{gain}): "
         f"{solved} improved or proved "
         f"({optimal} optimal), {greedy} greedy plan"
     )
