@@ -5,7 +5,9 @@ Two roles in one object, as every worker node is both:
 * origin (`submit`): a prompt set arrives from a user; look up the destination
   in the slot's routing map, hand the set to the destination's gateway (or to
   the local queues), and when the result is back build the `RequestRecord`
-  with all four stage times and hand it to the record sink;
+  with all four stage times and hand it to the record sink. Before its
+  first routing map, a gateway holds the sets it cannot serve itself until
+  that map (or a local pod of the LM) arrives, within their deadline;
 * destination (`accept`): a set arrives from an origin; queue it FIFO for the
   LM's local model pod and answer with the queue and inference times.
 
@@ -27,10 +29,10 @@ import math
 import re
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from lmedge.api.constants import TAU_S
 from lmedge.api.inference import Prompt
@@ -70,6 +72,8 @@ __all__ = [
 REMEMBERED_IDS = 100_000
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The error of a set given up on because the gateway is shutting down.
 SHUTTING_DOWN = "gateway shutting down"
@@ -219,6 +223,10 @@ class Gateway:
         # Resolved by a routing push when an LM or a node leaves the cluster:
         # ("lm", name) / ("node", name) -> (outcome, why) for the sets waiting on it.
         self._ends: dict[tuple[str, str], asyncio.Future[tuple[RequestOutcome, str]]] = {}
+        # Set by the first routing push. Until then a set this node cannot serve
+        # itself is held here (see `submit`), counted per LM in the queue depth.
+        self._routed = asyncio.Event()
+        self._held: Counter[str] = Counter()
 
     # -- control ------------------------------------------------------------------
 
@@ -250,7 +258,9 @@ class Gateway:
             self._end(("lm", lm), "lm_removed", f"LMService {lm} was deleted")
         for node in update.lost:
             self._end(("node", node), "node_lost", f"node {node} left the cluster")
-        return self.routing.update(update, self._monotonic())
+        entries = self.routing.update(update, self._monotonic())
+        self._routed.set()
+        return entries
 
     def _live_settings(self, update: RoutingUpdate) -> GatewaySettings:
         """The settings with the pushed LMServices and classes (the same without them)."""
@@ -289,8 +299,15 @@ class Gateway:
             slot=self.routing.slot,
             routes=len(self.routing.routes()),
             active=self.local.active(),
-            queue_depth=self.queues.depth(),
+            queue_depth=self._depth(),
         )
+
+    def _depth(self) -> dict[str, int]:
+        """Sets waiting per LM: in the queues (not the one running), and held for a map."""
+        depth = self.queues.depth()
+        for lm, n in self._held.items():
+            depth[lm] = depth.get(lm, 0) + n
+        return depth
 
     # -- origin ---------------------------------------------------------------------
 
@@ -340,25 +357,40 @@ class Gateway:
         if request_id is not None:
             self._claim(request_id)
         rid = request_id or uuid.uuid4().hex
+        start = self._monotonic()
+        submitted_at = self._wall()
+        model = self.serving_model(lm)
+        held, end = await self._hold(lm, model, start)
+        if end is None and self.settings.modality(lm) is None:  # the first map removed it
+            end = ("lm_removed", f"LMService {lm} was deleted")
         slot, run = self.routing.slot, self.routing.run
         anchor = self.routing.run_started_at or self._started_at
-        if self.routing.rejects(lm):
+        if end is None and self.routing.rejects(lm):
             self._refuse(rid, lm, len(prompts), slot, run, anchor)
-        destination = self.choose(lm)
-        model = self.serving_model(lm)
-        tau = self.routing.tau_s or self.settings.tau_s  # the run's, once pushed
-        start = self._monotonic()
+        destination = self.node if end else self.choose(lm)
+        model = model if end else self.serving_model(lm)
+        tau = self._tau()
+        left = tau - (self._monotonic() - start)
         sent_at = self._wall()
         # The destination serves the model; the record keeps the class the user named.
-        forward = ForwardRequest(
-            id=rid, lm=model, origin=self.node, prompts=prompts, sent_at=sent_at, budget_s=tau
-        )
-        result = await self._unless_stopped(
-            self._dispatch(destination, forward),
-            lambda: self._undelivered(forward, destination, SHUTTING_DOWN),
-            ends=(("lm", model), ("node", destination)),
-            ended=lambda outcome, why: self._lost(forward, destination, outcome, why),
-        )
+        forward = ForwardRequest(id=rid, lm=model, origin=self.node, prompts=prompts,
+                                 sent_at=sent_at, budget_s=max(left, 1e-6))  # fmt: skip
+        if end is not None:  # the gateway stopped, or the LM or this node left, while held
+            result = self._lost(forward, self.node, *end)
+        elif left <= 0:  # held to its deadline: no map came and no pod of the LM here
+            result = self._unserved(forward)
+        else:
+            result = await self._unless_stopped(
+                self._dispatch(destination, forward),
+                lambda: self._undelivered(forward, destination, SHUTTING_DOWN),
+                ends=(("lm", model), ("node", destination)),
+                ended=lambda outcome, why: self._lost(forward, destination, outcome, why),
+            )
+        if held:
+            # Held here waiting for the LM: queueing, and a conflict as at a destination.
+            result = result.model_copy(
+                update={"queue_s": result.queue_s + held, "conflict": True}
+            )
         rtt = self._monotonic() - start
         if result.outcome == "success" and rtt > tau:
             # The destination met the deadline but the result came back too late.
@@ -377,7 +409,7 @@ class Gateway:
             origin=self.node,
             prompts=len(prompts),
             slot=slot,
-            submit_s=sent_at - anchor,
+            submit_s=submitted_at - anchor,
             times=times,
             result=result,
             model=None if model == lm else model,
@@ -396,6 +428,66 @@ class Gateway:
             outputs=result.outputs,
             times=times,
             error=result.error,
+        )
+
+    def _tau(self) -> float:
+        return self.routing.tau_s or self.settings.tau_s  # the run's, once pushed
+
+    async def _hold(
+        self, lm: str, model: str, start: float
+    ) -> tuple[float, tuple[RequestOutcome, str] | None]:
+        """Hold a set that arrived before this gateway's first routing map and that it
+        cannot serve itself (no local pod of `model`); the seconds held, and why
+        the hold ended early (the gateway stopped, the LM or this node left), if it did.
+
+        A fresh gateway (a new node, a restarted pod) knows no route: served
+        locally, such a set would wait for a pod the deployer may never start
+        here, to its deadline, even once the map routes the LM elsewhere. Held,
+        it follows the first map (a slot at most), or is served here as soon as
+        a pod of its LM registers, or misses its deadline here.
+        """
+        if self._routed.is_set() or self.local.url(model) is not None:
+            return 0.0, None
+        self._held[lm] += 1
+        try:
+            end: tuple[RequestOutcome, str] | None = await self._unless_stopped(
+                self._await_route(lm, start),
+                lambda: ("timeout", SHUTTING_DOWN),
+                ends=(("lm", model), ("node", self.node)),
+                ended=lambda outcome, why: (outcome, why),
+            )
+        finally:
+            self._held[lm] -= 1
+            if not self._held[lm]:
+                del self._held[lm]
+        return self._monotonic() - start, end
+
+    async def _await_route(self, lm: str, start: float) -> None:
+        """Return at the first routing map, a local pod for `lm`, or the deadline."""
+        while not self._routed.is_set() and self.local.url(self.serving_model(lm)) is None:
+            left = self._tau() - (self._monotonic() - start)
+            if left <= 0:
+                return
+            waits = [asyncio.ensure_future(self._routed.wait()),
+                     asyncio.ensure_future(self.local.wait_changed(left))]  # fmt: skip
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+
+    def _unserved(self, forward: ForwardRequest) -> ForwardResult:
+        """A set held here to its deadline: missed, as one that waited in the local queue."""
+        return ForwardResult(
+            id=forward.id,
+            destination=self.node,
+            received_at=forward.sent_at,
+            queue_s=0.0,
+            inference_s=0.0,
+            outcome="timeout",
+            conflict=True,
+            mode="none",
+            outputs=[],
         )
 
     async def _dispatch(self, destination: str, forward: ForwardRequest) -> ForwardResult:
@@ -495,12 +587,12 @@ class Gateway:
 
     async def _unless_stopped(
         self,
-        work: Coroutine[Any, Any, ForwardResult],
-        stopped: Callable[[], ForwardResult],
+        work: Coroutine[Any, Any, T],
+        stopped: Callable[[], T],
         *,
         ends: tuple[tuple[str, str], ...] = (),
-        ended: Callable[[RequestOutcome, str], ForwardResult] | None = None,
-    ) -> ForwardResult:
+        ended: Callable[[RequestOutcome, str], T] | None = None,
+    ) -> T:
         """`work`'s result, unless the gateway stops first (`stopped()`) or one of
         `ends` (an LM or node) leaves the cluster first (`ended(outcome, why)`)."""
         loop = asyncio.get_running_loop()

@@ -327,9 +327,10 @@ def test_openai_request_to_one_gateway_is_served_on_the_other_worker(
     sdk = openai.OpenAI(base_url=f"http://{origin.ip}:8080/v1", api_key=_user_token(core),
                         timeout=120, max_retries=0)  # fmt: skip
     marker = uuid.uuid4().hex[:8]
-    reply = sdk.chat.completions.create(
-        model=LM, messages=[{"role": "user", "content": f"hello from the edge {marker}"}]
-    )
+    with _explained(core):
+        reply = sdk.chat.completions.create(
+            model=LM, messages=[{"role": "user", "content": f"hello from the edge {marker}"}]
+        )
     assert reply.choices[0].message.content
     store = _store(core)
     try:
@@ -403,7 +404,8 @@ def test_killed_model_server_resumes_the_set_without_repeating_a_prompt(
             headers={"Authorization": f"Bearer {_user_token(core)}"},
             timeout=180,
         )
-        wait_until(lambda: _finished(progress) >= 3, 60, "3 prompts finished", 0.1)
+        with _explained(core):
+            wait_until(lambda: _finished(progress) >= 3, 60, "3 prompts finished", 0.1)
         # Written on the worker's hostPath by the model server's uid.
         assert progress.stat().st_uid == MODEL_UID
         assert host_dir.stat().st_uid == MODEL_UID
@@ -465,6 +467,17 @@ def test_helm_upgrade_keeps_the_tokens_and_the_data(
                        headers={"Authorization": f"Bearer {before[f'{RELEASE}-gateway-token']}"},
                        timeout=30)  # fmt: skip
     assert models.status_code == 200, models.text
+    # The new controller found the EdgeNodes already there (no change to react to)
+    # and still routes through both gateways: worker-1's set is served on worker-2.
+    with _explained(core):
+        reply = httpx.post(
+            f"http://{WORKERS[0].ip}:8080/v1/chat/completions",
+            json={"model": LM, "messages": [{"role": "user", "content": "after the upgrade"}]},
+            headers={"Authorization": f"Bearer {before[f'{RELEASE}-gateway-token']}"},
+            timeout=180,
+        )  # fmt: skip
+        assert reply.status_code == 200, reply.text
+        assert reply.headers["x-lmedge-destination"] == WORKERS[1].name
 
 
 def test_a_recreated_workload_namespace_serves_again_after_helm_upgrade(
@@ -635,6 +648,32 @@ def test_helm_uninstall_leaves_no_pod(
     # And no model server is left running on the workers either.
     for w in WORKERS:
         assert not _model_server_pids(w), w.name
+
+
+def _serving_logs(core: client.CoreV1Api, lines: int = 40) -> str:
+    """The controller's log and both gateways' logs, last lines each: what routed a set where."""
+    out = []
+    for component, container in (("controller", None), ("node-agent", "gateway")):
+        for pod in _pods(core, NS, f"app.kubernetes.io/component={component}"):
+            try:
+                log = core.read_namespaced_pod_log(pod.metadata.name, NS, container=container,
+                                                   tail_lines=lines)  # fmt: skip
+            except ApiException as exc:
+                log = f"(no log: {exc.reason})"
+            out.append(f"--- {container or component} on {pod.spec.node_name}:\n{log}")
+    return "\n".join(out)
+
+
+@contextlib.contextmanager
+def _explained(core: client.CoreV1Api) -> Iterator[None]:
+    """Any failure inside comes with the pods' states and the serving logs."""
+    try:
+        yield
+    except Exception as exc:
+        raise AssertionError(
+            f"{type(exc).__name__}: {exc}\n{_describe(core, NS)}\n{_describe(core, WORKLOADS)}"
+            f"\n{_serving_logs(core)}"
+        ) from exc
 
 
 def _describe(core: client.CoreV1Api, ns: str) -> str:

@@ -314,6 +314,10 @@ class KubernetesBackend:
         )
         self.live = LiveCluster(kube, settings.namespace, settings.constants, watch=settings.watch)
         self._ctx, self._owners = self.live.context(), self.live.owners()
+        if self.gateways is not None:
+            # The workers already there when the controller starts (a restart, an upgrade,
+            # a new leader) are no change for `refresh`: their gateways are added here.
+            self.gateways.add_nodes(n.name for n in self._ctx.workers)
         # Records reach the loop incrementally: only those stored since the last
         # slot are read, and what is remembered is bounded by the lookback window.
         self._cursor = RecordCursor(settings.run)

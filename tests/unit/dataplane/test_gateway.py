@@ -151,6 +151,7 @@ def test_inactive_lm_is_a_conflict_and_waits_for_activation() -> None:
     async def scenario() -> None:
         sink, models, peers = MemorySink(), FakeModels(), Peers()
         gw = _gateway("worker-1", peers, models, sink, model_urls={})
+        gw.set_routing(_route(0))  # a map, with no route for lm1: served here
         task = asyncio.create_task(gw.submit("lm1", [Prompt(text="x")]))
         await asyncio.sleep(0.2)  # the cold start
         assert gw.status().queue_depth == {"lm1": 0}  # taken by the worker, waiting for a pod
@@ -160,6 +161,44 @@ def test_inactive_lm_is_a_conflict_and_waits_for_activation() -> None:
         assert result.outcome == "success" and result.conflict
         [record] = sink.records
         assert record.conflict and record.queue_s >= 0.2
+
+    run(scenario)
+
+
+def test_a_set_sent_before_the_first_map_follows_it_to_another_node() -> None:
+    # A fresh gateway (new node, restarted pod) has no map yet: a set it cannot
+    # serve itself waits for the first one instead of for a pod that never comes.
+    async def scenario() -> None:
+        sink, models, peers = MemorySink(), FakeModels(), Peers()
+        origin = _gateway("worker-1", peers, models, sink, tau=30.0, model_urls={})
+        dest = _gateway("worker-2", peers, models, MemorySink())
+        task = asyncio.create_task(origin.submit("lm1", [Prompt(text="x")], "early"))
+        await asyncio.sleep(0.2)
+        assert not task.done()
+        assert origin.status().queue_depth == {"lm1": 1}  # held: the deployer sees it
+        origin.set_routing(_route(1, ("worker-1", "lm1", "worker-2")))
+        result = await asyncio.wait_for(task, 10)
+        await origin.close()
+        await dest.close()
+        assert (result.outcome, result.destination) == ("success", "worker-2")
+        [record] = sink.records
+        assert record.slot == 1 and record.conflict and record.queue_s >= 0.2
+        assert origin.status().queue_depth == {}
+
+    run(scenario)
+
+
+def test_a_set_held_for_the_first_map_ends_when_the_gateway_stops() -> None:
+    async def scenario() -> None:
+        sink, peers = MemorySink(), Peers()
+        gw = _gateway("worker-1", peers, FakeModels(), sink, tau=30.0, model_urls={})
+        task = asyncio.create_task(gw.submit("lm1", [Prompt(text="x")], "held"))
+        await asyncio.sleep(0.1)
+        assert gw.stop_waiting() == 1
+        result = await asyncio.wait_for(task, 10)
+        await gw.close()
+        assert result.outcome == "timeout" and result.error == "gateway shutting down"
+        assert [(r.id, r.outcome) for r in sink.records] == [("held", "timeout")]
 
     run(scenario)
 

@@ -60,6 +60,24 @@ def test_a_deleted_lm_ends_its_queued_sets_with_lm_removed() -> None:
     run(scenario)
 
 
+def test_a_set_held_for_the_first_map_ends_with_lm_removed_when_that_map_drops_its_lm() -> None:
+    async def scenario() -> None:
+        sink, models, peers = MemorySink(), FakeModels(), Peers()
+        gw = _gateway("worker-1", peers, models, sink, tau=30.0, model_urls={})
+        held = asyncio.create_task(gw.submit("lm4", [Prompt(text="a")], "h1"))
+        await until_waiting(gw)
+        assert gw.routing.installed_at is None  # held: no map yet
+
+        gw.set_routing(push(0, services={"lm1": "text-to-text"}))
+        result = await asyncio.wait_for(held, 5)
+
+        assert (result.outcome, result.destination) == ("lm_removed", "worker-1")
+        assert [(r.id, r.outcome) for r in sink.records] == [("h1", "lm_removed")]
+        await gw.close()
+
+    run(scenario)
+
+
 def test_a_lost_destination_ends_the_sets_sent_to_it_with_node_lost() -> None:
     async def scenario() -> None:
         sink, models, peers = MemorySink(), FakeModels(), Peers()

@@ -292,6 +292,28 @@ def test_arrivals_cover_every_pair_with_last_slot_counts() -> None:
     assert set(quiet.values()) == {(0, 0)}
 
 
+def test_a_controller_started_on_a_running_cluster_routes_through_every_gateway() -> None:
+    # The EdgeNodes exist before the backend does (a restarted controller, a new
+    # leader): its first refresh sees no change, yet every worker's gateway gets the map.
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, json={"routes": 1, "slot": 0})
+
+    gateways = GatewayClient({}, transport=httpx.MockTransport(handle), template="http://{node}:8080")
+    backend = KubernetesBackend(
+        ListingOnly(), KubernetesSettings(run="run", watch=False), store=Records([]),
+        gateways=gateways,
+    )  # fmt: skip
+    assert not backend.refresh(0).changed
+    backend.publish_routing(0, ROUTES)
+
+    workers = sorted(n.name for n in NODES if n.spec.role == "worker")
+    assert workers and sorted(seen) == [f"http://{w}:8080/control/routing" for w in workers]
+    gateways.close()
+
+
 def test_wall_clock_counts_from_its_start() -> None:
     clock = WallClock(time.time() - 10.0)
 
