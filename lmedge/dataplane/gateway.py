@@ -388,9 +388,7 @@ class Gateway:
             )
         if held:
             # Held here waiting for the LM: queueing, and a conflict as at a destination.
-            result = result.model_copy(
-                update={"queue_s": result.queue_s + held, "conflict": True}
-            )
+            result = result.model_copy(update={"queue_s": result.queue_s + held, "conflict": True})
         rtt = self._monotonic() - start
         if result.outcome == "success" and rtt > tau:
             # The destination met the deadline but the result came back too late.
