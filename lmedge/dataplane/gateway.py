@@ -476,17 +476,7 @@ class Gateway:
 
     def _unserved(self, forward: ForwardRequest) -> ForwardResult:
         """A set held here to its deadline: missed, as one that waited in the local queue."""
-        return ForwardResult(
-            id=forward.id,
-            destination=self.node,
-            received_at=forward.sent_at,
-            queue_s=0.0,
-            inference_s=0.0,
-            outcome="timeout",
-            conflict=True,
-            mode="none",
-            outputs=[],
-        )
+        return _unanswered(forward, self.node, conflict=True)
 
     async def _dispatch(self, destination: str, forward: ForwardRequest) -> ForwardResult:
         if destination == self.node:
@@ -503,18 +493,7 @@ class Gateway:
         log.warning(
             "set %s for %s not delivered to %s: %s", forward.id, forward.lm, destination, error
         )
-        return ForwardResult(
-            id=forward.id,
-            destination=destination,
-            received_at=forward.sent_at,
-            queue_s=0.0,
-            inference_s=0.0,
-            outcome="timeout",
-            conflict=False,
-            mode="none",
-            outputs=[],
-            error=error,
-        )
+        return _unanswered(forward, destination, error=error)
 
     def _lost(
         self, forward: ForwardRequest, destination: str, outcome: RequestOutcome, why: str
@@ -622,3 +601,21 @@ class Gateway:
         await self.queues.close()
         # A store sink joins its writer thread and flushes: keep the loop free.
         await asyncio.to_thread(self._sink.close)
+
+
+def _unanswered(
+    forward: ForwardRequest, destination: str, *, conflict: bool = False, error: str | None = None
+) -> ForwardResult:
+    """A missed set's result: no output, no time at the destination."""
+    return ForwardResult(
+        id=forward.id,
+        destination=destination,
+        received_at=forward.sent_at,
+        queue_s=0.0,
+        inference_s=0.0,
+        outcome="timeout",
+        conflict=conflict,
+        mode="none",
+        outputs=[],
+        error=error,
+    )
