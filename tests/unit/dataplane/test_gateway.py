@@ -188,6 +188,23 @@ def test_a_set_sent_before_the_first_map_follows_it_to_another_node() -> None:
     run(scenario)
 
 
+def test_a_set_held_for_the_first_map_is_served_here_once_a_local_pod_registers() -> None:
+    async def scenario() -> None:
+        sink, models, peers = MemorySink(), FakeModels(), Peers()
+        gw = _gateway("worker-1", peers, models, sink, tau=30.0, model_urls={})
+        task = asyncio.create_task(gw.submit("lm1", [Prompt(text="x")], "held"))
+        await asyncio.sleep(0.2)
+        assert not task.done() and gw.status().queue_depth == {"lm1": 1}
+        gw.set_models(LocalModels(models=[ModelEndpoint(lm="lm1", url="http://pod")]))
+        result = await asyncio.wait_for(task, 10)
+        await gw.close()
+        assert (result.outcome, result.destination) == ("success", "worker-1")
+        [record] = sink.records
+        assert record.conflict and record.queue_s >= 0.2
+
+    run(scenario)
+
+
 def test_a_set_held_for_the_first_map_ends_when_the_gateway_stops() -> None:
     async def scenario() -> None:
         sink, peers = MemorySink(), Peers()
