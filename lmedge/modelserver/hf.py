@@ -111,7 +111,7 @@ class TextGenerationBackend(_HFBackend):
         inputs, limit = self._inputs(prompt)
         stop = threading.Event()
 
-        class _Stop(StoppingCriteria):  # type: ignore[misc]
+        class _Stop(StoppingCriteria):
             def __call__(self, *_: Any, **__: Any) -> bool:
                 return stop.is_set()
 
