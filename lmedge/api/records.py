@@ -97,6 +97,13 @@ class RequestRecord(WireModel):
         return self.submit_s + self.latency_s
 
 
+#: The token-level fields of a record that was not streamed (every emulator
+#: record), for code that builds records naming every field (`api.base.built`).
+NOT_STREAMED: dict[str, None] = dict.fromkeys(
+    ("ttft_s", "tpot_s", "input_tokens", "output_tokens", "prefill_s", "decode_s")
+)
+
+
 class NodeTelemetry(WireModel):
     """A snapshot of one node's resource use (from exporters or the emulator)."""
 

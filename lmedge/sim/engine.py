@@ -78,7 +78,7 @@ from lmedge.api.observations import (
     ServiceInfo,
     Snapshot,
 )
-from lmedge.api.records import NodeTelemetry, RequestOutcome, RequestRecord
+from lmedge.api.records import NOT_STREAMED, NodeTelemetry, RequestOutcome, RequestRecord
 from lmedge.sim.coldstart import fit_truncated_lognormal
 from lmedge.sim.network import Network
 from lmedge.sim.scenario import Scenario
@@ -598,6 +598,7 @@ class Emulator:
                     "conflict": False,
                     "mode": "none",
                     "error": None,
+                    **NOT_STREAMED,
                 },
             )
         )
@@ -754,6 +755,7 @@ class Emulator:
                     "conflict": job.conflict,
                     "mode": job.mode,
                     "error": None,
+                    **NOT_STREAMED,
                 },
             )
         )
