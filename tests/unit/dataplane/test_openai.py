@@ -58,8 +58,8 @@ def test_chat_image_part_becomes_prompt_image() -> None:
          "image-to-text", {}, "data: URL"),
         ("", "text-to-text", {}, "no text"),
     ],
-    ids=["stream-options-without-stream", "wrong-kind", "missing-image", "image-to-text-lm", "remote-url", "bad-base64",
-         "empty"],
+    ids=["stream-options-without-stream", "wrong-kind", "missing-image", "image-to-text-lm",
+         "remote-url", "bad-base64", "empty"],
 )  # fmt: skip
 def test_chat_rejections(
     content: object, modality: str, kw: dict[str, object], message: str
