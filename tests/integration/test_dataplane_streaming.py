@@ -28,6 +28,7 @@ from tests.fixtures.dataplane import (
     free_port,
     gateway,
 )
+from tests.fixtures.llama_server import N_CTX, LlamaServer
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CHAT = [{"role": "user", "content": "tell me a story"}]
@@ -218,3 +219,41 @@ def test_engine_that_dies_mid_stream_fails_it_with_an_error_event(tmp_path: Path
     finally:
         srv.stop()
         pod.stop()
+
+
+def test_openai_engine_pod_streams_through_two_gateways(
+    llama_server: LlamaServer, tmp_path: Path
+) -> None:
+    """llama-cpp-python's OpenAI server as an `openai`-protocol pod of lm1 at worker-2."""
+    port_a, port_b = free_port(), free_port()
+    peers = {"worker-1": f"http://127.0.0.1:{port_a}", "worker-2": f"http://127.0.0.1:{port_b}"}
+    sink = MemorySink()
+    _, srv_b = gateway("worker-2", MemorySink(), peers=peers, port=port_b, tau=120)
+    _, srv_a = gateway("worker-1", sink, peers=peers, port=port_a, tau=120)
+    try:
+        engine = llama_server.base_url.removesuffix("/v1")
+        control(srv_b.url, "/control/models",
+                {"models": [{"lm": "lm1", "url": engine, "protocol": "openai"}]})  # fmt: skip
+        control(srv_a.url, "/control/routing", {"run": "it", "slot": 1, "routing": {"routes": [
+            {"origin": "worker-1", "lm": "lm1", "destination": "worker-2"}]}})  # fmt: skip
+        client = openai.OpenAI(base_url=srv_a.url + "/v1", api_key=TOKEN, max_retries=0,
+                               timeout=120)  # fmt: skip
+        chunks = list(client.completions.create(
+            model="lm1", prompt="The capital of France is", max_tokens=8, stream=True))  # fmt: skip
+        pieces = [c.choices[0].text for c in chunks if c.choices and c.choices[0].text]
+        assert len(pieces) >= 2
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+        record = next(r for r in sink.records if r.id == chunks[0].id.removeprefix("cmpl-"))
+        assert record.outcome == "success" and record.destination == "worker-2"
+        assert record.ttft_s is not None and record.ttft_s < record.latency_s
+        # llama-cpp-python sends no usage chunk: output tokens are the pieces counted.
+        assert record.output_tokens == len(pieces)
+        # A prompt beyond the engine's context (N_CTX tokens): a clean failure, recorded.
+        long = "a " * (N_CTX + 100)  # a token a word, within the gateway's character limit
+        with pytest.raises(openai.APIStatusError) as failed:
+            list(client.completions.create(model="lm1", prompt=long, max_tokens=4, stream=True))
+        assert failed.value.status_code in (400, 502), failed.value.message
+        assert sink.records[-1].outcome == "failed", sink.records[-1]
+    finally:
+        srv_a.stop()
+        srv_b.stop()
