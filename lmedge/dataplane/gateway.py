@@ -54,7 +54,7 @@ from lmedge.api.records import RequestOutcome, RequestRecord
 from lmedge.api.resources import Modality
 from lmedge.dataplane.engines import EngineCall, Finish, Piece, pod_protocol
 from lmedge.dataplane.metrics import GatewayMetrics
-from lmedge.dataplane.queues import LMQueues, LocalModels, ModelCaller, PodLease
+from lmedge.dataplane.queues import ENGINE_MODE, LMQueues, LocalModels, ModelCaller, PodLease
 from lmedge.dataplane.records import RecordSink
 from lmedge.dataplane.routing import RoutingTable
 from lmedge.dataplane.timing import (
@@ -776,7 +776,7 @@ class Gateway:
             prefill_s=(first if first is not None else now) - taken,
             decode_s=now - first if first is not None else 0.0,
             conflict=lease.conflict,
-            mode=finish.mode or ("none" if first is None else "cpu"),
+            mode=finish.mode or ("none" if first is None else ENGINE_MODE),
             prompt_tokens=finish.prompt_tokens,
             completion_tokens=(
                 finish.completion_tokens if finish.completion_tokens is not None else pieces

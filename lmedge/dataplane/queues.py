@@ -28,13 +28,13 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from lmedge.api.gateway_control import PodProtocol
-from lmedge.api.inference import InferRequest, InferResult
-from lmedge.dataplane.engines import EngineCall, Finish, Piece, PodStreamProtocol
+from lmedge.api.inference import InferRequest, InferResult, Output
+from lmedge.dataplane.engines import EngineCall, Finish, Piece, PodStreamProtocol, pod_protocol
 from lmedge.dataplane.wire import ForwardRequest, ForwardResult, StreamForward
-from lmedge.errors import ModelFailed, ModelUnavailable
+from lmedge.errors import BadRequest, ModelFailed, ModelUnavailable
 
 __all__ = [
     "LMQueues",
@@ -46,6 +46,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The `mode` recorded for work on an OpenAI-speaking engine, which does not say
+#: whether it runs on a GPU: the engines lmedge deploys (llama.cpp, vLLM) are
+#: scheduled onto GPUs.
+ENGINE_MODE: Literal["gpu"] = "gpu"
 
 
 class ModelCaller(Protocol):
@@ -259,14 +264,54 @@ class LMQueues:
                 continue
             call = InferRequest(id=req.id, lm=req.lm, prompts=req.prompts, budget_s=left)
             try:
-                answer = await self.caller.infer(url, call, left + self.grace_s)
+                if self.models.protocol(req.lm) == "openai":
+                    answer = await self._run_on_engine(url, call, left)
+                else:
+                    answer = await self.caller.infer(url, call, left + self.grace_s)
             except ModelUnavailable as exc:
                 log.debug("model %s at %s not available: %s", req.lm, url, exc)
                 await asyncio.sleep(min(self.retry_interval_s, max(left, 0.0)))
                 continue
-            except ModelFailed as exc:
+            except (ModelFailed, BadRequest) as exc:
                 return self._failed(job, f"model server for {req.lm} failed: {exc}")
             return self._finish(job, answer)
+
+    async def _run_on_engine(self, url: str, call: InferRequest, left: float) -> InferResult:
+        """A set on an OpenAI-speaking engine: its prompts one by one, each a completion
+        streamed and joined (no chat template: a set's prompts are plain text); no
+        prompt starts after the budget, as on a model server."""
+        began = self.monotonic()
+        outputs: list[Output] = []
+        for index, prompt in enumerate(call.prompts):
+            spent = self.monotonic() - began
+            if spent >= left:
+                break
+            one = EngineCall(id=f"{call.id}-{index}", lm=call.lm, prompt=prompt)
+            pieces: list[str] = []
+            finish = Finish()
+            stream = self.caller.stream_pod(
+                url, pod_protocol("openai"), one, left - spent + self.grace_s
+            )
+            async for item in stream:
+                if isinstance(item, Finish):
+                    finish = item
+                else:
+                    pieces.append(item.text)
+            outputs.append(
+                Output(
+                    text="".join(pieces),
+                    prompt_tokens=finish.prompt_tokens,
+                    completion_tokens=finish.completion_tokens,
+                )
+            )
+        return InferResult(
+            id=call.id,
+            lm=call.lm,
+            outputs=outputs,
+            complete=len(outputs) == len(call.prompts),
+            inference_s=self.monotonic() - began,
+            mode=ENGINE_MODE,
+        )
 
     async def _hand_over(self, job: _StreamJob) -> None:
         """Give a stream its pod when the LM is active, and wait for it to be released."""

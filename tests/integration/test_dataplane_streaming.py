@@ -248,6 +248,10 @@ def test_openai_engine_pod_streams_through_two_gateways(
         assert record.ttft_s is not None and record.ttft_s < record.latency_s
         # llama-cpp-python sends no usage chunk: output tokens are the pieces counted.
         assert record.output_tokens == len(pieces)
+        # Not streamed, on the same engine pod: the set runs as completions, joined.
+        whole = client.completions.create(model="lm1", prompt="The capital of France is",
+                                          max_tokens=8)  # fmt: skip
+        assert whole.choices[0].text and sink.records[-1].outcome == "success"
         # A prompt beyond the engine's context (N_CTX tokens): a clean failure, recorded.
         long = "a " * (N_CTX + 100)  # a token a word, within the gateway's character limit
         with pytest.raises(openai.APIStatusError) as failed:
