@@ -690,6 +690,10 @@ class Gateway:
         except (asyncio.CancelledError, GeneratorExit):
             record(clock(), made_up("cancelled", "the client closed the stream"), True)
             raise
+        except Exception as exc:  # a bug must not lose the record or hang the client
+            log.exception("stream %s for %s failed in the gateway", forward.id, forward.lm)
+            end = made_up("failed", f"gateway error: {type(exc).__name__}: {exc}")
+            record(clock(), end, True)
         else:
             end = end or made_up("failed", f"the stream from {destination} ended without its end")
             record(clock(), end, False)
