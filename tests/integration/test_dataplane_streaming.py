@@ -186,13 +186,16 @@ def test_client_that_leaves_cancels_the_stream_and_frees_the_pod(slow_plane: Pla
         assert next(line for line in lines if '"content":"lm1:"' in line)
     # Closed after the first piece: the origin records it cancelled ...
     record = plane.record(lambda r: r.outcome == "cancelled")
-    assert record.ttft_s is not None and record.output_tokens == 1
+    assert record.ttft_s is not None and record.output_tokens is not None
+    assert 1 <= record.output_tokens < StubBackend.STREAM_PIECES
     # ... and the pod is free: the next stream is served, and the first one's
     # generation stopped before its last piece.
     chunks = list(plane.client(plane.a_url).chat.completions.create(
         model="lm1", messages=CHAT, stream=True))  # fmt: skip
     assert chunks[-1].choices[0].finish_reason == "stop"
-    assert plane.backend.produced < 2 * StubBackend.STREAM_PIECES
+    # A whole stream yields its pieces and one count; the left one stopped early.
+    whole = StubBackend.STREAM_PIECES + 1
+    assert plane.backend.produced - whole < whole - 1
     assert plane.record(lambda r: r.outcome == "success").destination == "worker-2"
 
 
