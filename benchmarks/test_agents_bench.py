@@ -526,7 +526,7 @@ def test_small_model_on_testbed(llama_server: LlamaServer) -> None:
         # The grammar built from each observation's schema makes every reply parse.
         assert sum(t["parsed"] for t in table.values()) >= 0.99 * total, (arm, table)
     # The guard's promise, on this run: never worse than the rules beyond its margin.
-    from lmedge.agents.guard import GUARD_MARGIN
+    from lmedge.agents.scoring import GUARD_MARGIN
 
     guarded, rules = arms["model_guarded"]["objective"], arms["rules"]["objective"]
     assert guarded is not None and rules is not None

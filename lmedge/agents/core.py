@@ -3,7 +3,7 @@
 An agent with an endpoint asks its LLM and returns
 
 - `source="llm"` with the LLM's value when the reply parsed, passed `check`
-  and the scoring guard (guard.py) estimated it no worse than the rule's
+  and the scoring guard (scoring.py) estimated it no worse than the rule's
   decision by more than the margin; `Decision.guard` holds both estimates;
 - `source="rule"`, `outcome="replaced"` with the rule's value when the
   guard judged the valid LLM proposal worse (both estimates in the audit);
@@ -28,8 +28,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from lmedge.agents.guard import choose
 from lmedge.agents.llm import LLMClient, ReplyFormat
+from lmedge.agents.scoring import choose
 from lmedge.agents.settings import SETTING_FIELDS, AgentName, LLMSettings, resolve_settings
 from lmedge.api import AgentKind, Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.decisions import cap_text

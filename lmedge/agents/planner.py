@@ -7,7 +7,7 @@ either way: its policy is the decision without an endpoint, and the reference
 shown to the LLM with one. A failed LLM call falls back to the
 rule's policy (the agent's own deterministic decision); the random baseline
 (paper §V-D2) is the last resort when the rule fails too. A valid LLM policy
-runs only if the scoring guard (guard.py) estimates it no worse than the
+runs only if the scoring guard (scoring.py) estimates it no worse than the
 rule's by more than the margin.
 """
 
@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmedge.agents.core import AgentCore
-from lmedge.agents.guard import macro_objective
 from lmedge.agents.hierarchy import (
     PromptForm,
     choose_form,
@@ -29,6 +28,7 @@ from lmedge.agents.hierarchy import (
 from lmedge.agents.memory import select_cases
 from lmedge.agents.rendering import policy_format, render_planning
 from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
+from lmedge.agents.scoring import macro_objective
 from lmedge.api import (
     ClusterContext,
     Decision,

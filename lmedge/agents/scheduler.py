@@ -6,7 +6,7 @@ the pairs to route with the rule's suggestion), and returns a `RoutingMap`.
 Without an endpoint the rule backend (rules/scheduler.py) decides. A failed
 LLM call falls back to the rule's routing; local routing (paper §V-D2) is
 the last resort when the rule fails too. A valid LLM map runs only if the
-scoring guard (guard.py) estimates it no worse than the rule's by more than
+scoring guard (scoring.py) estimates it no worse than the rule's by more than
 the margin.
 A slot without arrivals needs no routing and costs no call.
 """
@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmedge.agents.core import AgentCore
-from lmedge.agents.guard import routing_objective
 from lmedge.agents.hierarchy import (
     PromptForm,
     avoid_format,
@@ -27,6 +26,7 @@ from lmedge.agents.hierarchy import (
 )
 from lmedge.agents.rendering import render_slot, routing_format
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Plan, candidates, rule_routing
+from lmedge.agents.scoring import routing_objective
 from lmedge.api import ClusterContext, Decision, RoutingMap, SlotObservation, check_routing_map
 from lmedge.errors import ConfigError
 from lmedge.policies.local import local_routing
