@@ -22,7 +22,7 @@ from typing import Any
 from lmedge.agents.llm import ReplyFormat
 from lmedge.agents.memory import SelectedCase
 from lmedge.agents.rules.capacity import GPU_POD_CORES
-from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Candidate
+from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Candidate, admission_horizon_s
 from lmedge.api import (
     Arrival,
     ClusterContext,
@@ -156,9 +156,17 @@ def scheduler_system(ctx: ClusterContext, admit_fraction: float | None, output: 
     if admit_fraction is None:
         admission = "Admission control is off: serve every listed pair."
     else:
+        # per LM, as the rule refuses (an LMService may have its own deadline)
+        cutoffs = {lm: f"{admission_horizon_s(ctx, lm, admit_fraction):g} s" for lm in ctx.lm_names}
+        if len(set(cutoffs.values())) == 1:
+            cutoff = next(iter(cutoffs.values()))
+        else:
+            cutoff = (
+                "its LM's cut-off (" + ", ".join(f"{lm} {c}" for lm, c in cutoffs.items()) + ")"
+            )
         admission = (
             "Admission control is on: when even the best candidate would finish a set later"
-            f" than {admit_fraction * ctx.tau_s:g} s (est), you may refuse its pair"
+            f" than {cutoff} (est), you may refuse its pair"
             " instead (its requests count as failures, so refuse only what cannot be served"
             " in time; it keeps the queues short for the others)."
         )
