@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmedge.agents.core import AgentCore
+from lmedge.agents.params import DeployerParams
 from lmedge.agents.rendering import placement_format, render_node
 from lmedge.agents.rules.deployer import rule_placement
 from lmedge.agents.scoring import placement_objective
@@ -33,6 +34,7 @@ from lmedge.api import (
     nearest_feasible,
 )
 from lmedge.metrics import LAMBDA
+from lmedge.policies.lyapunov.params import parse_params
 
 
 def keep_running(obs: NodeObservation) -> Placement:
@@ -59,7 +61,9 @@ class AgenticDeployer:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticDeployer:
-        return cls(AgentCore.from_params("deployer", params, ctx.slot_s, cls.name), ctx.lam)
+        """Parameters: `DeployerParams` (params.py), the LLM settings only."""
+        p = parse_params(DeployerParams, params, f"deployer {cls.name}")
+        return cls(AgentCore.from_params("deployer", p, ctx.slot_s, cls.name), ctx.lam)
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
         reference = rule_placement(obs)

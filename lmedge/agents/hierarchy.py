@@ -70,10 +70,8 @@ from lmedge.api import (
     RouteWeight,
     RoutingMap,
 )
-from lmedge.errors import ConfigError
 
 PromptForm = Literal["auto", "flat", "hierarchical"]
-FORMS: tuple[PromptForm, ...] = ("auto", "flat", "hierarchical")
 #: Largest flat prompt (system + user, estimated tokens) `auto` keeps; above it
 #: the agent asks in the hierarchical form. Issue target: <= 4,000 at 1,000 nodes.
 PROMPT_TOKEN_LIMIT = 4000
@@ -81,17 +79,6 @@ PROMPT_TOKEN_LIMIT = 4000
 #: the rule's plan (1 = the rule's own plan).
 DEMAND_FACTORS = (0.5, 0.75, 1.0, 1.5, 2.0)
 TOKENS_PER_LM = 20
-
-
-def parse_form(agent: str, value: Any) -> PromptForm:
-    """The `prompt_form` parameter: auto (default), flat or hierarchical."""
-    v = "auto" if value is None else str(value).lower()
-    for f in FORMS:
-        if v == f:
-            return f
-    raise ConfigError(
-        f"{agent} agentic: prompt_form must be one of {', '.join(FORMS)}, not {value!r}"
-    )
 
 
 def choose_form(form: PromptForm, flat: tuple[str, str]) -> Literal["flat", "hierarchical"]:

@@ -21,28 +21,15 @@ from lmedge.agents.hierarchy import (
     PromptForm,
     avoid_format,
     choose_form,
-    parse_form,
     render_slot_hierarchical,
 )
+from lmedge.agents.params import RouterParams
 from lmedge.agents.rendering import render_slot, routing_format
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Plan, candidates, rule_routing
 from lmedge.agents.scoring import routing_objective
 from lmedge.api import ClusterContext, Decision, RoutingMap, SlotObservation, check_routing_map
-from lmedge.errors import ConfigError
 from lmedge.policies.local import local_routing
-
-
-def parse_admit_fraction(value: Any) -> float | None:
-    """`off`/`none` -> None (admission control off); else a fraction in (0, 1]."""
-    if value is None or (isinstance(value, str) and value.lower() in ("off", "none")):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        f = -1.0
-    if not 0 < f <= 1:
-        raise ConfigError(f"router agentic: admit_fraction must be in (0, 1] or off, not {value!r}")
-    return f
+from lmedge.policies.lyapunov.params import parse_params
 
 
 class AgenticRouter:
@@ -62,20 +49,12 @@ class AgenticRouter:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticRouter:
-        """Parameter `admit_fraction` (default 0.3): a fraction in (0, 1] of the
-        deadline; admission control rejects the sets that would finish later
-        than that (see rules/scheduler.py). `off` admits every set.
-        Parameter `prompt_form`: auto (default: flat while the prompt fits
-        `hierarchy.PROMPT_TOKEN_LIMIT`), flat (a destination per pair) or
-        hierarchical (nodes to avoid per LM, expanded by the rule; hierarchy.py)."""
-        own = ("admit_fraction", "prompt_form")
-        rest = {k: v for k, v in params.items() if k not in own}
-        core = AgentCore.from_params("scheduler", rest, ctx.slot_s, cls.name)
-        return cls(
-            core,
-            parse_admit_fraction(params.get("admit_fraction", ADMIT_FRACTION)),
-            parse_form("router", params.get("prompt_form")),
-        )
+        """Parameters: `RouterParams` (params.py): `admit_fraction` (default 0.3, a
+        fraction in (0, 1] of the LM's deadline, or `off`; rules/scheduler.py),
+        `prompt_form` and the LLM settings; a bad one is a `ConfigError` naming it."""
+        p = parse_params(RouterParams, params, f"router {cls.name}")
+        core = AgentCore.from_params("scheduler", p, ctx.slot_s, cls.name)
+        return cls(core, p.admit_fraction, p.prompt_form)
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ctx = obs.context
