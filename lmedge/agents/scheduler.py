@@ -24,7 +24,7 @@ from lmedge.agents.hierarchy import (
     render_slot_hierarchical,
 )
 from lmedge.agents.params import RouterParams
-from lmedge.agents.rendering import render_slot, routing_format
+from lmedge.agents.rendering import SlotView, render_slot, routing_format
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Plan, candidates, rule_routing
 from lmedge.agents.scoring import routing_objective
 from lmedge.api import ClusterContext, Decision, RoutingMap, SlotObservation, check_routing_map
@@ -70,19 +70,20 @@ class AgenticRouter:
         if self.core.uses_llm:
             lms = sorted({a.lm for a in obs.arrivals if a.requests > 0 and ctx.has_service(a.lm)})
             plan = Plan.of(ctx, obs.macro)
-            ranked = {lm: candidates(ctx, obs.macro, states, lm, plan=plan) for lm in lms}
-            args = (ctx, obs.slot, obs.epoch, obs.macro, ranked, obs.arrivals, reference)
-            flat = render_slot(*args, self.admit_fraction)
+            view = SlotView(
+                ctx, obs.slot, obs.epoch, obs.macro, states, obs.arrivals, reference,
+                ranked={lm: candidates(ctx, obs.macro, states, lm, plan=plan) for lm in lms},
+                admit_fraction=self.admit_fraction,
+            )  # fmt: skip
+            flat = render_slot(view)
             if choose_form(self.prompt_form, flat) == "flat":
                 prompts = lambda: flat  # noqa: E731
-                fmt = lambda: routing_format(ranked, reference, admission)  # noqa: E731
+                fmt = lambda: routing_format(view)  # noqa: E731
             else:
                 schema_name = "routing-avoid"
-                hier = render_slot_hierarchical(*args, self.admit_fraction)
+                hier = render_slot_hierarchical(view)
                 prompts = lambda: hier  # noqa: E731
-                fmt = lambda: avoid_format(  # noqa: E731
-                    ctx, obs.macro, states, obs.arrivals, ranked, self.admit_fraction
-                )
+                fmt = lambda: avoid_format(view)  # noqa: E731
         return self.core.decide(
             model=RoutingMap,
             schema_name=schema_name,

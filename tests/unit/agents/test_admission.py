@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lmedge.agents.hierarchy import render_slot_hierarchical
-from lmedge.agents.rendering import describe_metrics, render_slot
+from lmedge.agents.rendering import SlotView, describe_metrics, render_slot
 from lmedge.agents.rules.planner import plan_macro
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION, candidates, rule_routing
 from lmedge.agents.scheduler import AgenticRouter
@@ -48,7 +48,9 @@ def test_the_prompt_says_whether_rejecting_is_allowed(
     arrivals = [Arrival(origin="worker-2", lm=lm, requests=1, prompts=3) for lm in ("lm1", "lm4")]
     reference = rule_routing(ctx, macro, states, arrivals, admit_fraction=admit)
     ranked = {lm: candidates(ctx, macro, states, lm) for lm in ("lm1", "lm4")}
-    system, user = render_slot(ctx, 0, 0, macro, ranked, arrivals, reference, admit)
+    system, user = render_slot(
+        SlotView(ctx, 0, 0, macro, states, arrivals, reference, ranked, admit)
+    )
     pairs = next(x for x in user.splitlines() if x.startswith("Pairs to route"))
     if admit is None:
         assert "Admission control is off" in system and "->REJECT" not in pairs
@@ -87,7 +89,7 @@ def test_the_prompt_states_the_cutoff_the_rule_applies_to_an_lm_with_its_own_dea
 
     reference = rule_routing(own, macro, states, arrivals, admit_fraction=fraction)
     ranked = {"lm4": candidates(own, macro, states, "lm4")}
-    system, _ = render(own, 0, 0, macro, ranked, arrivals, reference, fraction)
+    system, _ = render(SlotView(own, 0, 0, macro, states, arrivals, reference, ranked, fraction))
 
     stated = re.search(r"\blm4 ([0-9.]+) s\b", system)
     assert stated is not None, system
