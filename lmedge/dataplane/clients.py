@@ -22,10 +22,10 @@ import httpx
 from pydantic import ValidationError
 
 from lmedge.api.inference import InferRequest, InferResult
-from lmedge.backends.kubernetes.gateways import BearerToken
 from lmedge.dataplane.queues import ModelFailed, ModelUnavailable
 from lmedge.dataplane.wire import ForwardRequest, ForwardResult
 from lmedge.errors import PeerUnavailable
+from lmedge.tokens import BearerToken
 
 __all__ = ["HttpClients", "PeerUnavailable"]
 

@@ -76,6 +76,16 @@ from lmedge.api.constants import COLD_START_S
 ADMIT_FRACTION: float | None = 0.3
 
 
+def admission_horizon_s(ctx: ClusterContext, lm: str, admit_fraction: float) -> float:
+    """The admission cut-off of `lm`'s sets, seconds: `admit_fraction` x the LM's deadline.
+
+    The deadline is `ClusterContext.deadline_s` (the LMService's own
+    `deadlineS`, else tau). The rule refuses by it and the router's prompt
+    states it (rendering.py), so what the LLM is told is what the rule applies.
+    """
+    return admit_fraction * ctx.deadline_s(lm)
+
+
 #: Candidate statuses chosen only when no planned node is usable.
 LAST_RESORT = frozenset({"off", "draining"})
 
@@ -207,7 +217,9 @@ def rule_routing(
                 else (
                     cols,
                     ctx.service(a.lm).spec.profile.request_kib,
-                    None if admit_fraction is None else admit_fraction * ctx.deadline_s(a.lm),
+                    None
+                    if admit_fraction is None
+                    else admission_horizon_s(ctx, a.lm, admit_fraction),
                 )
             )
         known = per_lm[a.lm]

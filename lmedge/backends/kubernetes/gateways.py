@@ -24,9 +24,7 @@ stall the slot for every other node. The caller learns which pushes failed.
 from __future__ import annotations
 
 import logging
-import os
-import threading
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,51 +33,11 @@ import httpx
 from lmedge.api import RoutingMap
 from lmedge.api.gateway_control import LocalModels, ModelEndpoint, RoutingUpdate
 from lmedge.api.resources import Modality
-from lmedge.errors import ConfigError
+from lmedge.tokens import BearerToken
 
-__all__ = ["BearerToken", "GatewayClient", "models_body", "routing_body"]
+__all__ = ["GatewayClient", "models_body", "routing_body"]
 
 log = logging.getLogger(__name__)
-
-
-class BearerToken(httpx.Auth):
-    """`Authorization: Bearer <token>` from a string or a token file.
-
-    A file is re-read when it changes: the kubelet rotates a projected
-    service-account token in place, and a client holding the first one would
-    be refused once it expires. A file that cannot be read, or is empty, is a
-    `ConfigError` at construction (one line, before anything starts).
-    """
-
-    def __init__(self, source: str | Path) -> None:
-        self._path = source if isinstance(source, Path) else None
-        self._token = "" if self._path else str(source).strip()
-        self._stamp: tuple[int, int] | None = None
-        self._lock = threading.Lock()
-        if not self.token():
-            where = f" in {self._path}" if self._path else ""
-            raise ConfigError(f"the bearer token{where} is empty")
-
-    def token(self) -> str:
-        """The current token (re-read from the file when its mtime or size changed)."""
-        if self._path is None:
-            return self._token
-        with self._lock:
-            try:
-                st = os.stat(self._path)
-                stamp = (st.st_mtime_ns, st.st_size)
-                if stamp != self._stamp:
-                    self._token = self._path.read_text().strip()
-                    self._stamp = stamp
-            except OSError as exc:
-                if not self._token:
-                    raise ConfigError(f"cannot read the token file {self._path}: {exc}") from exc
-                log.warning("token file %s unreadable, keeping the last token: %s", self._path, exc)
-            return self._token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self.token()}"
-        yield request
 
 
 def routing_body(

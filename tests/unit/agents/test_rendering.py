@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lmedge.agents.memory import select_cases
-from lmedge.agents.rendering import TOP_K, render_node, render_planning, render_slot
+from lmedge.agents.rendering import TOP_K, SlotView, render_node, render_planning, render_slot
 from lmedge.agents.rules.deployer import rule_placement
 from lmedge.agents.rules.planner import plan_macro
 from lmedge.agents.rules.scheduler import candidates, rule_routing
@@ -73,7 +73,7 @@ def _slot_prompt(ctx: ClusterContext, origins: list[str]) -> tuple[str, str]:
     ]
     reference = rule_routing(ctx, macro, states, arrivals)
     ranked = {lm: candidates(ctx, macro, states, lm) for lm in ctx.lm_names}
-    _, user = render_slot(ctx, 0, 0, macro, ranked, arrivals, reference)
+    _, user = render_slot(SlotView(ctx, 0, 0, macro, states, arrivals, reference, ranked))
     pairs = next(x for x in user.splitlines() if x.startswith("Pairs to route"))
     return user, pairs
 

@@ -9,24 +9,14 @@ deployers run in node agents.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
 from lmedge.api import Capabilities, ClusterContext, capabilities_of
-from lmedge.api.manifests import load_resources
 from lmedge.controller import catalog, registrations
 from lmedge.controller.assembly import PolicyChoice, build_node_deployer, build_plugins
 from lmedge.controller.catalog import Registry, fill
 from lmedge.errors import ConfigError
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
-
-
-@pytest.fixture
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services)
 
 
 def _broken(reg: Registry) -> None:

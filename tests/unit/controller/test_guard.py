@@ -6,7 +6,6 @@ checks, repairs, falls back and stamps.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +19,7 @@ from lmedge.api import (
     Placement,
     check_placement,
 )
-from lmedge.api.manifests import load_resources
 from lmedge.controller.guard import DecisionGuard
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
 
 
 class Clock:
@@ -32,12 +28,6 @@ class Clock:
 
     def sleep_until(self, t: float) -> None:
         pass
-
-
-@pytest.fixture
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services)
 
 
 class Fixed:

@@ -9,7 +9,6 @@ full; it is a test double of the emulator, not of a server.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,13 +34,11 @@ from lmedge.api import (
     check_placement,
 )
 from lmedge.api.live import ContextChange, ContextUpdate
-from lmedge.api.manifests import load_resources
 from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
 from lmedge.controller.loop import ControlLoop
 from lmedge.policies.local import local_routing
 from lmedge.policies.uniform import uniform_macro_policy
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
+from lmedge.sim.scenario import Scenario
 
 
 class StepClock:
@@ -121,9 +118,8 @@ class StubBackend:
 
 
 @pytest.fixture
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services, epoch_slots=3)
+def ctx(testbed: Scenario) -> ClusterContext:
+    return testbed.context().model_copy(update={"epoch_slots": 3})
 
 
 def plugins(ctx: ClusterContext, **override: Any) -> PolicyPlugins:

@@ -1,17 +1,17 @@
-"""The scoring guard's estimates and choice (lmedge.agents.guard): pure logic."""
+"""The scoring guard's estimates and choice (lmedge.agents.scoring): pure logic."""
 
 from __future__ import annotations
 
-from lmedge.agents.guard import (
+from lmedge.agents.rules.deployer import rule_placement
+from lmedge.agents.rules.planner import RulePlannerState, plan_macro, rule_macro_policy
+from lmedge.agents.rules.scheduler import rule_routing
+from lmedge.agents.scoring import (
     GUARD_MARGIN,
     choose,
     macro_objective,
     placement_objective,
     routing_objective,
 )
-from lmedge.agents.rules.deployer import rule_placement
-from lmedge.agents.rules.planner import RulePlannerState, plan_macro, rule_macro_policy
-from lmedge.agents.rules.scheduler import rule_routing
 from lmedge.api import (
     Arrival,
     ClusterContext,

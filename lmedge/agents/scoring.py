@@ -12,6 +12,10 @@ is executed only when
 (`margin` is a setting, `guard_margin`, per agent); otherwise the rule's
 decision runs. Both estimates and the choice go into `Decision.guard`.
 
+It judges quality only. Feasibility is the decision guard's job
+(`lmedge.controller.guard`), which checks every plugin's decision, LLM or
+not, and repairs or replaces an infeasible one.
+
 The estimate is the paper's objective J = lam T_norm + (1 - lam)(1 - F_norm)
 (`lmedge.metrics`) over what the decision affects, computed with the queue
 and service model the rule agents already use (`rules/capacity.py`,
