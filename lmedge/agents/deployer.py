@@ -34,7 +34,7 @@ from lmedge.api import (
     nearest_feasible,
 )
 from lmedge.metrics import LAMBDA
-from lmedge.policies.lyapunov.params import parse_params
+from lmedge.policies.kit.params import parse_params
 
 
 def keep_running(obs: NodeObservation) -> Placement:

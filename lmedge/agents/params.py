@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 from lmedge.agents.hierarchy import PromptForm
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION
 from lmedge.agents.settings import SETTING_FIELDS, LLMSettings
-from lmedge.policies.lyapunov.params import PluginParams
+from lmedge.policies.kit.params import PluginParams
 
 P = TypeVar("P", bound="AgentParams")
 

@@ -36,7 +36,7 @@ from lmedge.api import (
     PlanningObservation,
     check_macro_policy,
 )
-from lmedge.policies.lyapunov.params import parse_params
+from lmedge.policies.kit.params import parse_params
 from lmedge.policies.random import random_macro_policy
 
 

@@ -42,6 +42,7 @@ from lmedge.api import (
     RouteWeight,
     RoutingMap,
     ServiceInfo,
+    hosting,
 )
 
 #: Candidate destinations shown per LM to the scheduler.
@@ -377,16 +378,8 @@ def _keys_problems(got: dict[str, Any], want: list[str], what: str) -> list[str]
 
 
 def allowed_modes(sv: ServiceInfo, node: NodeInfo) -> list[str]:
-    """Modes an LM can run in on a node (always including `off`)."""
-    s, spec = sv.spec, node.spec
-    if spec.role != "worker":
-        return ["off"]
-    modes = []
-    if spec.has_gpu and s.min_vram_gib <= spec.total_vram_gib:
-        modes.append("gpu")
-    if s.runs_on == "cpu-or-gpu" and s.profile.cpu_seconds_per_prompt is not None:
-        modes.append("cpu")
-    return [*modes, "off"]
+    """Modes an LM can run in on a node (`lmedge.api.hosting.modes`), then `off`."""
+    return [*hosting.modes(node.spec, sv.spec), "off"]
 
 
 def placement_format(obs: NodeObservation) -> ReplyFormat[Placement]:

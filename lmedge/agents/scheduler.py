@@ -28,8 +28,8 @@ from lmedge.agents.rendering import SlotView, render_slot, routing_format
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Plan, candidates, rule_routing
 from lmedge.agents.scoring import routing_objective
 from lmedge.api import ClusterContext, Decision, RoutingMap, SlotObservation, check_routing_map
+from lmedge.policies.kit.params import parse_params
 from lmedge.policies.local import local_routing
-from lmedge.policies.lyapunov.params import parse_params
 
 
 class AgenticRouter:

@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from lmedge.agents.rules.capacity import (
-    COLD_START_S,
     best_rate,
     cpu_rate,
     gpu_rate,
@@ -68,6 +67,7 @@ from lmedge.api import (
     RoutingMap,
     SlotObservation,
 )
+from lmedge.api.constants import COLD_START_S
 from lmedge.api.decisions import GuardAudit, GuardScore
 from lmedge.metrics import LAMBDA, fairness, objective
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["EPOCH_SLOTS", "LAMBDA", "SLOT_S", "TAU_S"]
+__all__ = ["COLD_START_S", "EPOCH_SLOTS", "LAMBDA", "SLOT_S", "TAU_S"]
 
 #: Slot length, seconds (paper §V-D: routing and deployment every 30 s).
 SLOT_S: Final = 30.0
@@ -25,3 +25,7 @@ EPOCH_SLOTS: Final = 50
 TAU_S: Final = 900.0
 #: Objective weight lambda between latency and unfairness, in [0, 1] (paper §III: 0.5).
 LAMBDA: Final = 0.5
+#: Expected pod start + model load, seconds (paper §V-D: median 9.34 s measured).
+#: What the agents' rules and the model-based routers charge a node that must
+#: start an LM before serving it; the emulator draws its own cold starts.
+COLD_START_S: Final = 9.34

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from lmedge.api import Capabilities
 from lmedge.controller.catalog import BuildContext, Profile, Registry
-from lmedge.policies._support import no_params
+from lmedge.policies.kit.support import no_params
 
 _T = TypeVar("_T")
 

@@ -67,6 +67,7 @@ import simpy
 
 from lmedge.api.base import built
 from lmedge.api.decisions import LMPlacement, Placement, RoutingMap
+from lmedge.api.hosting import refusal
 from lmedge.api.interfaces import ActuationResult
 from lmedge.api.live import ContextChange
 from lmedge.api.observations import (
@@ -895,15 +896,13 @@ class Emulator:
         return res
 
     def _invalid(self, node: NodeSim, p: LMPlacement) -> str:
+        # what may run where is `lmedge.api.hosting`'s; room is `_misfit`'s, against what runs
+        why = refusal(node.info, self.services[p.lm], p.mode, room=False)
+        if why:
+            return why
         svc = self.services[p.lm].spec
-        if node.spec.role != "worker":
-            return f"{node.name} is a control node and hosts no LMs"
         if p.cpu_cores <= 0:
             return f"{p.lm}: {p.mode} mode needs CPU cores"
-        if p.mode == "cpu" and svc.runs_on == "gpu-only":
-            return f"{p.lm} runs on GPU only"
-        if p.mode == "gpu" and not node.spec.has_gpu:
-            return f"{node.name} has no GPU for {p.lm}"
         if p.mode == "gpu" and not 1 <= p.vgpus <= svc.max_vgpus:
             return f"{p.lm} needs 1..{svc.max_vgpus} vGPUs in gpu mode, not {p.vgpus}"
         if p.mode == "cpu" and p.vgpus:

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmedge.agents.rules.capacity import COLD_START_S, best_rate, instance_rate
+from lmedge.agents.rules.capacity import best_rate, instance_rate
 from lmedge.agents.rules.slot_table import LmColumns, SlotTable
 from lmedge.api import (
     Arrival,
@@ -65,6 +65,7 @@ from lmedge.api import (
     RoutingMap,
 )
 from lmedge.api.base import built
+from lmedge.api.constants import COLD_START_S
 
 #: Admission horizon as a fraction of the deadline, or None: admit every set.
 #: The router param `admit_fraction` sets it (`off` = None). On by default at

@@ -57,15 +57,14 @@ from lmedge.api import (
     SlotObservation,
 )
 from lmedge.api.base import built
-from lmedge.policies.lyapunov.params import PluginParams, parse_params
-from lmedge.policies.milp.estimates import (
-    COLD_START_S,
+from lmedge.api.constants import COLD_START_S
+from lmedge.policies.kit.estimates import (
     KIB_BITS,
     LinkTable,
-    modes_on,
     service_s,
     serving_mode,
 )
+from lmedge.policies.kit.params import PluginParams, parse_params
 
 NAME = "lyreo"
 
@@ -253,7 +252,7 @@ class LyreoRouter:
         key = (node, lm)
         mode = self._modes.get(key)
         if mode is None:
-            modes = modes_on(self.context, node, lm)
+            modes = self.context.modes(node, lm)
             mode = self._modes[key] = modes[0] if modes else "off"
         return mode
 

@@ -38,8 +38,8 @@ from highspy._core import _Highs
 from scipy.sparse import coo_matrix
 
 from lmedge.api import ClusterContext, LMPlacement, Mode, Placement, SlotObservation
-from lmedge.policies.milp.estimates import (
-    COLD_START_S,
+from lmedge.api.constants import COLD_START_S
+from lmedge.policies.kit.estimates import (
     allowed_modes,
     link_arrays,
     service_s,

@@ -42,8 +42,8 @@ from lmedge.api import (
 )
 from lmedge.api.base import built
 from lmedge.errors import ConfigError
-from lmedge.policies.lyapunov.params import PluginParams, parse_params
-from lmedge.policies.milp.estimates import LinkTable
+from lmedge.policies.kit.estimates import LinkTable
+from lmedge.policies.kit.params import PluginParams, parse_params
 from lmedge.policies.milp.model import Solution, SurrogateWeights, solve_slot
 from lmedge.policies.milp.sites import SiteSplit, solve_by_site
 

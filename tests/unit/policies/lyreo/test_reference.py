@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 
 from lmedge.api import ClusterContext, NodeState, SlotObservation
+from lmedge.api.constants import COLD_START_S
 from lmedge.api.manifests import load_resources
 from lmedge.bench.runner import resolve_scenario
 from lmedge.bench.scale import scale_scenario
+from lmedge.policies.kit.estimates import service_s, serving_mode, transfer_s
 from lmedge.policies.lyreo import Candidate, build, workload
 from lmedge.policies.lyreo.router import memory_per_prompt
-from lmedge.policies.milp.estimates import COLD_START_S, service_s, serving_mode, transfer_s
 from tests.unit.policies.lyapunov.scenario import slot_obs
 
 
