@@ -106,9 +106,12 @@ class Case:
     #: The valid spec the edit starts from; None: LMSERVICE or EDGENODE by kind.
     base: dict[str, Any] | None = None
 
+    def valid_spec(self) -> dict[str, Any]:
+        """The valid spec the edit starts from."""
+        return self.base or (LMSERVICE if self.kind == "LMService" else EDGENODE)
+
     def spec(self) -> dict[str, Any]:
-        base = self.base or (LMSERVICE if self.kind == "LMService" else EDGENODE)
-        spec = copy.deepcopy(base)
+        spec = copy.deepcopy(self.valid_spec())
         self.edit(spec)
         return spec
 
