@@ -13,9 +13,11 @@ it can be given at least the LM's `minCpuCores`, and then
 Every requirement of a mode is one clause of `_unmet`: `modes` lists the
 modes that meet them all, `refusal` says which one a mode misses, and
 `ClusterContext.modes` keeps `modes` per (node, LM).
-A new requirement (e.g. a token engine's KV cache fitting beside the weights)
-is one more clause here, and every policy, the decision guard, the agents'
-prompts and the emulator follow it.
+A token engine (`lmedge.api.engines`) adds its own clauses: a throughput
+profile for the node's hardware (a requirement of the mode), and its weights
+plus KV cache within the node's vRAM or memory (a requirement of room). A new
+requirement is one more clause here, and every policy, the decision guard,
+the agents' prompts and the emulator follow it.
 
 What this does *not* decide: whether several pods fit together (the sums of
 `check_placement`, the emulator's `_misfit` against what already runs), or
@@ -27,6 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lmedge.api.decisions import Mode
+from lmedge.api.engines import fits, throughput_profile
 from lmedge.api.resources import EdgeNodeSpec, LMServiceSpec
 
 if TYPE_CHECKING:
@@ -71,6 +74,8 @@ def _unmet(n: EdgeNodeSpec, s: LMServiceSpec, mode: Mode, *, room: bool) -> str:
         return "{lm} runs on GPU only; mode cpu is not allowed"
     if mode == "cpu" and s.profile.cpu_seconds_per_prompt is None:
         return "{lm} has no CPU profile (cpuSecondsPerPrompt); mode cpu is not allowed"
+    if s.engine.tokens is not None and throughput_profile(s, n, mode) is None:
+        return _engine_refusal(mode, fits(s, n, mode) or "")
     if not room:
         return ""
     if s.deployment_memory_gib > n.memory_gib:
@@ -85,7 +90,15 @@ def _unmet(n: EdgeNodeSpec, s: LMServiceSpec, mode: Mode, *, room: bool) -> str:
             f"{{lm}} needs {s.min_vram_gib:g} GiB vRAM in gpu mode; "
             f"{{node}} has {n.total_vram_gib:g}"
         )
+    if why := fits(s, n, mode):
+        return _engine_refusal(mode, why)
     return ""
+
+
+def _engine_refusal(mode: Mode, why: str) -> str:
+    """A token engine's own reason (`engines.fits`) as a sentence to fill with {node}, {lm}."""
+    literal = why.replace("{", "{{").replace("}", "}}")
+    return f"{{lm}} cannot run in {mode} mode on {{node}}: {literal}"
 
 
 def _seconds_per_prompt(s: LMServiceSpec, mode: Mode) -> float:

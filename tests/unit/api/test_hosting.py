@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from lmedge.api import ClusterContext, EdgeNodeSpec, NodeInfo, ServiceInfo
+from lmedge.api import ClusterContext, EdgeNodeSpec, LMServiceSpec, NodeInfo, ServiceInfo
 from lmedge.api.hosting import modes, refusal
-from tests.unit.api.conftest import NODES, SERVICES
+from tests.unit.api.conftest import NODES, SERVICES, node
 
 BY_NAME = {s.name: s for s in SERVICES}
 
@@ -107,3 +107,62 @@ def test_an_unknown_name_is_a_key_error() -> None:
         CTX.modes("nowhere", "txt")
     with pytest.raises(KeyError):
         CTX.modes("cpu", "nothing")
+
+
+def _engine_lm(name: str, vram: float, gpus: list[dict[str, object]]) -> ServiceInfo:
+    """A llama.cpp LM of 13.5 GiB weights (a 7B model at 16 bits) holding `vram` GiB a pod."""
+    decode = [{"running": 1, "tokensPerS": 30}, {"running": 8, "tokensPerS": 160}]
+    spec = {
+        "model": name,
+        "modality": "text-to-text",
+        "image": f"example/{name}:1",
+        "deploymentMemoryGib": 4,
+        "minMemoryGib": 2,
+        "minVramGib": vram,
+        "runsOn": "gpu-only",
+        "engine": {
+            "kind": "llama.cpp",
+            "tokens": {
+                "weightsGib": 13.5,
+                "kvBytesPerToken": 524288,
+                "contextTokens": 2048,
+                "gpus": [{**g, "prefillTokensPerS": 2000, "decode": decode} for g in gpus],
+            },
+        },
+    }
+    return ServiceInfo(name=name, spec=LMServiceSpec.model_validate(spec))
+
+
+#: Weights and a 2.5-GiB KV pool need 16 GiB of vRAM: more than a 12-GiB GPU has.
+SEVEN_B = _engine_lm("seven-b", 16.0, [{"gpuModel": "*"}])
+#: Profiled on one GPU model only: no other GPU can serve it at a known rate.
+ONLY_A100 = _engine_lm("only-a100", 16.0, [{"gpuModel": "NVIDIA-A100"}])
+TWELVE = node("twelve", cpuCores=16, memoryGib=32, gpus=[{"vramGib": 12}], vgpusPerGpu=2)
+A100 = node("a100", cpuCores=16, memoryGib=64, gpus=[{"model": "NVIDIA-A100", "vramGib": 40}])
+ENGINE_CTX = ClusterContext(nodes=[*NODES, TWELVE, A100], services=[SEVEN_B, ONLY_A100])
+
+
+@pytest.mark.parametrize(
+    ("node_name", "lm", "want", "why"),
+    [
+        ("gpu", "seven-b", ("gpu",), ""),
+        ("twelve", "seven-b", (), "seven-b needs 16 GiB vRAM in gpu mode; twelve has 12"),
+        ("a100", "only-a100", ("gpu",), ""),
+        (
+            "gpu",
+            "only-a100",
+            (),
+            "only-a100 cannot run in gpu mode on gpu: "
+            "no token profile for GPU model generic and no * entry",
+        ),
+    ],
+    ids=["kv-fits", "weights-and-kv-exceed-vram", "profiled-gpu", "unprofiled-gpu"],
+)
+def test_a_token_engine_is_hostable_only_where_its_weights_kv_and_profile_fit(
+    node_name: str, lm: str, want: tuple[str, ...], why: str
+) -> None:
+    n, s = ENGINE_CTX.node(node_name), ENGINE_CTX.service(lm)
+    assert ENGINE_CTX.modes(node_name, lm) == want
+    assert refusal(n, s, "gpu") == why
+    # A missing profile shuts the mode whatever the room; memory is a room clause.
+    assert (refusal(n, s, "gpu", room=False) != "") == ("profile" in why)
