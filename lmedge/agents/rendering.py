@@ -200,8 +200,20 @@ def scheduler_system(ctx: ClusterContext, admit_fraction: float | None, output: 
             " in time; it keeps the queues short for the others)."
         )
     return template("scheduler").substitute(
-        slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", admission=admission, output=output
+        slot_s=f"{ctx.slot_s:g}",
+        timeouts=timeouts({lm: ctx.deadline_s(lm) for lm in ctx.lm_names}),
+        admission=admission,
+        output=output,
     )
+
+
+def timeouts(deadlines: dict[str, float]) -> str:
+    """The sentence telling an agent when requests time out: one deadline, or each LM's."""
+    values = {f"{d:g} s" for d in deadlines.values()}
+    if len(values) <= 1:
+        return f"Requests time out after {next(iter(values), '?')}."
+    each = ", ".join(f"{lm} at {d:g} s" for lm, d in deadlines.items())
+    return f"Requests time out at their LM's deadline: {each}."
 
 
 def epoch_lines(obs: PlanningObservation) -> list[str]:
@@ -302,7 +314,7 @@ def render_node(obs: NodeObservation, reference: Placement) -> tuple[str, str]:
         hardware=hw,
         modes=modes,
         slot_s=f"{obs.slot_s:g}",
-        tau_s=f"{obs.tau_s:g}",
+        timeouts=timeouts({sv.name: sv.spec.deadline_s or obs.tau_s for sv in obs.services}),
     )
     st = obs.state
     roles = ", ".join(obs.roles) or "none"

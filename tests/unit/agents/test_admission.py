@@ -112,3 +112,24 @@ def test_the_planner_is_told_how_many_were_refused() -> None:
     )
     quiet = describe_metrics(m.model_copy(update={"rejected": 0}), "In the last epoch")
     assert "(5/10 requests served)" in quiet and "refused" not in quiet
+
+
+def test_the_scheduler_and_deployer_prompts_state_each_lms_own_deadline(
+    ctx: ClusterContext,
+) -> None:
+    """With one deadline the prompts say tau; with an LMService's own, each LM's."""
+    from lmedge.agents.rendering import render_node, scheduler_system
+    from lmedge.agents.rules.deployer import rule_placement
+    from lmedge.api import NodeObservation
+
+    assert "Requests time out after 900 s." in scheduler_system(ctx, 0.3, "")
+    own = _with_deadline(ctx, "lm4", 600.0)
+    system = scheduler_system(own, 0.3, "")
+    assert "lm1 at 900 s" in system and "lm4 at 600 s" in system
+    node = own.node("worker-2")
+    obs = NodeObservation(
+        slot=0, epoch=0, node=node, services=own.services, state=NodeState(name=node.name),
+        roles=[], slot_s=own.slot_s, tau_s=own.tau_s,
+    )  # fmt: skip
+    deployer_system, _ = render_node(obs, rule_placement(obs))
+    assert "lm4 at 600 s" in deployer_system and "lm2 at 900 s" in deployer_system
