@@ -21,8 +21,8 @@ slot t (length `ClusterContext.slot_s`):
    else a feasible fallback; then actuated;
 5. the clock advances to the slot end (the emulator runs its events); the
    finished requests are drained, queued for the store with the slot's
-   decisions and telemetry (sent as a few batch inserts every `store_every`
-   slots: 1 on a cluster, more in the emulator where slots take
+   decisions and telemetry (`recording.py`: sent as a few batch inserts every
+   `store_every` slots: 1 on a cluster, more in the emulator where slots take
    milliseconds), and fed to plugins implementing `FeedbackConsumer`;
 6. at an epoch end, `EpochMetrics` over the requests finished in the epoch
    and a `MemoryCase`.
@@ -44,7 +44,7 @@ the planner is bounded. Records still reach the store, feedback and the
 epoch metrics, one slot at a time.
 
 Planning may run beside the slot loop (`background_planning=True`, the
-cluster path): at an epoch boundary the observation is taken in the loop
+cluster path; `planning.py`): at an epoch boundary the observation is taken in the loop
 and the planner runs in a thread; the router and deployers keep using the
 previous macro policy until the new one has been validated, and it applies
 from the next slot start after that. With `plan_lag_slots=k` it applies
