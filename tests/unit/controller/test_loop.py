@@ -572,7 +572,7 @@ def test_background_planning_without_a_lag_never_waits_for_the_planner(
         loop.step(slot)  # the planner is still blocked: the slots go on without a policy
     assert router.seen == [None, None]
     release.set()
-    loop._pending_plan.result(timeout=30)  # type: ignore[union-attr]
+    loop._planning._pending_plan.result(timeout=30)  # type: ignore[union-attr]
     loop.step(2)
     loop.close()
     assert router.seen == [None, None, "1"], "applied at the first slot after it was ready"
