@@ -23,6 +23,7 @@ from lmedge.bench.runner import resolve_scenario
 from lmedge.cli.console import progress_bar
 from lmedge.controller.catalog import profile
 from lmedge.errors import ConfigError
+from lmedge.processes.plugins import register_plugins
 
 out = Console()
 
@@ -109,6 +110,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Compare a scenario with the paper's published facts (a report; exit 0 unless error)."""
+        register_plugins()
         profile(pre_policy)  # an unknown profile fails here, before any run
         if out_path is not None and not Path(out_path).resolve().parent.is_dir():
             raise ConfigError(f"cannot write --out {out_path}: no such directory")
