@@ -130,7 +130,11 @@ def register(app: typer.Typer) -> None:
         bar = progress_bar()
         with bar:
             task = bar.add_task("runs", total=runs)
-            rows = check(spec, lambda done, total: bar.update(task, completed=done, total=total))
+            rows = check(
+                spec,
+                lambda done, total: bar.update(task, completed=done, total=total),
+                setup=register_plugins,
+            )
         report = json.dumps(rows_json(spec, rows), ensure_ascii=False, indent=2)
         if out_path is not None:
             try:
