@@ -53,6 +53,7 @@ from lmedge.policies.lyapunov.calibration import (
     coordinate_search,
     service_rates,
 )
+from lmedge.processes.plugins import register_plugins
 from lmedge.sim import Scenario, load_scenario
 
 out = Console()
@@ -144,6 +145,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Estimate service-rate weights, then coordinate-search the DPP coefficients."""
+        register_plugins()
         if profile(policy).deployer != "lyapunov":
             raise ConfigError(f"profile {policy!r} does not use the lyapunov deployer")
         try:

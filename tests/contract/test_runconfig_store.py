@@ -6,7 +6,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 from lmedge.api.runconfig import PolicyConfig, RunConfig
-from lmedge.cli.cluster import await_run
+from lmedge.processes.node_agent import await_run
 from lmedge.store import RunInfo, Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -42,7 +42,7 @@ from lmedge.modelserver.app import ModelServer
 from lmedge.modelserver.app import create_app as create_model_app
 from lmedge.modelserver.backends import StubBackend
 from lmedge.nodeagent.agent import NodeAgent
-from lmedge.operator.process import ControllerSettings, run_controller
+from lmedge.processes.controller import ControllerSettings, run_controller
 from lmedge.store import Store, open_store
 from tests.fixtures.cluster import REPO, wait_until
 from tests.fixtures.dataplane import CONTROL, TOKEN, ServerThread, control, free_port

@@ -28,7 +28,7 @@ from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.leader import LeaseElector
 from lmedge.backends.kubernetes.pods import model_pod
 from lmedge.controller.assembly import PolicyChoice
-from lmedge.operator.process import ControllerSettings, run_controller
+from lmedge.processes.controller import ControllerSettings, run_controller
 from lmedge.store import open_store
 from tests.fixtures.cluster import REPO, KubeCluster, wait_until
 

@@ -12,7 +12,7 @@ reads only that copy: no API round trip at a slot boundary, and none at all
 when nothing changed.
 
 Why a client watch and not kopf's handlers: the controller runs kopf beside
-its loop (`lmedge.operator.process`), but the node agents do not run kopf,
+its loop (`lmedge.processes.controller`), but the node agents do not run kopf,
 and both must see the same changes at the same slot boundary. The client's
 watch is the one mechanism both processes can use, so both use it; kopf keeps
 its own watches for the operator's reconcile and status.
