@@ -51,6 +51,7 @@ from lmedge.api import (
 from lmedge.backends.emulated import EmulatedBackend
 from lmedge.controller import catalog
 from lmedge.controller.catalog import BuildContext
+from lmedge.processes.plugins import register_plugins
 from lmedge.policies.full import full_placement
 from lmedge.sim import load_scenario
 from tests.unit.api.conftest import NODES, SERVICES
@@ -177,7 +178,7 @@ def _slot_obs() -> SlotObservation:
 
 
 def _registered(kind: catalog.Kind) -> list[str]:
-    catalog.entry(kind, "random")  # fills the catalog
+    register_plugins()  # parametrize runs at collection, before the session fixture
     return sorted(catalog.ROUTERS if kind == "router" else catalog.DEPLOYERS)
 
 
