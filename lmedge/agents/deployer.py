@@ -59,7 +59,9 @@ class AgenticDeployer:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticDeployer:
-        return cls(AgentCore.from_params("deployer", params, ctx.slot_s, cls.name), ctx.lam)
+        return cls(
+            AgentCore.from_params("deployer", params, ctx.loop.slot_s, cls.name), ctx.loop.lam
+        )
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
         reference = rule_placement(obs)

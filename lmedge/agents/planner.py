@@ -56,7 +56,7 @@ class AgenticPlanner:
         `hierarchy.PROMPT_TOKEN_LIMIT`), flat (per-node weights and roles) or
         hierarchical (a demand factor per LM, expanded by the rule; hierarchy.py)."""
         rest = {k: v for k, v in params.items() if k != "prompt_form"}
-        core = AgentCore.from_params("planner", rest, ctx.slot_s, cls.name)
+        core = AgentCore.from_params("planner", rest, ctx.loop.slot_s, cls.name)
         return cls(core, seed, parse_form("planner", params.get("prompt_form")))
 
     def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:

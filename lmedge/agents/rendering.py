@@ -143,10 +143,10 @@ PLANNER_FLAT_OUTPUT = (
 def planner_system(ctx: ClusterContext, output: str) -> str:
     """The planner's system prompt with the output instruction of its prompt form."""
     return template("planner").substitute(
-        epoch_slots=ctx.epoch_slots,
-        slot_s=f"{ctx.slot_s:g}",
-        tau_s=f"{ctx.tau_s:g}",
-        lam=ctx.lam,
+        epoch_slots=ctx.loop.epoch_slots,
+        slot_s=f"{ctx.loop.slot_s:g}",
+        tau_s=f"{ctx.loop.tau_s:g}",
+        lam=ctx.loop.lam,
         output=output,
     )
 
@@ -158,12 +158,15 @@ def scheduler_system(ctx: ClusterContext, admit_fraction: float | None, output: 
     else:
         admission = (
             "Admission control is on: when even the best candidate would finish a set later"
-            f" than {admit_fraction * ctx.tau_s:g} s (est), you may refuse its pair"
+            f" than {admit_fraction * ctx.loop.tau_s:g} s (est), you may refuse its pair"
             " instead (its requests count as failures, so refuse only what cannot be served"
             " in time; it keeps the queues short for the others)."
         )
     return template("scheduler").substitute(
-        slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", admission=admission, output=output
+        slot_s=f"{ctx.loop.slot_s:g}",
+        tau_s=f"{ctx.loop.tau_s:g}",
+        admission=admission,
+        output=output,
     )
 
 

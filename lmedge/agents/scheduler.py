@@ -70,7 +70,7 @@ class AgenticRouter:
         hierarchical (nodes to avoid per LM, expanded by the rule; hierarchy.py)."""
         own = ("admit_fraction", "prompt_form")
         rest = {k: v for k, v in params.items() if k not in own}
-        core = AgentCore.from_params("scheduler", rest, ctx.slot_s, cls.name)
+        core = AgentCore.from_params("scheduler", rest, ctx.loop.slot_s, cls.name)
         return cls(
             core,
             parse_admit_fraction(params.get("admit_fraction", ADMIT_FRACTION)),

@@ -69,10 +69,10 @@ PluginParam = Annotated[
 Retired = Annotated[str | None, typer.Option(hidden=True)]
 #: The controller flag that sets each `RunConfig` field (for error messages).
 CONTROLLER_FLAGS = {
-    "slot_s": "--slot-s",
-    "epoch_slots": "--epoch-slots",
-    "tau_s": "--tau",
-    "lam": "--lam",
+    "loop.slot_s": "--slot-s",
+    "loop.epoch_slots": "--epoch-slots",
+    "loop.tau_s": "--tau",
+    "loop.lam": "--lam",
     "policy.seed": "--seed",
 }
 #: How often a node agent looks for the controller's run while waiting, seconds.
@@ -154,7 +154,7 @@ def _serve_run(
         kube,
         KubernetesSettings(
             namespace=namespace,
-            **config.loop_constants(),
+            loop=config.loop,
             run=run,
             model_service_account=model_service_account,
             progress_root=progress_root,
@@ -289,7 +289,7 @@ def register(app: typer.Typer) -> None:
         choice = PolicyChoice(profile, planner, router, deployer, params)
         # Bad values or names are one-line errors before anything starts.
         config = run_config(
-            {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam,
+            {"loop": {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam},
              "policy": choice.config(seed)},
             names=CONTROLLER_FLAGS,
         )  # fmt: skip
@@ -298,7 +298,7 @@ def register(app: typer.Typer) -> None:
         ctx, _ = load_context(kube, base)
         backend = KubernetesSettings(
             namespace=namespace,
-            **config.loop_constants(),
+            loop=config.loop,
             gateways=_gateways(gateway, gateway_url_template, [n.name for n in ctx.workers]),
             gateway_url_template=gateway_url_template,
             control_token=_token_file(control_token_file),

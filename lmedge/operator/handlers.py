@@ -20,14 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import kopf
 
-from lmedge.api import ClusterContext, EdgeNodeSpec, LMServiceSpec, NodeInfo
-from lmedge.backends.kubernetes.live import (
-    ClusterView,
-    LoopConstants,
-    context_of,
-    node_down_reason,
-    view_of,
-)
+from lmedge.api import ClusterContext, EdgeNodeSpec, LMServiceSpec, LoopConstants, NodeInfo
+from lmedge.backends.kubernetes.live import ClusterView, context_of, node_down_reason, view_of
 from lmedge.backends.kubernetes.pods import ObservedPod
 from lmedge.errors import LmedgeError, ManifestError
 from lmedge.operator import kube, logic
