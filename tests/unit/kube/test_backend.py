@@ -19,6 +19,7 @@ from lmedge.backends.kubernetes.backend import (
     KubernetesBackend,
     KubernetesSettings,
     WallClock,
+    load_context,
     node_state,
 )
 from lmedge.backends.kubernetes.client import ClusterRefused, KubeClient, RetryPolicy
@@ -338,6 +339,17 @@ def test_the_routing_push_carries_the_runs_loop_constants() -> None:
     assert update.services == {s.name: s.spec.modality for s in SERVICES}
     assert update.lost == []
     gateways.close()
+
+
+def test_load_context_is_the_live_watchs_context_with_the_settings_constants() -> None:
+    loop = LoopConstants(slot_s=5.0, epoch_slots=3)
+    settings = KubernetesSettings(watch=False, loop=loop)
+
+    ctx, uids = load_context(ListingOnly(), settings)
+    backend = KubernetesBackend(ListingOnly(), settings)
+
+    assert ctx == backend.context() and ctx.loop == loop
+    assert uids == {s.name: f"uid-{s.name}" for s in SERVICES}
 
 
 def test_wall_clock_counts_from_its_start() -> None:
