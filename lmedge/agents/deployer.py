@@ -63,7 +63,7 @@ class AgenticDeployer:
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticDeployer:
         """Parameters: `DeployerParams` (params.py), the LLM settings only."""
         p = parse_params(DeployerParams, params, f"deployer {cls.name}")
-        return cls(AgentCore.from_params("deployer", p, ctx.slot_s, cls.name), ctx.lam)
+        return cls(AgentCore.from_params("deployer", p, ctx.loop.slot_s, cls.name), ctx.loop.lam)
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
         reference = rule_placement(obs)

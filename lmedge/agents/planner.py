@@ -55,7 +55,7 @@ class AgenticPlanner:
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any], seed: int = 0) -> AgenticPlanner:
         """Parameters: `PlannerParams` (params.py); a bad one is a `ConfigError` naming it."""
         p = parse_params(PlannerParams, params, f"planner {cls.name}")
-        core = AgentCore.from_params("planner", p, ctx.slot_s, cls.name)
+        core = AgentCore.from_params("planner", p, ctx.loop.slot_s, cls.name)
         return cls(core, seed, p.prompt_form)
 
     def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:

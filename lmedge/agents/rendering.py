@@ -172,10 +172,10 @@ PLANNER_FLAT_OUTPUT = (
 def planner_system(ctx: ClusterContext, output: str) -> str:
     """The planner's system prompt with the output instruction of its prompt form."""
     return template("planner").substitute(
-        epoch_slots=ctx.epoch_slots,
-        slot_s=f"{ctx.slot_s:g}",
-        tau_s=f"{ctx.tau_s:g}",
-        lam=ctx.lam,
+        epoch_slots=ctx.loop.epoch_slots,
+        slot_s=f"{ctx.loop.slot_s:g}",
+        tau_s=f"{ctx.loop.tau_s:g}",
+        lam=ctx.loop.lam,
         output=output,
     )
 
@@ -200,7 +200,7 @@ def scheduler_system(ctx: ClusterContext, admit_fraction: float | None, output: 
             " in time; it keeps the queues short for the others)."
         )
     return template("scheduler").substitute(
-        slot_s=f"{ctx.slot_s:g}",
+        slot_s=f"{ctx.loop.slot_s:g}",
         timeouts=timeouts({lm: ctx.deadline_s(lm) for lm in ctx.lm_names}),
         admission=admission,
         output=output,

@@ -53,7 +53,7 @@ class AgenticRouter:
         fraction in (0, 1] of the LM's deadline, or `off`; rules/scheduler.py),
         `prompt_form` and the LLM settings; a bad one is a `ConfigError` naming it."""
         p = parse_params(RouterParams, params, f"router {cls.name}")
-        core = AgentCore.from_params("scheduler", p, ctx.slot_s, cls.name)
+        core = AgentCore.from_params("scheduler", p, ctx.loop.slot_s, cls.name)
         return cls(core, p.admit_fraction, p.prompt_form)
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:

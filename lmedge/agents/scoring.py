@@ -161,7 +161,7 @@ def routing_objective(obs: SlotObservation, routing: RoutingMap) -> float:
             start += backlog / rate
         _serve(tally, a.requests, a.prompts, start, rate, tau)
         ahead[(dest, lm)] = ahead.get((dest, lm), 0) + a.prompts
-    return _objective(tallies.values(), ctx.lam)
+    return _objective(tallies.values(), ctx.loop.lam)
 
 
 def placement_objective(obs: NodeObservation, placement: Placement, lam: float = LAMBDA) -> float:
@@ -210,7 +210,7 @@ def macro_objective(obs: PlanningObservation, policy: MacroPolicy) -> float:
     ctx = obs.context
     if not obs.traffic:
         return 0.0
-    epoch_s = ctx.epoch_slots * ctx.slot_s
+    epoch_s = ctx.loop.epoch_slots * ctx.loop.slot_s
     roles = {n: set(lms) for n, lms in policy.role_map().items()}
     weights = policy.weights()
     tallies: list[_LMTally] = []
@@ -249,7 +249,7 @@ def macro_objective(obs: PlanningObservation, policy: MacroPolicy) -> float:
             sojourn = min(tau, (1.0 / rate) / max(1e-9, 1.0 - min(rho, 0.999)))
             tally.successes += served
             tally.latency_norm += served * sojourn / tau
-    return _objective(tallies, ctx.lam)
+    return _objective(tallies, ctx.loop.lam)
 
 
 def _capacity_units(node: EdgeNodeSpec, mode: str) -> float:

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from lmedge.api import hosting
 from lmedge.api.base import WireModel
-from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
+from lmedge.api.constants import SLOT_S, TAU_S, LoopConstants
 from lmedge.api.decisions import MacroPolicy, Mode, Placement
 from lmedge.api.resources import EdgeNodeSpec, LMServiceSpec
 
@@ -33,14 +33,13 @@ class ServiceInfo(WireModel):
 
 
 class ClusterContext(WireModel):
-    """Static cluster description plus the control-loop constants."""
+    """Static cluster description plus the control-loop constants (`loop`)."""
 
     nodes: list[NodeInfo]
     services: list[ServiceInfo]
-    tau_s: float = Field(default=TAU_S, gt=0, description="Request deadline (paper: 900 s).")
-    lam: float = Field(default=LAMBDA, ge=0, le=1, description="Objective weight lambda.")
-    slot_s: float = Field(default=SLOT_S, gt=0, description="Slot length (paper: 30 s).")
-    epoch_slots: int = Field(default=EPOCH_SLOTS, ge=1, description="Slots per epoch (paper: 50).")
+    loop: LoopConstants = Field(
+        default_factory=LoopConstants, description="Slot, epoch, deadline tau, lambda."
+    )
 
     @cached_property
     def _nodes(self) -> dict[str, NodeInfo]:
@@ -160,7 +159,7 @@ class ClusterContext(WireModel):
         return self._feasible[lm]
 
     def deadline_s(self, lm: str) -> float:
-        return self.service(lm).spec.deadline_s or self.tau_s
+        return self.service(lm).spec.deadline_s or self.loop.tau_s
 
 
 class InstanceState(WireModel):

@@ -173,7 +173,11 @@ def _lm_mean(ctx: ClusterContext, m: Measured) -> float | None:
     for lm in sorted({r.lm for r in m.requests}):
         mean = _mean_latency(m, lm)
         values.append(
-            mean if mean is not None else ctx.deadline_s(lm) if ctx.has_service(lm) else ctx.tau_s
+            mean
+            if mean is not None
+            else ctx.deadline_s(lm)
+            if ctx.has_service(lm)
+            else ctx.loop.tau_s
         )
     return statistics.fmean(values) if values else None
 

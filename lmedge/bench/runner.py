@@ -119,8 +119,8 @@ def load(spec: RunSpec) -> Scenario:
 
 def settle_slots(ctx: ClusterContext) -> int:
     """Slots until a request of the last measured slot has surely finished."""
-    longest = max((ctx.deadline_s(lm) for lm in ctx.lm_names), default=ctx.tau_s)
-    return math.ceil(longest / ctx.slot_s) + 1
+    longest = max((ctx.deadline_s(lm) for lm in ctx.lm_names), default=ctx.loop.tau_s)
+    return math.ceil(longest / ctx.loop.slot_s) + 1
 
 
 def emulated_backend(scenario: Scenario, seed: int) -> ClusterBackend:
@@ -144,7 +144,7 @@ def baseline_metrics(scenario: Scenario, seed: int) -> EpochMetrics:
         seed=seed,
         keep_history=False,
     )
-    (metrics,) = loop.run(ctx.epoch_slots).epochs
+    (metrics,) = loop.run(ctx.loop.epoch_slots).epochs
     # a reference objective: the random routes' off-role share is not reported
     return metrics.model_copy(update={"off_role_ratio": 0.0})
 
@@ -252,7 +252,7 @@ def request_table(result: RunResult) -> RequestTable:
             lms.append(r.lm)
     index = {lm: k for k, lm in enumerate(lms)}
     return RequestTable(
-        lam=ctx.lam,
+        lam=ctx.loop.lam,
         lms=tuple(lms),
         slot=tuple(r.slot for r in records),
         lm=tuple(index[r.lm] for r in records),
@@ -260,7 +260,7 @@ def request_table(result: RunResult) -> RequestTable:
         success=tuple(r.outcome == "success" for r in records),
         latency_s=tuple(round(r.latency_s, 6) for r in records),
         deadline_s=tuple(
-            ctx.deadline_s(r.model or r.lm) if ctx.has_service(r.model or r.lm) else ctx.tau_s
+            ctx.deadline_s(r.model or r.lm) if ctx.has_service(r.model or r.lm) else ctx.loop.tau_s
             for r in records
         ),
     )

@@ -64,10 +64,11 @@ PluginParam = Annotated[
 Retired = Annotated[str | None, typer.Option(hidden=True)]
 #: The controller flag that sets each `RunConfig` field (for error messages).
 CONTROLLER_FLAGS = {
-    "slot_s": "--slot-s",
-    "epoch_slots": "--epoch-slots",
-    "tau_s": "--tau",
-    "lam": "--lam",
+    "loop.slot_s": "--slot-s",
+    "loop.epoch_slots": "--epoch-slots",
+    "loop.tau_s": "--tau",
+    "loop.lam": "--lam",
+    "policy.seed": "--seed",
 }
 
 
@@ -168,12 +169,13 @@ def register(app: typer.Typer) -> None:
         # Bad values are one-line errors before anything starts (bad names: in the root,
         # once the plugins are registered, before it connects).
         config = run_config(
-            {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam},
+            {"loop": {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam},
+             "policy": choice.config(seed)},
             names=CONTROLLER_FLAGS,
         )  # fmt: skip
         backend = KubernetesSettings(
             namespace=namespace,
-            **config.loop_constants(),
+            loop=config.loop,
             gateways=_gateways(gateway, gateway_url_template),
             gateway_url_template=gateway_url_template,
             control_token=_token_file(control_token_file),

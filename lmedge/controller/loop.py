@@ -305,14 +305,14 @@ class ControlLoop:
             self._workers = [n for n in self.ctx.workers if n.name in self.plugins.deployers]
             self._placements = {k: v for k, v in self._placements.items() if self.ctx.has_node(k)}
         ctx = self.ctx
-        epoch = slot // ctx.epoch_slots
+        epoch = slot // ctx.loop.epoch_slots
         timing = SlotTiming(slot)
         started, started_cpu = time.perf_counter(), time.thread_time()
         snapshot = self.backend.snapshot(slot)
         arrivals = self.backend.arrivals(slot)
         decisions: list[Decision[Any]] = []
         trigger = replan_reason(update) if update.needs_replan else None
-        if slot % ctx.epoch_slots == 0 or trigger is not None:
+        if slot % ctx.loop.epoch_slots == 0 or trigger is not None:
             if self._planning is None:
                 d_plan = self._plan(self._planning_observation(epoch), slot, trigger)
                 self._macro = d_plan.value
@@ -355,8 +355,8 @@ class ControlLoop:
         # After actuating, before the slot's wait: idle time for a controller on a
         # cluster. The full collection once an epoch runs just after the epoch's
         # metric rows were let go, so it does not walk them.
-        slot_end(full=slot > 0 and slot % ctx.epoch_slots == 0)
-        self.backend.clock.sleep_until((slot + 1) * ctx.slot_s)
+        slot_end(full=slot > 0 and slot % ctx.loop.epoch_slots == 0)
+        self.backend.clock.sleep_until((slot + 1) * ctx.loop.slot_s)
         records = self.backend.drain_records()
         for r in records:
             if not r.run:
@@ -375,7 +375,7 @@ class ControlLoop:
         if self._keep_decisions:
             self.result.decisions.extend(decisions)
         self.result.slots = slot + 1
-        if (slot + 1) % ctx.epoch_slots == 0:
+        if (slot + 1) % ctx.loop.epoch_slots == 0:
             self._end_epoch(epoch)
 
     # -- the three tiers ----------------------------------------------------------
@@ -404,7 +404,7 @@ class ControlLoop:
         if d is None:
             return None
         self._macro = d.value
-        planning.applied(slot // self.ctx.epoch_slots, slot)
+        planning.applied(slot // self.ctx.loop.epoch_slots, slot)
         return d
 
     def _route(
@@ -460,8 +460,8 @@ class ControlLoop:
                     roles=roles.get(node.name, []),
                     state=state,
                     previous=self._placements.get(node.name),
-                    tau_s=self.ctx.tau_s,
-                    slot_s=self.ctx.slot_s,
+                    tau_s=self.ctx.loop.tau_s,
+                    slot_s=self.ctx.loop.slot_s,
                 )
             )
             deployer = self.plugins.deployers[node.name]
@@ -537,8 +537,8 @@ class ControlLoop:
         metrics = window_metrics(
             self._epoch_records,
             metric_lms(ctx, self._epoch_records),
-            tau_s=ctx.tau_s,
-            lam=ctx.lam,
+            tau_s=ctx.loop.tau_s,
+            lam=ctx.loop.lam,
             deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
         )
         if self._epoch_routed:

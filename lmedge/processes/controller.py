@@ -88,14 +88,7 @@ class ControllerSettings:
         Stored with the run; node agents and gateways read it from there, so
         this replica's flags are the only place these settings are given.
         """
-        b = self.backend
-        return RunConfig(
-            slot_s=b.slot_s,
-            epoch_slots=b.epoch_slots,
-            tau_s=b.tau_s,
-            lam=b.lam,
-            policy=self.policy.config(self.seed),
-        )
+        return RunConfig(loop=self.backend.loop, policy=self.policy.config(self.seed))
 
 
 class OperatorThread:
@@ -249,9 +242,9 @@ def run_controller(
         log.info("controller leading run %s with %s", run_id, plugins.name)
         first = 0
         if resumed is not None:
-            first = clock.slot(backend_settings.slot_s) + 1
+            first = clock.slot(backend_settings.loop.slot_s) + 1
             _resume_policy(loop, store, run_id, first)
-            clock.sleep_until(first * backend_settings.slot_s)
+            clock.sleep_until(first * backend_settings.loop.slot_s)
         slot = first
         try:
             with quiet_gc():  # the objects set up so far are never walked again

@@ -108,7 +108,7 @@ def _stored_tau(store: Store, default: float) -> float:
     except LmedgeError as exc:
         logging.getLogger(__name__).warning("no run configuration from the store: %s", exc)
         return default
-    return latest.config.tau_s if latest is not None and latest.config is not None else default
+    return latest.config.loop.tau_s if latest is not None and latest.config is not None else default
 
 
 def main(settings: GatewaySettings, options: GatewayOptions) -> None:

@@ -113,7 +113,7 @@ def _serve_run(
         kube,
         KubernetesSettings(
             namespace=settings.namespace,
-            **config.loop_constants(),
+            loop=config.loop,
             run=run,
             model_service_account=settings.model_service_account,
             progress_root=settings.progress_root,

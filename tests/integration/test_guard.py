@@ -45,8 +45,8 @@ def _objective(result: RunResult) -> float:
     m = window_metrics(
         records,
         metric_lms(ctx, records),
-        tau_s=ctx.tau_s,
-        lam=ctx.lam,
+        tau_s=ctx.loop.tau_s,
+        lam=ctx.loop.lam,
         deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
     )
     assert m.objective is not None

@@ -51,8 +51,8 @@ from lmedge.api import (
 from lmedge.backends.emulated import EmulatedBackend
 from lmedge.controller import catalog
 from lmedge.controller.catalog import BuildContext
-from lmedge.processes.plugins import register_plugins
 from lmedge.policies.full import full_placement
+from lmedge.processes.plugins import register_plugins
 from lmedge.sim import load_scenario
 from tests.unit.api.conftest import NODES, SERVICES
 

@@ -13,9 +13,10 @@ TokenReview and authorizes by identity):
 - `GET /control/status` — the gateway's per-LM queue depth, which is the
   backlog Q_ni of the snapshot.
 
-The bodies are built from the control models of `lmedge.api.gateway_control`
-(`RoutingUpdate`, `LocalModels`), the same classes the gateway validates them
-with, so a sender cannot drift from the receiver's schema.
+The bodies are the control models of `lmedge.api.gateway_control`
+(`RoutingUpdate`, built once by the backend; `LocalModels`), the same classes
+the gateway validates them with, so a sender cannot drift from the receiver's
+schema.
 
 A gateway that does not answer is logged and skipped: one slow node must not
 stall the slot for every other node. The caller learns which pushes failed.
@@ -30,41 +31,14 @@ from typing import Any
 
 import httpx
 
-from lmedge.api import RoutingMap
 from lmedge.api.gateway_control import LocalModels, ModelEndpoint, RoutingUpdate
-from lmedge.api.resources import Modality
 from lmedge.tokens import BearerToken
 
-__all__ = ["GatewayClient", "models_body", "routing_body"]
+__all__ = ["GatewayClient", "models_body"]
 
 log = logging.getLogger(__name__)
 
 
-def routing_body(
-    run: str,
-    slot: int,
-    routing: RoutingMap,
-    run_started_at: float | None,
-    slot_s: float | None = None,
-    tau_s: float | None = None,
-    *,
-    services: Mapping[str, Modality] | None = None,
-    classes: Mapping[str, Sequence[str]] | None = None,
-    lost: Sequence[str] = (),
-) -> dict[str, Any]:
-    """A `RoutingUpdate` as JSON (validated: a bad value fails here, not at the gateway)."""
-    update = RoutingUpdate(
-        run=run,
-        slot=slot,
-        run_started_at=run_started_at,
-        slot_s=slot_s,
-        tau_s=tau_s,
-        routing=routing,
-        services=None if services is None else dict(services),
-        classes=None if classes is None else {c: list(m) for c, m in classes.items()},
-        lost=list(lost),
-    )
-    return update.model_dump(mode="json")
 
 
 def models_body(endpoints: Mapping[str, str]) -> dict[str, Any]:
@@ -106,27 +80,9 @@ class GatewayClient:
             self.urls[node] = self.template.format(node=node).rstrip("/")
         return added
 
-    def push_routing(
-        self,
-        run: str,
-        slot: int,
-        routing: RoutingMap,
-        run_started_at: float | None,
-        slot_s: float | None = None,
-        tau_s: float | None = None,
-        *,
-        services: Mapping[str, Modality] | None = None,
-        classes: Mapping[str, Sequence[str]] | None = None,
-        lost: Sequence[str] = (),
-    ) -> list[str]:
-        """PUT the map to every gateway; the nodes whose gateway failed.
-
-        `services`, `classes` and `lost` as in `RoutingUpdate` (the live cluster).
-        """
-        body = routing_body(
-            run, slot, routing, run_started_at, slot_s, tau_s,
-            services=services, classes=classes, lost=lost,
-        )  # fmt: skip
+    def push_routing(self, update: RoutingUpdate) -> list[str]:
+        """PUT the slot's `update` to every gateway; the nodes whose gateway failed."""
+        body = update.model_dump(mode="json")
         return [n for n in sorted(self.urls) if not self._put(n, "/control/routing", body)]
 
     def push_models(self, node: str, endpoints: Mapping[str, str]) -> bool:

@@ -162,7 +162,7 @@ def workload(
         if mode == "off":
             continue
         mem, cap = memory_of(state.name, lm)
-        total += q * mem * service_s(ctx, lm, mode) / (cap * ctx.slot_s)
+        total += q * mem * service_s(ctx, lm, mode) / (cap * ctx.loop.slot_s)
     return total
 
 
@@ -283,7 +283,7 @@ class LyreoRouter:
         if got is None:
             t = service_s(self.context, lm, mode)
             mem, cap = self._memory_time(node, lm)
-            capacity = cap * self.context.slot_s
+            capacity = cap * self.context.loop.slot_s
             got = self._terms[key] = (t, mem, capacity, mem * t / capacity)
         return got
 

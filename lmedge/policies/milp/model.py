@@ -183,7 +183,7 @@ def _build(
     With `w.candidates`, a batch keeps `seed_plan`'s destination among its options.
     """
     ctx = obs.context
-    tau = ctx.tau_s
+    tau = ctx.loop.tau_s
     states = {s.name: s for s in obs.snapshot.nodes}
     workers = [n.name for n in ctx.workers]
     lms = ctx.lm_names
@@ -321,7 +321,7 @@ def _build(
             constant += fair * w.service_weight / len(served)
             terms = [(rho[i], demand[i])]
             for m, c in of_lm.get(i, ()):
-                terms.append((c, -ctx.slot_s / per_prompt[i, m]))
+                terms.append((c, -ctx.loop.slot_s / per_prompt[i, m]))
             rows.add(terms, -np.inf, 0.0)
         pairs = list(itertools.combinations(served, 2))
         for a, b2 in pairs:
@@ -552,7 +552,7 @@ def _seed_point(seed_plan: SeedPlan, model: _SlotModel) -> np.ndarray | None:
         load = sum(k * x[c] for c, k in terms)
         x[wc] = max(0.0, *(per * (l0 * load - l0 * l0 / 2) for l0 in TANGENTS))
     for i, col in rho.items():
-        capacity = sum(ctx.slot_s / service_s(ctx, i, m) * x[c] for m, c in of_lm.get(i, ()))
+        capacity = sum(ctx.loop.slot_s / service_s(ctx, i, m) * x[c] for m, c in of_lm.get(i, ()))
         x[col] = min(1.0, capacity / demand[i])
     for dcol, a, b2 in differences:
         x[dcol] = abs(x[rho[a]] - x[rho[b2]])

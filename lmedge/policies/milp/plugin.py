@@ -130,7 +130,7 @@ class MilpRouter:
         self.site_budget_s = params.site_budget_s
         self._next_site = 0  # the rotation's position in the split's sites
         self.weights = SurrogateWeights(
-            lam=context.lam,
+            lam=context.loop.lam,
             service_weight=params.service_weight,
             transition_weight=params.transition_weight,
             time_limit_s=params.time_limit_s,

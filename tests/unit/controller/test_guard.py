@@ -57,8 +57,8 @@ def _obs(ctx: ClusterContext, node: str, roles: list[str], **state: Any) -> Node
         services=ctx.services,
         roles=roles,
         state=NodeState(name=node, free_cpu_cores=info.spec.cpu_cores, **state),
-        tau_s=ctx.tau_s,
-        slot_s=ctx.slot_s,
+        tau_s=ctx.loop.tau_s,
+        slot_s=ctx.loop.slot_s,
     )
 
 

@@ -20,6 +20,7 @@ from lmedge.api import (
     Decision,
     InstanceState,
     LMPlacement,
+    LoopConstants,
     MacroPolicy,
     NodeObservation,
     NodeState,
@@ -96,7 +97,7 @@ class StubBackend:
                     prompts=2,
                     prompts_done=2,
                     slot=slot,
-                    submit_s=slot * self.ctx.slot_s,
+                    submit_s=slot * self.ctx.loop.slot_s,
                     inference_s=10.0,
                     outcome="success",
                 )
@@ -119,7 +120,7 @@ class StubBackend:
 
 @pytest.fixture
 def ctx(testbed: Scenario) -> ClusterContext:
-    return testbed.context().model_copy(update={"epoch_slots": 3})
+    return testbed.context().model_copy(update={"loop": LoopConstants(epoch_slots=3)})
 
 
 def plugins(ctx: ClusterContext, **override: Any) -> PolicyPlugins:
@@ -304,7 +305,7 @@ def test_decisions_are_stamped_by_the_runner(ctx: ClusterContext) -> None:
     assert {d.run for d in result.decisions} == {"t"}
     for d in result.decisions:
         assert d.epoch == d.slot // 3
-        assert d.sim_time_s == d.slot * ctx.slot_s
+        assert d.sim_time_s == d.slot * ctx.loop.slot_s
         assert d.latency_s >= 0
         assert (d.node is not None) == (d.agent == "deployer")
     assert len(result.timings) == 4

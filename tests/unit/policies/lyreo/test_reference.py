@@ -67,7 +67,7 @@ def reference(
                 transfer_s(ctx, a.origin, n, a.lm, p) + wait[n, a.lm] + per[n, a.lm] * (p + 1) / 2
             )
             mem, cap = memory_per_prompt(ctx, n, a.lm)
-            delta = p * (mem * per[n, a.lm] / (cap * ctx.slot_s))
+            delta = p * (mem * per[n, a.lm] / (cap * ctx.loop.slot_s))
             shift = delta / size
             w = loads[n]
             sign = (w > mean) - (w < mean)
