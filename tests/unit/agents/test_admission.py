@@ -84,7 +84,7 @@ def test_the_prompt_states_the_cutoff_the_rule_applies_to_an_lm_with_its_own_dea
     states = _states(ctx, {"lm4": 5})
     arrivals = [Arrival(origin=origin, lm="lm4", requests=1, prompts=3)]
     best = candidates(ctx, macro, states, "lm4", prompts=3, origin=origin)[0]
-    assert best.backlog > 0 and best.cost_s + 10 < fraction * ctx.tau_s
+    assert best.backlog > 0 and best.cost_s + 10 < fraction * ctx.loop.tau_s
     own = _with_deadline(ctx, "lm4", (best.cost_s + margin_s) / fraction)
 
     reference = rule_routing(own, macro, states, arrivals, admit_fraction=fraction)
@@ -129,7 +129,7 @@ def test_the_scheduler_and_deployer_prompts_state_each_lms_own_deadline(
     node = own.node("worker-2")
     obs = NodeObservation(
         slot=0, epoch=0, node=node, services=own.services, state=NodeState(name=node.name),
-        roles=[], slot_s=own.slot_s, tau_s=own.tau_s,
+        roles=[], slot_s=own.loop.slot_s, tau_s=own.loop.tau_s,
     )  # fmt: skip
     deployer_system, _ = render_node(obs, rule_placement(obs))
     assert "lm4 at 600 s" in deployer_system and "lm2 at 900 s" in deployer_system
