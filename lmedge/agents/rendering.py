@@ -289,30 +289,40 @@ def render_slot(view: SlotView) -> tuple[str, str]:
     return system, "\n".join(lines)
 
 
-def hardware_profile(node: NodeInfo) -> tuple[str, str]:
-    """(hardware sentence, allowed modes sentence) for a node's system prompt."""
+def hardware_profile(node: NodeInfo) -> str:
+    """The hardware sentence of a node's system prompt."""
     s = node.spec
     if not s.has_gpu:
-        return (
-            f"a CPU-only server with {s.cpu_cores:g} cores and {_gib(s.memory_gib)} memory.",
-            "There is no GPU: GPU-only LMs must be off, the others run in cpu mode.",
-        )
+        return f"a CPU-only server with {s.cpu_cores:g} cores and {_gib(s.memory_gib)} memory."
     kind = "single-GPU" if len(s.gpus) == 1 else f"{len(s.gpus)}-GPU"
     return (
         f"a {kind} server with {s.cpu_cores:g} cores, {_gib(s.memory_gib)} memory and"
-        f" {s.total_vgpus} time-sliced vGPUs ({_gib(s.total_vram_gib)} vRAM).",
-        "GPU-only LMs run in gpu mode; text LMs may use gpu or cpu mode (CPU is slower"
-        " but uses spare cores).",
+        f" {s.total_vgpus} time-sliced vGPUs ({_gib(s.total_vram_gib)} vRAM)."
+    )
+
+
+def modes_sentence(node: NodeInfo, services: list[ServiceInfo]) -> str:
+    """What each LM may run in on `node`: the reply schema's mode enum (`allowed_modes`), said.
+
+    One function gives both, so the prompt never allows a mode the schema
+    refuses (or the reverse).
+    """
+    each = []
+    for sv in services:
+        open_ = [m for m in allowed_modes(sv, node) if m != "off"]
+        each.append(f"{sv.name} {' or '.join(open_)}" if open_ else f"{sv.name} off only")
+    return (
+        "Modes each LM may take here besides off, fastest first: " + "; ".join(each) + "."
+        " CPU is slower than GPU but uses spare cores."
     )
 
 
 def render_node(obs: NodeObservation, reference: Placement) -> tuple[str, str]:
     """(system, user) prompts for one node's deployer."""
-    hw, modes = hardware_profile(obs.node)
     system = template("deployer").substitute(
         node=obs.node.name,
-        hardware=hw,
-        modes=modes,
+        hardware=hardware_profile(obs.node),
+        modes=modes_sentence(obs.node, obs.services),
         slot_s=f"{obs.slot_s:g}",
         timeouts=timeouts({sv.name: sv.spec.deadline_s or obs.tau_s for sv in obs.services}),
     )
