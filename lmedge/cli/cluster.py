@@ -169,8 +169,7 @@ def register(app: typer.Typer) -> None:
         # Bad values are one-line errors before anything starts (bad names: in the root,
         # once the plugins are registered, before it connects).
         config = run_config(
-            {"loop": {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam},
-             "policy": choice.config(seed)},
+            {"loop": {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam}},
             names=CONTROLLER_FLAGS,
         )  # fmt: skip
         backend = KubernetesSettings(
