@@ -48,7 +48,7 @@ import pytest
 from lmedge.agents import AgenticDeployer, AgenticPlanner, AgenticRouter
 from lmedge.agents.llm import forget_endpoint_capabilities
 from lmedge.agents.memory import select_cases
-from lmedge.agents.rendering import render_node, render_planning, render_slot
+from lmedge.agents.rendering import SlotView, render_node, render_planning, render_slot
 from lmedge.agents.rules.deployer import rule_placement
 from lmedge.agents.rules.planner import plan_macro
 from lmedge.agents.rules.scheduler import candidates, rule_routing
@@ -229,7 +229,8 @@ def test_prompt_size_in_tokens(name: str) -> None:
     states = {n.name: n for n in slot.snapshot.nodes}
     reference = rule_routing(ctx, macro, states, slot.arrivals)
     ranked = {lm: candidates(ctx, macro, states, lm) for lm in ctx.lm_names}
-    sched_system, sched_user = render_slot(ctx, 1, 0, macro, ranked, slot.arrivals, reference)
+    view = SlotView(ctx, 1, 0, macro, states, slot.arrivals, reference, ranked)
+    sched_system, sched_user = render_slot(view)
     pairs = next(x for x in sched_user.splitlines() if x.startswith("Pairs to route"))
     obs = _node_obs(ctx, slot, ctx.workers[1].name)
     dep_system, dep_user = render_node(obs, rule_placement(obs))
@@ -271,7 +272,7 @@ def test_deterministic_overhead_per_slot(name: str) -> None:
             check_placement(p, o.node, o.services)
         t1 = time.perf_counter()
         ranked = {lm: candidates(ctx, macro, states, lm) for lm in ctx.lm_names}
-        render_slot(ctx, 1, 0, macro, ranked, slot.arrivals, reference)
+        render_slot(SlotView(ctx, 1, 0, macro, states, slot.arrivals, reference, ranked))
         for o, p in zip(obs, placements, strict=True):
             render_node(o, p)
         t2 = time.perf_counter()
@@ -526,7 +527,7 @@ def test_small_model_on_testbed(llama_server: LlamaServer) -> None:
         # The grammar built from each observation's schema makes every reply parse.
         assert sum(t["parsed"] for t in table.values()) >= 0.99 * total, (arm, table)
     # The guard's promise, on this run: never worse than the rules beyond its margin.
-    from lmedge.agents.guard import GUARD_MARGIN
+    from lmedge.agents.scoring import GUARD_MARGIN
 
     guarded, rules = arms["model_guarded"]["objective"], arms["rules"]["objective"]
     assert guarded is not None and rules is not None

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from lmedge.agents.guard import GUARD_MARGIN
+from lmedge.agents.scoring import GUARD_MARGIN
 from lmedge.backends.emulated.backend import EmulatedBackend
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop

@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 
 from lmedge.bench.evaluation import evaluate
+from lmedge.bench.executors import executor_for
 from lmedge.bench.grid import Options, plan, specs
-from lmedge.bench.runner import executor_for
+from lmedge.processes.plugins import register_plugins
 
 pytestmark = pytest.mark.bench
 
@@ -44,7 +45,7 @@ def test_testbed_targets_and_the_cost_of_the_whole_grid() -> None:
     full = plan(Options())
     testbed = [e for e in full if e.scenario == "testbed"]
     started = time.perf_counter()
-    runs = executor_for(os.cpu_count()).map(specs(testbed))
+    runs = executor_for(os.cpu_count(), setup=register_plugins).map(specs(testbed))
     wall = time.perf_counter() - started
     sections, _ = evaluate(testbed, runs)
     targets = next(s for s in sections if s.key == "targets")

@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from lmedge.bench.runner import emulated_backend, executor_for
+from lmedge.bench.executors import executor_for
+from lmedge.bench.runner import emulated_backend
 from lmedge.bench.scale import (
     control_plane_cost,
     growth_exponent,
@@ -37,7 +38,8 @@ from lmedge.bench.scale import (
     peak_rss_mib,
     scale_scenario,
 )
-from lmedge.controller.catalog import PROFILES, profile
+from lmedge.controller.catalog import PROFILES
+from lmedge.processes.plugins import register_plugins
 from lmedge.sim import load_scenario
 from tests.fixtures.ray_head import ray_head  # noqa: F401  (the fixture)
 
@@ -65,7 +67,6 @@ def _prompt_tokens(path: Path) -> dict[str, int | None]:
 @pytest.mark.timeout(7200)  # every profile at 1,000 workers: most of an hour on a loaded machine
 def test_scale_table(tmp_path: Path) -> None:
     sizes = [int(s) for s in _env_list("LMEDGE_SCALE_SIZES", "10,100,1000")]
-    profile("ma")  # loads the registrations, so PROFILES lists every profile
     profiles = _env_list("LMEDGE_SCALE_PROFILES", ",".join(PROFILES))
     slots = int(os.environ.get("LMEDGE_SCALE_SLOTS", "3"))
     rows: list[dict[str, Any]] = []
@@ -140,10 +141,10 @@ def test_reproduce_grid_local_vs_ray(ray_head: str) -> None:  # noqa: F811
 
     grid = specs(plan(Options(quick=True, policies=("rr", "rf", "ll", "al"))))
     started = time.perf_counter()
-    local = executor_for(2).map(grid)
+    local = executor_for(2, setup=register_plugins).map(grid)
     local_s = time.perf_counter() - started
     started = time.perf_counter()
-    remote = executor_for(None, "ray", ray_head).map(grid)
+    remote = executor_for(None, "ray", ray_head, setup=register_plugins).map(grid)
     ray_s = time.perf_counter() - started
     print(f"\nreproduce grid ({len(grid)} runs): local pool of 2 {local_s:.1f} s, "
           f"2-CPU local Ray head {ray_s:.1f} s")  # fmt: skip

@@ -377,9 +377,9 @@ def context_segment_metrics(
     return segment_metrics(
         recs,
         metric_lms(ctx, recs),
-        window_slots or ctx.epoch_slots,
-        tau_s=ctx.tau_s,
-        lam=ctx.lam,
+        window_slots or ctx.loop.epoch_slots,
+        tau_s=ctx.loop.tau_s,
+        lam=ctx.loop.lam,
         deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
     )
 

@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.llm_server",
     "tests.fixtures.llama_server",
     "tests.fixtures.cluster",
+    "tests.fixtures.plugins",
 ]
 
 _EXIT_STATUS: list[int] = []

@@ -3,7 +3,7 @@
 An agent with an endpoint asks its LLM and returns
 
 - `source="llm"` with the LLM's value when the reply parsed, passed `check`
-  and the scoring guard (guard.py) estimated it no worse than the rule's
+  and the scoring guard (scoring.py) estimated it no worse than the rule's
   decision by more than the margin; `Decision.guard` holds both estimates;
 - `source="rule"`, `outcome="replaced"` with the rule's value when the
   guard judged the valid LLM proposal worse (both estimates in the audit);
@@ -25,35 +25,19 @@ second check of a rule value cost ~70 ms a slot. The LLM path keeps its own
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from lmedge.agents.guard import choose
 from lmedge.agents.llm import LLMClient, ReplyFormat
-from lmedge.agents.settings import SETTING_FIELDS, AgentName, LLMSettings, resolve_settings
+from lmedge.agents.params import AgentParams
+from lmedge.agents.scoring import choose
+from lmedge.agents.settings import AgentName, LLMSettings, resolve_settings
 from lmedge.api import AgentKind, Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.decisions import cap_text
-from lmedge.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T", MacroPolicy, RoutingMap, Placement)
-
-_AGENTS = ("planner", "scheduler", "deployer")
-#: Parameter keys an agentic plugin accepts (the CLI passes the same set to all three).
-ALLOWED_PARAMS = frozenset(
-    [f"llm_{f}" for f in SETTING_FIELDS] + [f"llm_{a}_{f}" for a in _AGENTS for f in SETTING_FIELDS]
-)
-
-
-def check_params(plugin: str, params: Mapping[str, Any]) -> None:
-    """Reject parameters an agentic plugin does not know, naming the valid ones."""
-    unknown = sorted(set(params) - ALLOWED_PARAMS)
-    if unknown:
-        raise ConfigError(
-            f"{plugin}: unknown parameter(s) {', '.join(unknown)}; valid: llm_<field> or "
-            f"llm_<agent>_<field> with field in {', '.join(SETTING_FIELDS)}"
-        )
 
 
 class AgentCore:
@@ -67,10 +51,10 @@ class AgentCore:
 
     @classmethod
     def from_params(
-        cls, agent: AgentName, params: Mapping[str, Any], slot_s: float, policy: str
+        cls, agent: AgentName, params: AgentParams, slot_s: float, policy: str
     ) -> AgentCore:
-        check_params(f"{agent} {policy}", params)
-        return cls(agent, resolve_settings(agent, params, slot_s=slot_s), policy)
+        """The agent's core with the LLM settings its plugin's parameters give (settings.py)."""
+        return cls(agent, resolve_settings(agent, params.llm_settings(), slot_s=slot_s), policy)
 
     @property
     def uses_llm(self) -> bool:

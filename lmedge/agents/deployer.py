@@ -7,7 +7,7 @@ Without an endpoint the rule backend (rules/deployer.py) decides. A failed
 LLM call falls back to the rule's placement; the running set mapped to the
 nearest feasible placement (paper §V-D2) is only the last resort, when the
 rule fails too: on a cold start it keeps the node empty. A valid LLM
-placement runs only if the scoring guard (guard.py) estimates it no worse
+placement runs only if the scoring guard (scoring.py) estimates it no worse
 than the rule's by more than the margin.
 The object is stateless between calls, so the controller may call it for
 several nodes at once from different threads.
@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmedge.agents.core import AgentCore
-from lmedge.agents.guard import placement_objective
+from lmedge.agents.params import DeployerParams
 from lmedge.agents.rendering import placement_format, render_node
 from lmedge.agents.rules.deployer import rule_placement
+from lmedge.agents.scoring import placement_objective
 from lmedge.api import (
     Capabilities,
     ClusterContext,
@@ -33,6 +34,7 @@ from lmedge.api import (
     nearest_feasible,
 )
 from lmedge.metrics import LAMBDA
+from lmedge.policies.kit.params import parse_params
 
 
 def keep_running(obs: NodeObservation) -> Placement:
@@ -59,7 +61,9 @@ class AgenticDeployer:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticDeployer:
-        return cls(AgentCore.from_params("deployer", params, ctx.slot_s, cls.name), ctx.lam)
+        """Parameters: `DeployerParams` (params.py), the LLM settings only."""
+        p = parse_params(DeployerParams, params, f"deployer {cls.name}")
+        return cls(AgentCore.from_params("deployer", p, ctx.loop.slot_s, cls.name), ctx.loop.lam)
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
         reference = rule_placement(obs)

@@ -40,6 +40,7 @@ from lmedge.agents.memory import SelectedCase, select_cases
 from lmedge.agents.rendering import (
     TOKENS_BASE,
     TOP_K,
+    SlotView,
     _dict_of,
     _keys_problems,
     _obj,
@@ -54,7 +55,7 @@ from lmedge.agents.rendering import (
 )
 from lmedge.agents.rules.deployer import rule_placement
 from lmedge.agents.rules.planner import RulePlannerState, plan_macro
-from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Candidate, Plan, candidates, rule_routing
+from lmedge.agents.rules.scheduler import Plan, candidates, rule_routing
 from lmedge.api import (
     Arrival,
     ClusterContext,
@@ -70,10 +71,8 @@ from lmedge.api import (
     RouteWeight,
     RoutingMap,
 )
-from lmedge.errors import ConfigError
 
 PromptForm = Literal["auto", "flat", "hierarchical"]
-FORMS: tuple[PromptForm, ...] = ("auto", "flat", "hierarchical")
 #: Largest flat prompt (system + user, estimated tokens) `auto` keeps; above it
 #: the agent asks in the hierarchical form. Issue target: <= 4,000 at 1,000 nodes.
 PROMPT_TOKEN_LIMIT = 4000
@@ -81,17 +80,6 @@ PROMPT_TOKEN_LIMIT = 4000
 #: the rule's plan (1 = the rule's own plan).
 DEMAND_FACTORS = (0.5, 0.75, 1.0, 1.5, 2.0)
 TOKENS_PER_LM = 20
-
-
-def parse_form(agent: str, value: Any) -> PromptForm:
-    """The `prompt_form` parameter: auto (default), flat or hierarchical."""
-    v = "auto" if value is None else str(value).lower()
-    for f in FORMS:
-        if v == f:
-            return f
-    raise ConfigError(
-        f"{agent} agentic: prompt_form must be one of {', '.join(FORMS)}, not {value!r}"
-    )
 
 
 def choose_form(form: PromptForm, flat: tuple[str, str]) -> Literal["flat", "hierarchical"]:
@@ -223,22 +211,14 @@ def scheduler_hierarchical_output(admission: bool) -> str:
     )
 
 
-def render_slot_hierarchical(
-    ctx: ClusterContext,
-    slot: int,
-    epoch: int,
-    macro: MacroPolicy | None,
-    ranked: dict[str, list[Candidate]],
-    arrivals: list[Arrival],
-    reference: RoutingMap,
-    admit_fraction: float | None = ADMIT_FRACTION,
-) -> tuple[str, str]:
+def render_slot_hierarchical(view: SlotView) -> tuple[str, str]:
     """(system, user) prompts of the hierarchical scheduler: per LM, never per pair."""
+    ctx = view.ctx
     system = scheduler_system(
-        ctx, admit_fraction, scheduler_hierarchical_output(admit_fraction is not None)
+        ctx, view.admit_fraction, scheduler_hierarchical_output(view.admission)
     )
-    lines = [f"Epoch {epoch}, slot {slot}."]
-    if macro is None:
+    lines = [f"Epoch {view.epoch}, slot {view.slot}."]
+    if view.macro is None:
         lines.append("No macro policy yet: use any candidate.")
     lines.append(
         "Per LM: this slot's pairs, prompts and origin sites, the heuristic's refusals, then its"
@@ -247,9 +227,9 @@ def render_slot_hierarchical(
         " p = planner weight; est = estimated completion of one set):"
     )
     site = {n.name: n.spec.site for n in ctx.nodes}
-    refused = Counter(r.lm for r in reference.rejections)
-    for lm, cands in ranked.items():
-        mine = [a for a in arrivals if a.lm == lm and a.requests > 0]
+    refused = Counter(r.lm for r in view.reference.rejections)
+    for lm, cands in view.ranked.items():
+        mine = [a for a in view.arrivals if a.lm == lm and a.requests > 0]
         sites = {site.get(a.origin) for a in mine}
         shown = "; ".join(
             f"{c.node} {c.status} q={c.backlog} p={c.p:.2f} est={c.cost_s:.0f}s"
@@ -259,22 +239,15 @@ def render_slot_hierarchical(
             f"- {lm}: {len(mine)} pairs, {sum(a.prompts for a in mine)} prompts from"
             f" {len(sites)} sites, {refused.get(lm, 0)} refused; {shown}"
         )
-    ref: dict[str, dict[str, list[str]]] = {"avoid": {lm: [] for lm in ranked}}
+    ref: dict[str, dict[str, list[str]]] = {"avoid": {lm: [] for lm in view.ranked}}
     lines.append(f"Reference (the heuristic avoids none): {json.dumps(ref)}")
     return system, "\n".join(lines)
 
 
-def avoid_format(
-    ctx: ClusterContext,
-    macro: MacroPolicy | None,
-    states: dict[str, NodeState],
-    arrivals: list[Arrival],
-    ranked: dict[str, list[Candidate]],
-    admit_fraction: float | None,
-) -> ReplyFormat[RoutingMap]:
+def avoid_format(view: SlotView) -> ReplyFormat[RoutingMap]:
     """The hierarchical scheduler's reply (nodes to avoid per LM) and its expander."""
     props: dict[str, Any] = {}
-    for lm, cands in ranked.items():
+    for lm, cands in view.ranked.items():
         names = [c.node for c in cands[:TOP_K]]
         props[lm] = {
             "type": "array",
@@ -282,30 +255,18 @@ def avoid_format(
             "maxItems": max(0, len(names) - 1),
         }
     tokens = TOKENS_BASE + TOKENS_PER_LM * len(props)
-    return ReplyFormat(
-        _obj({"avoid": _obj(props)}),
-        tokens,
-        lambda d: expand_avoid(d, ctx, macro, states, arrivals, ranked, admit_fraction),
-    )
+    return ReplyFormat(_obj({"avoid": _obj(props)}), tokens, lambda d: expand_avoid(d, view))
 
 
-def expand_avoid(
-    data: Any,
-    ctx: ClusterContext,
-    macro: MacroPolicy | None,
-    states: dict[str, NodeState],
-    arrivals: list[Arrival],
-    ranked: dict[str, list[Candidate]],
-    admit_fraction: float | None,
-) -> RoutingMap:
+def expand_avoid(data: Any, view: SlotView) -> RoutingMap:
     """The routing map of an avoid reply: the rule's routing with those nodes out of the plan."""
     if isinstance(data, dict) and isinstance(data.get("routes"), list):
         return RoutingMap.model_validate(data)
     avoid = _dict_of(data, "avoid")
-    problems = _keys_problems(avoid, list(ranked), "LM")
+    problems = _keys_problems(avoid, list(view.ranked), "LM")
     out: dict[str, set[str]] = {}
     for lm, nodes in avoid.items():
-        allowed = [c.node for c in ranked.get(lm, [])[:TOP_K]]
+        allowed = [c.node for c in view.ranked.get(lm, [])[:TOP_K]]
         if not isinstance(nodes, list):
             problems.append(f"avoid.{lm} must be a list of node names")
             continue
@@ -315,7 +276,9 @@ def expand_avoid(
         out[lm] = {n for n in nodes if n in allowed}
     if problems:
         raise ValueError("; ".join(problems))
-    return rule_routing(ctx, without(macro, out), states, arrivals, admit_fraction)
+    return rule_routing(
+        view.ctx, without(view.macro, out), view.states, view.arrivals, view.admit_fraction
+    )
 
 
 def without(macro: MacroPolicy | None, avoid: Mapping[str, set[str]]) -> MacroPolicy | None:
@@ -425,9 +388,9 @@ def prompt_tokens(agent: Agent, ctx: ClusterContext, form: PromptForm = "auto") 
         reference = rule_routing(ctx, policy, states, arrivals)
         plan = Plan.of(ctx, policy)
         ranked = {lm: candidates(ctx, policy, states, lm, plan=plan) for lm in ctx.lm_names}
-        args = (ctx, 1, 0, policy, ranked, arrivals, reference)
-        flat = render_slot(*args)
-        hier = render_slot_hierarchical(*args)
+        view = SlotView(ctx, 1, 0, policy, states, arrivals, reference, ranked)
+        flat = render_slot(view)
+        hier = render_slot_hierarchical(view)
     chosen = choose_form(form, flat)
     s, u = flat if chosen == "flat" else hier
     return estimate_tokens(s + u)

@@ -97,6 +97,29 @@ MAX_TOKENS = 10_000_000
 MAX_OBJECT_STARTS = 64
 
 
+@dataclass
+class _Backoff:
+    """One decision's retries: how many are left and the next pause before one."""
+
+    retries_left: int
+    deadline: float
+    clock: Callable[[], float]
+    pause_s: float = BACKOFF_S
+
+    def wait(self) -> bool:
+        """Pause and return True when a retry is left and still fits the budget; else False.
+
+        The pause doubles per retry and is never more than a quarter of what
+        is left of the budget; a retry needs twice the pause left.
+        """
+        if self.retries_left <= 0 or self.deadline - self.clock() <= self.pause_s * 2:
+            return False
+        self.retries_left -= 1
+        time.sleep(min(self.pause_s, (self.deadline - self.clock()) / 4))
+        self.pause_s *= 2
+        return True
+
+
 def forget_endpoint_capabilities() -> None:
     """Forget every endpoint's dialect (tests start clean)."""
     with _DIALECT_LOCK:
@@ -347,9 +370,8 @@ class LLMClient:
             {"role": "system", "content": system},
             {"role": "user", "content": user},
         ]
-        retries_left = s.max_retries
+        backoff = _Backoff(s.max_retries, deadline, self._clock)
         repairs_left = 1
-        backoff = BACKOFF_S
         while True:
             remaining = deadline - self._clock()
             if remaining <= 0.01:
@@ -380,10 +402,7 @@ class LLMClient:
                     f"bad request (400): {_msg(exc)}" if exc.status_code == 400 else _classify(exc)
                 )
                 transient = isinstance(exc, openai.RateLimitError) or exc.status_code >= 500
-                if transient and retries_left > 0 and deadline - self._clock() > backoff * 2:
-                    retries_left -= 1
-                    time.sleep(min(backoff, (deadline - self._clock()) / 4))
-                    backoff *= 2
+                if transient and backoff.wait():
                     continue
                 break
             except openai.APIConnectionError as exc:
@@ -393,19 +412,13 @@ class LLMClient:
                     # The server is still generating the abandoned reply (up to max_tokens):
                     # a retry would only queue behind it.
                     break
-                if retries_left > 0 and deadline - self._clock() > backoff * 2:
-                    retries_left -= 1
-                    time.sleep(min(backoff, (deadline - self._clock()) / 4))
-                    backoff *= 2
+                if backoff.wait():
                     continue
                 break
             except _BadBody as exc:
                 reply.calls += 1
                 reply.error = f"LLM endpoint answered 200 without a chat completion: {exc}"
-                if retries_left > 0 and deadline - self._clock() > backoff * 2:
-                    retries_left -= 1
-                    time.sleep(min(backoff, (deadline - self._clock()) / 4))
-                    backoff *= 2
+                if backoff.wait():
                     continue
                 break
             except openai.OpenAIError as exc:

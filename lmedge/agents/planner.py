@@ -7,7 +7,7 @@ either way: its policy is the decision without an endpoint, and the reference
 shown to the LLM with one. A failed LLM call falls back to the
 rule's policy (the agent's own deterministic decision); the random baseline
 (paper §V-D2) is the last resort when the rule fails too. A valid LLM policy
-runs only if the scoring guard (guard.py) estimates it no worse than the
+runs only if the scoring guard (scoring.py) estimates it no worse than the
 rule's by more than the margin.
 """
 
@@ -18,17 +18,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmedge.agents.core import AgentCore
-from lmedge.agents.guard import macro_objective
 from lmedge.agents.hierarchy import (
     PromptForm,
     choose_form,
     demand_format,
-    parse_form,
     render_planning_hierarchical,
 )
 from lmedge.agents.memory import select_cases
+from lmedge.agents.params import PlannerParams
 from lmedge.agents.rendering import policy_format, render_planning
 from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
+from lmedge.agents.scoring import macro_objective
 from lmedge.api import (
     ClusterContext,
     Decision,
@@ -36,6 +36,7 @@ from lmedge.api import (
     PlanningObservation,
     check_macro_policy,
 )
+from lmedge.policies.kit.params import parse_params
 from lmedge.policies.random import random_macro_policy
 
 
@@ -52,12 +53,10 @@ class AgenticPlanner:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any], seed: int = 0) -> AgenticPlanner:
-        """Parameter `prompt_form`: auto (default: flat while the prompt fits
-        `hierarchy.PROMPT_TOKEN_LIMIT`), flat (per-node weights and roles) or
-        hierarchical (a demand factor per LM, expanded by the rule; hierarchy.py)."""
-        rest = {k: v for k, v in params.items() if k != "prompt_form"}
-        core = AgentCore.from_params("planner", rest, ctx.slot_s, cls.name)
-        return cls(core, seed, parse_form("planner", params.get("prompt_form")))
+        """Parameters: `PlannerParams` (params.py); a bad one is a `ConfigError` naming it."""
+        p = parse_params(PlannerParams, params, f"planner {cls.name}")
+        core = AgentCore.from_params("planner", p, ctx.loop.slot_s, cls.name)
+        return cls(core, seed, p.prompt_form)
 
     def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:
         ctx = obs.context

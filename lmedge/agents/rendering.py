@@ -14,6 +14,7 @@ prompt describes its own node only.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from string import Template
@@ -22,7 +23,7 @@ from typing import Any
 from lmedge.agents.llm import ReplyFormat
 from lmedge.agents.memory import SelectedCase
 from lmedge.agents.rules.capacity import GPU_POD_CORES
-from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Candidate
+from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Candidate, admission_horizon_s
 from lmedge.api import (
     Arrival,
     ClusterContext,
@@ -33,6 +34,7 @@ from lmedge.api import (
     NodeInfo,
     NodeObservation,
     NodeRole,
+    NodeState,
     Placement,
     PlanningObservation,
     Rejection,
@@ -40,10 +42,37 @@ from lmedge.api import (
     RouteWeight,
     RoutingMap,
     ServiceInfo,
+    hosting,
 )
 
 #: Candidate destinations shown per LM to the scheduler.
 TOP_K = 4
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """What the scheduler's prompts and reply formats read about one slot.
+
+    Built once per decision and passed to the flat and the hierarchical
+    renderers and reply formats alike, so both forms describe the same slot.
+    """
+
+    ctx: ClusterContext
+    slot: int
+    epoch: int
+    macro: MacroPolicy | None
+    states: dict[str, NodeState]
+    arrivals: list[Arrival]
+    #: The rule's map for the slot: its suggestions and refusals.
+    reference: RoutingMap
+    #: Per LM to route, its candidates best first (`rules.scheduler.candidates`).
+    ranked: dict[str, list[Candidate]]
+    #: The router's admission horizon as a fraction of a deadline; None: off.
+    admit_fraction: float | None = ADMIT_FRACTION
+
+    @property
+    def admission(self) -> bool:
+        return self.admit_fraction is not None
 
 
 @cache
@@ -143,10 +172,10 @@ PLANNER_FLAT_OUTPUT = (
 def planner_system(ctx: ClusterContext, output: str) -> str:
     """The planner's system prompt with the output instruction of its prompt form."""
     return template("planner").substitute(
-        epoch_slots=ctx.epoch_slots,
-        slot_s=f"{ctx.slot_s:g}",
-        tau_s=f"{ctx.tau_s:g}",
-        lam=ctx.lam,
+        epoch_slots=ctx.loop.epoch_slots,
+        slot_s=f"{ctx.loop.slot_s:g}",
+        tau_s=f"{ctx.loop.tau_s:g}",
+        lam=ctx.loop.lam,
         output=output,
     )
 
@@ -156,15 +185,35 @@ def scheduler_system(ctx: ClusterContext, admit_fraction: float | None, output: 
     if admit_fraction is None:
         admission = "Admission control is off: serve every listed pair."
     else:
+        # per LM, as the rule refuses (an LMService may have its own deadline)
+        cutoffs = {lm: f"{admission_horizon_s(ctx, lm, admit_fraction):g} s" for lm in ctx.lm_names}
+        if len(set(cutoffs.values())) == 1:
+            cutoff = next(iter(cutoffs.values()))
+        else:
+            cutoff = (
+                "its LM's cut-off (" + ", ".join(f"{lm} {c}" for lm, c in cutoffs.items()) + ")"
+            )
         admission = (
             "Admission control is on: when even the best candidate would finish a set later"
-            f" than {admit_fraction * ctx.tau_s:g} s (est), you may refuse its pair"
+            f" than {cutoff} (est), you may refuse its pair"
             " instead (its requests count as failures, so refuse only what cannot be served"
             " in time; it keeps the queues short for the others)."
         )
     return template("scheduler").substitute(
-        slot_s=f"{ctx.slot_s:g}", tau_s=f"{ctx.tau_s:g}", admission=admission, output=output
+        slot_s=f"{ctx.loop.slot_s:g}",
+        timeouts=timeouts({lm: ctx.deadline_s(lm) for lm in ctx.lm_names}),
+        admission=admission,
+        output=output,
     )
+
+
+def timeouts(deadlines: dict[str, float]) -> str:
+    """The sentence telling an agent when requests time out: one deadline, or each LM's."""
+    values = {f"{d:g} s" for d in deadlines.values()}
+    if len(values) <= 1:
+        return f"Requests time out after {next(iter(values), '?')}."
+    each = ", ".join(f"{lm} at {d:g} s" for lm, d in deadlines.items())
+    return f"Requests time out at their LM's deadline: {each}."
 
 
 def epoch_lines(obs: PlanningObservation) -> list[str]:
@@ -205,26 +254,17 @@ def render_planning(
     return system, "\n".join(lines)
 
 
-def render_slot(
-    ctx: ClusterContext,
-    slot: int,
-    epoch: int,
-    macro: MacroPolicy | None,
-    ranked: dict[str, list[Candidate]],
-    arrivals: list[Arrival],
-    reference: RoutingMap,
-    admit_fraction: float | None = ADMIT_FRACTION,
-) -> tuple[str, str]:
+def render_slot(view: SlotView) -> tuple[str, str]:
     """(system, user) prompts for the scheduler: top-k candidates per LM, then the pairs."""
     output = (
         'Output one JSON object {"routes": {"<origin>/<lm>": "<destination>", ...}} with one'
         " entry for every listed pair and only destinations listed as candidates for its LM"
-        + (f' (or "{REJECT}" to refuse the pair)' if admit_fraction is not None else "")
+        + (f' (or "{REJECT}" to refuse the pair)' if view.admission else "")
         + '. The shape, for another network: {"routes": {"n1/a": "n2", "n3/a": "n3"}}'
     )
-    system = scheduler_system(ctx, admit_fraction, output)
-    lines = [f"Epoch {epoch}, slot {slot}."]
-    if macro is None:
+    system = scheduler_system(view.ctx, view.admit_fraction, output)
+    lines = [f"Epoch {view.epoch}, slot {view.slot}."]
+    if view.macro is None:
         lines.append("No macro policy yet: use any candidate.")
     lines.append(
         "Candidates per LM, best first (status: ready/pending running, role = will be"
@@ -232,17 +272,16 @@ def render_slot(
         " planned here; q = queued prompts; p = planner weight;"
         " est = estimated completion of these prompts):"
     )
-    for lm, cands in ranked.items():
+    for lm, cands in view.ranked.items():
         shown = "; ".join(
             f"{c.node} {c.status} q={c.backlog} p={c.p:.2f} est={c.cost_s:.0f}s"
             for c in cands[:TOP_K]
         )
         lines.append(f"- {lm}: {shown}")
-    prompts = {(a.origin, a.lm): a.prompts for a in arrivals}
-    suggested = [(r.origin, r.lm, r.destination) for r in reference.routes]
-    suggested += [(r.origin, r.lm, REJECT) for r in reference.rejections]
+    prompts = {(a.origin, a.lm): a.prompts for a in view.arrivals}
     pairs = ", ".join(
-        f"{o}/{lm}({prompts.get((o, lm), 0)})->{dest}" for o, lm, dest in sorted(suggested)
+        f"{o}/{lm}({prompts.get((o, lm), 0)})->{dest}"
+        for o, lm, dest in routing_pairs(view.reference)
     )
     lines.append(
         f"Pairs to route, origin/lm(prompts)->suggested destination (or {REJECT}): {pairs}"
@@ -250,32 +289,42 @@ def render_slot(
     return system, "\n".join(lines)
 
 
-def hardware_profile(node: NodeInfo) -> tuple[str, str]:
-    """(hardware sentence, allowed modes sentence) for a node's system prompt."""
+def hardware_profile(node: NodeInfo) -> str:
+    """The hardware sentence of a node's system prompt."""
     s = node.spec
     if not s.has_gpu:
-        return (
-            f"a CPU-only server with {s.cpu_cores:g} cores and {_gib(s.memory_gib)} memory.",
-            "There is no GPU: GPU-only LMs must be off, the others run in cpu mode.",
-        )
+        return f"a CPU-only server with {s.cpu_cores:g} cores and {_gib(s.memory_gib)} memory."
     kind = "single-GPU" if len(s.gpus) == 1 else f"{len(s.gpus)}-GPU"
     return (
         f"a {kind} server with {s.cpu_cores:g} cores, {_gib(s.memory_gib)} memory and"
-        f" {s.total_vgpus} time-sliced vGPUs ({_gib(s.total_vram_gib)} vRAM).",
-        "GPU-only LMs run in gpu mode; text LMs may use gpu or cpu mode (CPU is slower"
-        " but uses spare cores).",
+        f" {s.total_vgpus} time-sliced vGPUs ({_gib(s.total_vram_gib)} vRAM)."
+    )
+
+
+def modes_sentence(node: NodeInfo, services: list[ServiceInfo]) -> str:
+    """What each LM may run in on `node`: the reply schema's mode enum (`allowed_modes`), said.
+
+    One function gives both, so the prompt never allows a mode the schema
+    refuses (or the reverse).
+    """
+    each = []
+    for sv in services:
+        open_ = [m for m in allowed_modes(sv, node) if m != "off"]
+        each.append(f"{sv.name} {' or '.join(open_)}" if open_ else f"{sv.name} off only")
+    return (
+        "Modes each LM may take here besides off, fastest first: " + "; ".join(each) + "."
+        " CPU is slower than GPU but uses spare cores."
     )
 
 
 def render_node(obs: NodeObservation, reference: Placement) -> tuple[str, str]:
     """(system, user) prompts for one node's deployer."""
-    hw, modes = hardware_profile(obs.node)
     system = template("deployer").substitute(
         node=obs.node.name,
-        hardware=hw,
-        modes=modes,
+        hardware=hardware_profile(obs.node),
+        modes=modes_sentence(obs.node, obs.services),
         slot_s=f"{obs.slot_s:g}",
-        tau_s=f"{obs.tau_s:g}",
+        timeouts=timeouts({sv.name: sv.spec.deadline_s or obs.tau_s for sv in obs.services}),
     )
     st = obs.state
     roles = ", ".join(obs.roles) or "none"
@@ -351,16 +400,8 @@ def _keys_problems(got: dict[str, Any], want: list[str], what: str) -> list[str]
 
 
 def allowed_modes(sv: ServiceInfo, node: NodeInfo) -> list[str]:
-    """Modes an LM can run in on a node (always including `off`)."""
-    s, spec = sv.spec, node.spec
-    if spec.role != "worker":
-        return ["off"]
-    modes = []
-    if spec.has_gpu and s.min_vram_gib <= spec.total_vram_gib:
-        modes.append("gpu")
-    if s.runs_on == "cpu-or-gpu" and s.profile.cpu_seconds_per_prompt is not None:
-        modes.append("cpu")
-    return [*modes, "off"]
+    """Modes an LM can run in on a node (`lmedge.api.hosting.modes`), then `off`."""
+    return [*hosting.modes(node.spec, sv.spec), "off"]
 
 
 def placement_format(obs: NodeObservation) -> ReplyFormat[Placement]:
@@ -444,20 +485,20 @@ def routing_pairs(reference: RoutingMap) -> list[tuple[str, str, str]]:
     return sorted(out)
 
 
-def routing_format(
-    ranked: dict[str, list[Candidate]], reference: RoutingMap, admission: bool
-) -> ReplyFormat[RoutingMap]:
+def routing_format(view: SlotView) -> ReplyFormat[RoutingMap]:
     """The scheduler's reply: per "origin/lm" pair one destination among its candidates."""
     props: dict[str, Any] = {}
-    for o, lm, suggested in routing_pairs(reference):
-        dests = [c.node for c in ranked.get(lm, [])[:TOP_K]]
+    for o, lm, suggested in routing_pairs(view.reference):
+        dests = [c.node for c in view.ranked.get(lm, [])[:TOP_K]]
         if suggested != REJECT and suggested not in dests:
             dests.append(suggested)
-        if admission:
+        if view.admission:
             dests.append(REJECT)
         props[f"{o}/{lm}"] = {"type": "string", "enum": dests}
     tokens = TOKENS_BASE + TOKENS_PER_ROUTE * len(props)
-    return ReplyFormat(_obj({"routes": _obj(props)}), tokens, lambda d: parse_routing(d, reference))
+    return ReplyFormat(
+        _obj({"routes": _obj(props)}), tokens, lambda d: parse_routing(d, view.reference)
+    )
 
 
 def parse_routing(data: Any, reference: RoutingMap) -> RoutingMap:

@@ -11,7 +11,7 @@ Settings resolve per agent, first match wins:
 `<agent>` is `planner`, `scheduler` or `deployer`; `<field>` is `model`,
 `base_url`, `api_key`, `api_key_file` (a path, e.g. a mounted Kubernetes
 Secret), `timeout_s`, `budget_s`, `max_retries`, `guard` (the scoring guard
-of guard.py: on by default, `off`/`false` runs every valid LLM proposal) or
+of scoring.py: on by default, `off`/`false` runs every valid LLM proposal) or
 `guard_margin` (how much worse in estimated J than the rule a proposal may
 be), `temperature` (default 0.2), `concurrency` (calls at once to the
 endpoint; default: 1 for a server found to speak llama.cpp's dialect, else
@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lmedge.agents.guard import GUARD_MARGIN
+from lmedge.agents.scoring import GUARD_MARGIN
 from lmedge.errors import ConfigError
 
 AgentName = Literal["planner", "scheduler", "deployer"]
@@ -112,7 +112,7 @@ class LLMSettings(BaseModel):
     guard: bool = Field(
         default=True,
         description="Run a valid LLM proposal only if its estimated objective is within "
-        "guard_margin of the rule's (lmedge.agents.guard).",
+        "guard_margin of the rule's (lmedge.agents.scoring).",
     )
     guard_margin: float = Field(
         default=GUARD_MARGIN,

@@ -1,6 +1,7 @@
 """The contracts of lmedge: the single source of truth for CRDs, decision JSON
 schemas, store validators and every interface between the parts."""
 
+from lmedge.api.constants import LoopConstants
 from lmedge.api.decisions import (
     AgentKind,
     Decision,
@@ -84,6 +85,7 @@ __all__ = [
     "LMRouting",
     "LMServiceSpec",
     "LMStats",
+    "LoopConstants",
     "MacroPolicy",
     "MemoryCase",
     "Mode",

@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from lmedge.api.base import K8sName, SpecModel
+from lmedge.api.engines import GpuThroughputProfile, ThroughputProfile, TokenProfile
 from lmedge.api.resources import API_GROUP, API_VERSION, EdgeNodeSpec, LMServiceSpec
 
 _NAME_RULES = K8sName.__metadata__[0]  # type: ignore[attr-defined]
@@ -98,6 +99,30 @@ class EdgeNodeStatus(SpecModel):
 
 Rule = dict[str, str]
 
+# The token engine's rules sit on `spec` (where the in-process checker and the
+# API server's messages both point), guarded by has() down to engine.tokens.
+_TOKENS = "!has(self.engine) || !has(self.engine.tokens) || "
+_T = "self.engine.tokens"
+_CURVE = (
+    "{c}.decode.exists(p, p.running == 1) && {c}.decode.all(a, {c}.decode.all(b, "
+    "a.running >= b.running || (double(a.tokensPerS) <= double(b.tokensPerS) && "
+    "double(a.tokensPerS) * double(b.running) >= double(b.tokensPerS) * double(a.running))))"
+)
+
+
+def _pool(held: str) -> str:
+    """CEL: the KV pool within `held` GiB (see `lmedge.api.engines.kv_pool_gib`)."""
+    given = f"double({_T}.kvCacheGib)"
+    return f"(has({_T}.kvCacheGib) ? {given} : double({held}) - double({_T}.weightsGib))"
+
+
+def _on_gpu_and_cpu(check: str) -> str:
+    """CEL: `check` (with {held}) for minVramGib, and deploymentMemoryGib on cpu-or-gpu."""
+    gpu = check.format(held="self.minVramGib")
+    cpu = check.format(held="self.deploymentMemoryGib")
+    return f"{gpu} && (self.runsOn != 'cpu-or-gpu' || {cpu})"
+
+
 #: CEL rules on `spec`, each the twin of a pydantic `model_validator` check.
 CEL_RULES: dict[type[BaseModel], list[Rule]] = {
     LMServiceSpec: [
@@ -110,8 +135,46 @@ CEL_RULES: dict[type[BaseModel], list[Rule]] = {
             "message": "minCpuCores must not exceed defaultCpuCores",
         },
         {
-            "rule": "self.runsOn != 'cpu-or-gpu' || has(self.profile.cpuSecondsPerPrompt)",
+            "rule": "self.runsOn != 'cpu-or-gpu' || !has(self.profile) "
+            "|| has(self.profile.cpuSecondsPerPrompt)",
             "message": "a cpu-or-gpu service needs profile.cpuSecondsPerPrompt",
+        },
+        {
+            "rule": "has(self.profile) || (has(self.engine) && self.engine.kind != 'pipeline')",
+            "message": "a pipeline engine needs profile (seconds per prompt)",
+        },
+        {
+            "rule": "!has(self.engine) "
+            "|| (self.engine.kind == 'pipeline') != has(self.engine.tokens)",
+            "message": "llama.cpp and vllm engines need engine.tokens; pipeline has none",
+        },
+        {
+            "rule": _TOKENS + f"self.runsOn != 'cpu-or-gpu' || has({_T}.cpu)",
+            "message": "a cpu-or-gpu service with a token engine needs engine.tokens.cpu",
+        },
+        {
+            "rule": _TOKENS
+            + f"{_T}.gpus.all(g, {_CURVE.format(c='g')}) && "
+            + f"(!has({_T}.cpu) || {_CURVE.format(c=_T + '.cpu')})",
+            "message": "decode needs a point with running 1, tokensPerS must not fall and "
+            "tokensPerS per sequence must not rise as running grows",
+        },
+        {
+            "rule": _TOKENS
+            + f"!has({_T}.kvCacheGib) || "
+            + _on_gpu_and_cpu(
+                f"double({_T}.weightsGib) + double({_T}.kvCacheGib) <= double({{held}})"
+            ),
+            "message": "engine.tokens: weightsGib + kvCacheGib must not exceed minVramGib "
+            "(nor deploymentMemoryGib on cpu-or-gpu)",
+        },
+        {
+            "rule": _TOKENS
+            + _on_gpu_and_cpu(
+                f"double({_T}.contextTokens) * double({_T}.kvBytesPerToken) "
+                f"<= {_pool('{held}')} * 1073741824.0"
+            ),
+            "message": "engine.tokens: the KV pool must hold one contextTokens sequence",
         },
     ],
     EdgeNodeSpec: [
@@ -126,6 +189,9 @@ CEL_RULES: dict[type[BaseModel], list[Rule]] = {
 #: Lists whose items are keyed (the API server rejects duplicate keys).
 LIST_MAP_KEYS: dict[tuple[type[BaseModel], str], list[str]] = {
     (EdgeNodeSpec, "links"): ["site"],
+    (TokenProfile, "gpus"): ["gpuModel"],
+    (ThroughputProfile, "decode"): ["running"],
+    (GpuThroughputProfile, "decode"): ["running"],
     (LMServiceStatus, "conditions"): ["type"],
     (EdgeNodeStatus, "conditions"): ["type"],
 }
@@ -158,10 +224,10 @@ class _Converter:
         node = dict(node)
         if "anyOf" in node:
             node = self._optional(node, where)
+        model = ""
         if "$ref" in node:
-            ref = node.pop("$ref")
-            target = self.defs[ref.removeprefix("#/$defs/")]
-            node = {**target, **node}  # the field's own description wins
+            model = node.pop("$ref").removeprefix("#/$defs/")
+            node = {**self.defs[model], **node}  # the field's own description wins
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key in _DROP or key == "$defs":
@@ -187,6 +253,7 @@ class _Converter:
             del out["default"]
         if "type" not in out:
             raise ValueError(f"{where}: a structural schema needs a type")
+        _list_map_keys(out, model)
         return out
 
     def _optional(self, node: dict[str, Any], where: str) -> dict[str, Any]:
@@ -197,18 +264,22 @@ class _Converter:
         return {**rest[0], **node}
 
 
+def _list_map_keys(out: dict[str, Any], model: str) -> None:
+    """Mark the keyed lists of the model named `model` (LIST_MAP_KEYS)."""
+    for (owner, field), keys in LIST_MAP_KEYS.items():
+        if owner.__name__ == model:
+            alias = owner.model_fields[field].alias or field
+            out["properties"][alias]["x-kubernetes-list-type"] = "map"
+            out["properties"][alias]["x-kubernetes-list-map-keys"] = list(keys)
+
+
 def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of a model, with its CEL rules and list keys."""
     schema = model.model_json_schema(by_alias=True, mode="validation")
     out = _Converter(schema).convert(schema, model.__name__)
     if model in CEL_RULES:
         out["x-kubernetes-validations"] = [dict(r) for r in CEL_RULES[model]]
-    for (owner, field), keys in LIST_MAP_KEYS.items():
-        if owner is model:
-            alias = model.model_fields[field].alias or field
-            prop = out["properties"][alias]
-            prop["x-kubernetes-list-type"] = "map"
-            prop["x-kubernetes-list-map-keys"] = list(keys)
+    _list_map_keys(out, model.__name__)
     return out
 
 

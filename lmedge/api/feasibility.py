@@ -11,9 +11,10 @@ pydantic's job; these are the cross-object rules:
   with arrivals, on a worker that can host the serving LM (`Route.model`,
   which must serve the class; required when the class is not an LM name),
   unless the pair is rejected (admission control); a pair is never both;
-- placement: modes the hardware allows, at least the LM's `minCpuCores` for
-  a running LM (a pod's CPU is never rounded down to nothing), and per-node sums
-  sum G_ni <= G_n, sum C_ni <= C_n, sum M_i <= M_n, sum V_i^min <= V_n.
+- placement: modes the LM can run in on the node (`lmedge.api.hosting`), at
+  least the LM's `minCpuCores` for a running LM (a pod's CPU is never rounded
+  down to nothing), and per-node sums sum G_ni <= G_n, sum C_ni <= C_n,
+  sum M_i <= M_n, sum V_i^min <= V_n.
 
 Memory is checked with the *deployment* memory (what a pod requests on the
 cluster), not the paper's minimum: a placement that passes here is one the
@@ -26,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lmedge.api.decisions import LMPlacement, MacroPolicy, Placement, RoutingMap
+from lmedge.api.hosting import modes, refusal
 from lmedge.api.observations import Arrival, ClusterContext, NodeInfo, ServiceInfo
 
 SUM_TOLERANCE = 1e-3
@@ -292,14 +294,14 @@ def _lm_rules(p: LMPlacement, s: ServiceInfo, node: NodeInfo) -> list[str]:
             f"{p.lm} needs at least {s.spec.min_cpu_cores:g} CPU cores (minCpuCores), "
             f"not {p.cpu_cores:g}"
         )
+    # room is judged by the node's sums below, and a control node once for the placement
+    why = refusal(node, s, p.mode, room=False) if node.spec.role == "worker" else ""
+    if why:
+        out.append(why)
     if p.mode == "cpu":
-        if s.spec.runs_on == "gpu-only":
-            out.append(f"{p.lm} runs on GPU only; mode cpu is not allowed")
         if p.vgpus:
             out.append(f"{p.lm} in cpu mode must hold 0 vGPUs, not {p.vgpus}")
     else:
-        if not node.spec.has_gpu:
-            out.append(f"{node.name} has no GPU; {p.lm} cannot run in gpu mode")
         if p.vgpus < 1:
             out.append(f"{p.lm} in gpu mode needs at least 1 vGPU")
         if p.vgpus > s.spec.max_vgpus:
@@ -315,8 +317,8 @@ def nearest_feasible(
 ) -> Placement:
     """Map a placement to the closest feasible one in the node's action space.
 
-    Per LM: fix the mode the hardware cannot run (gpu-only on CPU -> off; gpu
-    on a GPU-less node -> cpu when allowed), clamp vGPUs to [1, max] and cores
+    Per LM: a mode the LM cannot run in there (`lmedge.api.hosting.modes`)
+    becomes its fastest open mode, else off; clamp vGPUs to [1, max] and cores
     to [default-ish, node]; then, while the node's sums are exceeded, shrink
     vGPUs and finally switch off the lowest-`priority` LMs (ties: later in the
     list first). Unknown LMs are dropped; missing LMs are added as off.
@@ -373,10 +375,8 @@ def _sum_vgpus(fixed: dict[str, LMPlacement]) -> int:
 def _fix_one(p: LMPlacement, s: ServiceInfo, node: NodeInfo) -> LMPlacement:
     spec = node.spec
     mode = p.mode
-    if mode == "gpu" and not spec.has_gpu:
-        mode = "cpu" if s.spec.runs_on == "cpu-or-gpu" else "off"
-    if mode == "cpu" and s.spec.runs_on == "gpu-only":
-        mode = "gpu" if spec.has_gpu else "off"
+    if mode != "off" and mode not in (open_ := modes(spec, s.spec)):
+        mode = open_[0] if open_ else "off"
     if mode == "off":
         return _off(p.lm)
     cores = p.cpu_cores if p.cpu_cores > 0 else s.spec.default_cpu_cores

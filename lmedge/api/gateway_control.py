@@ -34,7 +34,7 @@ class RoutingUpdate(WireModel):
     every RequestRecord is measured on. `slot_s` is how long the map stays in
     force (the next push replaces it); the gateway tells a client refused by
     the map's `rejections` to retry after what is left of it. `tau_s` is the
-    run's request deadline (its `RunConfig.tau_s`), which the gateway applies
+    run's request deadline (its `RunConfig.loop.tau_s`), which the gateway applies
     to the records it writes from then on. None: the gateway's own setting.
 
     The live cluster rides on the same push: `services` and `classes` are the

@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from lmedge.api import hosting
 from lmedge.api.base import WireModel
-from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
-from lmedge.api.decisions import MacroPolicy, Placement
+from lmedge.api.constants import SLOT_S, TAU_S, LoopConstants
+from lmedge.api.decisions import MacroPolicy, Mode, Placement
 from lmedge.api.resources import EdgeNodeSpec, LMServiceSpec
 
 
@@ -32,14 +33,13 @@ class ServiceInfo(WireModel):
 
 
 class ClusterContext(WireModel):
-    """Static cluster description plus the control-loop constants."""
+    """Static cluster description plus the control-loop constants (`loop`)."""
 
     nodes: list[NodeInfo]
     services: list[ServiceInfo]
-    tau_s: float = Field(default=TAU_S, gt=0, description="Request deadline (paper: 900 s).")
-    lam: float = Field(default=LAMBDA, ge=0, le=1, description="Objective weight lambda.")
-    slot_s: float = Field(default=SLOT_S, gt=0, description="Slot length (paper: 30 s).")
-    epoch_slots: int = Field(default=EPOCH_SLOTS, ge=1, description="Slots per epoch (paper: 50).")
+    loop: LoopConstants = Field(
+        default_factory=LoopConstants, description="Slot, epoch, deadline tau, lambda."
+    )
 
     @cached_property
     def _nodes(self) -> dict[str, NodeInfo]:
@@ -116,8 +116,26 @@ class ClusterContext(WireModel):
             return request_class
         return next((m for m in self.models_for(request_class) if self.feasible_nodes(m)), None)
 
+    def modes(self, node: str, lm: str) -> tuple[Mode, ...]:
+        """The modes `lm` can run in alone on `node`, fastest first; () when it cannot run there.
+
+        The one hostability rule (`lmedge.api.hosting.modes`: role, memory,
+        cores, GPU and vRAM, CPU with a CPU profile), kept per (node, LM):
+        the MILP asks ~500,000 times a slot at 1,000 workers. An unknown name
+        is a KeyError.
+        """
+        key = (node, lm)
+        hit = self._modes.get(key)
+        if hit is None:
+            hit = self._modes[key] = hosting.modes(self.node(node).spec, self.service(lm).spec)
+        return hit
+
+    @cached_property
+    def _modes(self) -> dict[tuple[str, str], tuple[Mode, ...]]:
+        return {}
+
     def can_host(self, node: str, lm: str) -> bool:
-        """Whether `lm` could run alone on `node` at all (role, GPU, memory, vRAM, cores)."""
+        """Whether `lm` could run alone on `node` at all: `modes` is not empty."""
         self.node(node), self.service(lm)  # an unknown name is a KeyError, as it always was
         # a set lookup: routing-map validation asks once per route (~14,000 a slot at scale)
         return node in self._hosts[lm]
@@ -125,7 +143,7 @@ class ClusterContext(WireModel):
     @cached_property
     def _feasible(self) -> dict[str, list[str]]:
         return {
-            s.name: [n.name for n in self.workers if _can_host(n.spec, s.spec)]
+            s.name: [n.name for n in self.workers if self.modes(n.name, s.name)]
             for s in self.services
         }
 
@@ -141,16 +159,7 @@ class ClusterContext(WireModel):
         return self._feasible[lm]
 
     def deadline_s(self, lm: str) -> float:
-        return self.service(lm).spec.deadline_s or self.tau_s
-
-
-def _can_host(n: EdgeNodeSpec, s: LMServiceSpec) -> bool:
-    """`ClusterContext.can_host` on the specs."""
-    if n.role != "worker" or s.deployment_memory_gib > n.memory_gib:
-        return False
-    if n.has_gpu and s.min_vram_gib <= n.total_vram_gib:
-        return True
-    return s.runs_on == "cpu-or-gpu" and s.default_cpu_cores <= n.cpu_cores
+        return self.service(lm).spec.deadline_s or self.loop.tau_s
 
 
 class InstanceState(WireModel):

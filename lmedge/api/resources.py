@@ -8,11 +8,12 @@ static context every agent sees. Units are in field names (`_gib`, `_s`,
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
+from lmedge.api.engines import GIB, EngineSpec, derived_profile, kv_pool_gib
 
 API_GROUP = "lmedge.io"
 API_VERSION = "v1alpha1"
@@ -103,7 +104,33 @@ class LMServiceSpec(SpecModel):
     quality: float | None = Field(
         default=None, ge=0, le=1, description="Prior answer quality in [0, 1] for model routing."
     )
-    profile: ServiceProfile
+    # Declared before `profile`, which is derived from it when absent.
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec,
+        description="Serving engine; absent: pipeline (seconds per prompt from profile).",
+    )
+    profile: ServiceProfile = Field(
+        default=None,  # type: ignore[assignment]  # derived by _derive_profile
+        description=(
+            "Seconds per prompt; required for the pipeline engine, derived from "
+            "engine.tokens when a llama.cpp or vllm engine has none."
+        ),
+    )
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _derive_profile(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None:
+            return value
+        engine = info.data.get("engine")
+        if engine is None:  # the engine is invalid: its own error says why
+            return value
+        if engine.tokens is None:
+            raise ValueError("a pipeline engine needs profile (seconds per prompt)")
+        vram, memory = info.data.get("min_vram_gib"), info.data.get("deployment_memory_gib")
+        if vram is None or memory is None:
+            return value
+        return derived_profile(engine.tokens, vram, memory)
 
     @model_validator(mode="after")
     def _cross_field(self) -> LMServiceSpec:
@@ -117,9 +144,34 @@ class LMServiceSpec(SpecModel):
                 f"minCpuCores ({self.min_cpu_cores}) must not exceed "
                 f"defaultCpuCores ({self.default_cpu_cores})"
             )
+        self._check_token_memory()
         if self.runs_on == "cpu-or-gpu" and self.profile.cpu_seconds_per_prompt is None:
             raise ValueError("a cpu-or-gpu service needs profile.cpuSecondsPerPrompt")
         return self
+
+    def _check_token_memory(self) -> None:
+        """A token engine's pod holds its weights and a KV pool of at least one full context."""
+        tokens = self.engine.tokens
+        if tokens is None:
+            return
+        if self.runs_on == "cpu-or-gpu" and tokens.cpu is None:
+            raise ValueError("a cpu-or-gpu service with a token engine needs engine.tokens.cpu")
+        context_gib = tokens.context_tokens * tokens.kv_bytes_per_token / GIB
+        held = [("minVramGib", self.min_vram_gib)]
+        if self.runs_on == "cpu-or-gpu":
+            held.append(("deploymentMemoryGib", self.deployment_memory_gib))
+        for name, gib in held:
+            pool = kv_pool_gib(tokens, gib)
+            if tokens.weights_gib + pool > gib + 1e-9:
+                raise ValueError(
+                    f"engine.tokens: weightsGib + kvCacheGib ({tokens.weights_gib + pool:g}) "
+                    f"must not exceed {name} ({gib:g})"
+                )
+            if pool < context_gib:
+                raise ValueError(
+                    f"engine.tokens: the KV pool within {name} ({pool:g} GiB) must hold "
+                    f"one contextTokens sequence ({context_gib:.3g} GiB)"
+                )
 
 
 class GPUSpec(SpecModel):

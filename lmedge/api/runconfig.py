@@ -4,12 +4,12 @@ On a cluster the controller builds it from its flags (the Helm chart's `loop`
 and `policy` values), validates it, and stores it with the run
 (`RunInfo.config`). Node agents and gateways take none of these settings as
 flags: they read the run's `RunConfig` from the store (a gateway also receives
-`slot_s` and `tau_s` with every routing push), so slot boundaries, epochs,
+the slot and tau with every routing push), so slot boundaries, epochs,
 deadlines and plugin parameters cannot differ between processes.
 
-It holds what changes a decision or a record: the loop constants and the
-policy. It deliberately holds no addresses, credentials or namespaces: those
-differ per process and stay flags.
+It holds what changes a decision or a record: the loop constants
+(`LoopConstants`) and the policy. It deliberately holds no addresses,
+credentials or namespaces: those differ per process and stay flags.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from lmedge.api.base import WireModel
-from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
+from lmedge.api.constants import LoopConstants
 from lmedge.errors import ConfigError
 
 __all__ = ["DEFAULT_PROFILE", "PluginTier", "PolicyConfig", "RunConfig", "parse_run_config"]
@@ -51,25 +51,30 @@ class PolicyConfig(WireModel):
 class RunConfig(WireModel):
     """The loop constants and the policy of one run (defaults: the paper's).
 
-    `slot_s` seconds per slot, `epoch_slots` slots per planning epoch, `tau_s`
-    the request deadline in seconds, `lam` the objective weight lambda in
-    [0, 1]. Non-finite values are refused: a slot of `inf` is no slot.
+    Stored as `{"loop": {...}, "policy": {...}}`, the shape of the Helm
+    chart's `loop` and `policy` values. A run stored before the constants were
+    one value (its four constants beside `policy`) still reads: they are taken
+    as its `loop` (`_flat_constants`); a document with both is refused.
     """
 
-    slot_s: float = Field(default=SLOT_S, gt=0, allow_inf_nan=False, description="Slot, s.")
-    epoch_slots: int = Field(default=EPOCH_SLOTS, ge=1, description="Slots per epoch.")
-    tau_s: float = Field(default=TAU_S, gt=0, allow_inf_nan=False, description="Deadline, s.")
-    lam: float = Field(default=LAMBDA, ge=0, le=1, description="Objective weight lambda.")
+    loop: LoopConstants = Field(
+        default_factory=LoopConstants, description="Slot, epoch, deadline tau, lambda."
+    )
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
 
-    def loop_constants(self) -> dict[str, Any]:
-        """`slot_s`, `epoch_slots`, `tau_s`, `lam`: the fields `ClusterContext` shares."""
-        return {
-            "slot_s": self.slot_s,
-            "epoch_slots": self.epoch_slots,
-            "tau_s": self.tau_s,
-            "lam": self.lam,
-        }
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_constants(cls, data: Any) -> Any:
+        """A stored flat document (`slot_s`, ... beside `policy`) as a nested one."""
+        if not isinstance(data, Mapping):
+            return data
+        flat = {k: data[k] for k in LoopConstants.model_fields if k in data}
+        if not flat:
+            return data
+        if "loop" in data:
+            raise ValueError(f"{', '.join(flat)}: give the loop constants in `loop` only")
+        rest = {k: v for k, v in data.items() if k not in flat}
+        return {**rest, "loop": flat}
 
 
 def parse_run_config(data: Mapping[str, Any], names: Mapping[str, str] | None = None) -> RunConfig:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lmedge.api import ClusterContext
-from lmedge.bench.runner import RunSpec, run
+from lmedge.bench.runner import RunSpec, Setup, run
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.errors import ConfigError
 from lmedge.policies.lyapunov.deployer import model_key
@@ -173,7 +173,11 @@ def _lm_mean(ctx: ClusterContext, m: Measured) -> float | None:
     for lm in sorted({r.lm for r in m.requests}):
         mean = _mean_latency(m, lm)
         values.append(
-            mean if mean is not None else ctx.deadline_s(lm) if ctx.has_service(lm) else ctx.tau_s
+            mean
+            if mean is not None
+            else ctx.deadline_s(lm)
+            if ctx.has_service(lm)
+            else ctx.loop.tau_s
         )
     return statistics.fmean(values) if values else None
 
@@ -379,8 +383,16 @@ def _jobs(spec: CheckSpec) -> list[tuple[str, str, int, int]]:
     ]
 
 
-def check(spec: CheckSpec, on_done: Callable[[int, int], None] | None = None) -> list[Row]:
-    """Run the reference conditions and measure every fact (see the module docstring)."""
+def check(
+    spec: CheckSpec,
+    on_done: Callable[[int, int], None] | None = None,
+    setup: Setup | None = None,
+) -> list[Row]:
+    """Run the reference conditions and measure every fact (see the module docstring).
+
+    `setup` runs once in each worker process of the pool (`spec.workers > 1`)
+    before its first run: what fills its plugin catalog (`register_plugins`).
+    """
     if not spec.seeds:
         raise ConfigError("--seeds needs at least one seed")
     if spec.slots < 1 or spec.pre_slots < 1 or spec.workers < 1:
@@ -395,7 +407,9 @@ def check(spec: CheckSpec, on_done: Callable[[int, int], None] | None = None) ->
                 on_done(i + 1, len(jobs))
     else:
         mp = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=spec.workers, mp_context=mp) as pool:
+        with ProcessPoolExecutor(
+            max_workers=spec.workers, mp_context=mp, initializer=setup
+        ) as pool:
             futures = [
                 pool.submit(measure_run, spec.scenario, policy, seed, slots)
                 for _, policy, seed, slots in jobs

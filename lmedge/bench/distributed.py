@@ -3,7 +3,8 @@
 `lmedge bench` and `lmedge reproduce` take `--executor ray --address HOST:PORT`
 (or `ray://HOST:10001` for Ray Client, `auto` for the cluster this machine
 belongs to). Each run becomes one Ray task calling `lmedge.bench.runner.execute`
-on its `RunSpec`, exactly what a local pool worker calls, so the results are
+on its `RunSpec` (after the `setup` that fills the worker's plugin catalog),
+exactly what a local pool worker calls, so the results are
 the same `RunData` (same seeds, same summaries, same JSON) whatever executes
 them; they come back in spec order.
 
@@ -21,7 +22,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from lmedge.bench.runner import OnDone, RunData, RunSpec, execute
+from lmedge.bench.runner import OnDone, RunData, RunSpec, Setup, execute
 from lmedge.errors import ConfigError
 
 #: CPUs one run asks Ray for: a run is one single-threaded Python process.
@@ -43,13 +44,15 @@ class RayRunExecutor:
     `ray://` client URL, or `auto`. The connection is made per `map` and
     closed after it, unless this process was already connected (then it is
     left as found). The first failing run cancels the rest and its error is
-    raised here, as with the local pool.
+    raised here, as with the local pool. Each task runs `setup` (picklable,
+    idempotent: a Ray worker process may run many tasks) before its run.
     """
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, setup: Setup | None = None) -> None:
         if not address.strip():
             raise ConfigError("--address must name a Ray cluster (HOST:PORT, ray://..., auto)")
         self.address = address.strip()
+        self.setup = setup
 
     def map(self, specs: Sequence[RunSpec], on_done: OnDone | None = None) -> list[RunData]:
         if not specs:
@@ -71,8 +74,8 @@ class RayRunExecutor:
                     f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                 ) from exc
         try:
-            task = ray.remote(num_cpus=RUN_CPUS, max_retries=0)(execute)
-            pending = {task.remote(spec): i for i, spec in enumerate(specs)}
+            task = ray.remote(num_cpus=RUN_CPUS, max_retries=0)(_execute_after)
+            pending = {task.remote(self.setup, spec): i for i, spec in enumerate(specs)}
             results: dict[int, RunData] = {}
             try:
                 while pending:
@@ -90,6 +93,13 @@ class RayRunExecutor:
         finally:
             if owned:
                 ray.shutdown()
+
+
+def _execute_after(setup: Setup | None, spec: RunSpec) -> RunData:
+    """One Ray task: the worker's `setup`, then the run (`execute`)."""
+    if setup is not None:
+        setup()
+    return execute(spec)
 
 
 def _unwrap(ray: Any, ref: Any) -> RunData:

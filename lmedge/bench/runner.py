@@ -20,7 +20,11 @@ Many runs (a grid of scenarios, policies and seeds) go through a
 `ProcessPoolRunExecutor` over a pool of worker processes. Each run is
 independent and fully determined by its `RunSpec`, so every executor returns
 the same `RunData` for the same specs, in spec order; `RayRunExecutor`
-(lmedge.bench.distributed) runs them on a Ray cluster the same way.
+(lmedge.bench.distributed) runs them on a Ray cluster the same way, and
+`lmedge.bench.executors.executor_for` picks one from the CLI's flags. A run
+builds its policy from the plugin catalog, which the process's root fills
+(`lmedge.processes.plugins.register_plugins`); a pool's worker processes are
+filled by the `setup` the executor is given.
 """
 
 from __future__ import annotations
@@ -115,8 +119,8 @@ def load(spec: RunSpec) -> Scenario:
 
 def settle_slots(ctx: ClusterContext) -> int:
     """Slots until a request of the last measured slot has surely finished."""
-    longest = max((ctx.deadline_s(lm) for lm in ctx.lm_names), default=ctx.tau_s)
-    return math.ceil(longest / ctx.slot_s) + 1
+    longest = max((ctx.deadline_s(lm) for lm in ctx.lm_names), default=ctx.loop.tau_s)
+    return math.ceil(longest / ctx.loop.slot_s) + 1
 
 
 def emulated_backend(scenario: Scenario, seed: int) -> ClusterBackend:
@@ -140,7 +144,7 @@ def baseline_metrics(scenario: Scenario, seed: int) -> EpochMetrics:
         seed=seed,
         keep_history=False,
     )
-    (metrics,) = loop.run(ctx.epoch_slots).epochs
+    (metrics,) = loop.run(ctx.loop.epoch_slots).epochs
     # a reference objective: the random routes' off-role share is not reported
     return metrics.model_copy(update={"off_role_ratio": 0.0})
 
@@ -248,7 +252,7 @@ def request_table(result: RunResult) -> RequestTable:
             lms.append(r.lm)
     index = {lm: k for k, lm in enumerate(lms)}
     return RequestTable(
-        lam=ctx.lam,
+        lam=ctx.loop.lam,
         lms=tuple(lms),
         slot=tuple(r.slot for r in records),
         lm=tuple(index[r.lm] for r in records),
@@ -256,7 +260,7 @@ def request_table(result: RunResult) -> RequestTable:
         success=tuple(r.outcome == "success" for r in records),
         latency_s=tuple(round(r.latency_s, 6) for r in records),
         deadline_s=tuple(
-            ctx.deadline_s(r.model or r.lm) if ctx.has_service(r.model or r.lm) else ctx.tau_s
+            ctx.deadline_s(r.model or r.lm) if ctx.has_service(r.model or r.lm) else ctx.loop.tau_s
             for r in records
         ),
     )
@@ -312,18 +316,25 @@ class SequentialExecutor:
         return out
 
 
+#: What a fresh worker process runs before its first run (e.g. `register_plugins`).
+Setup = Callable[[], None]
+
+
 class ProcessPoolRunExecutor:
     """Runs spread over `workers` processes (spawned, so no state leaks from the parent).
 
     Specs are submitted in the given order, so a caller that lists its longest
     runs first keeps the pool busy to the end. The first failing run cancels
-    the rest and its exception is raised here.
+    the rest and its exception is raised here. Each worker runs `setup` once
+    before its first run: a spawned process starts with an empty plugin
+    catalog, so the caller passes what fills it (a picklable function).
     """
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, setup: Setup | None = None) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
         self.workers = workers
+        self.setup = setup
 
     def map(self, specs: Sequence[RunSpec], on_done: OnDone | None = None) -> list[RunData]:
         results: dict[int, RunData] = {}
@@ -331,7 +342,9 @@ class ProcessPoolRunExecutor:
             return []
         context = multiprocessing.get_context("spawn")
         workers = min(self.workers, len(specs))  # never more processes than runs
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=self.setup
+        ) as pool:
             pending: dict[Future[RunData], int] = {
                 pool.submit(execute, spec): i for i, spec in enumerate(specs)
             }
@@ -347,35 +360,3 @@ class ProcessPoolRunExecutor:
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise
         return [results[i] for i in range(len(specs))]
-
-
-#: `--executor` values: `local` (this machine's cores) or `ray` (a cluster at `--address`).
-EXECUTORS = ("local", "ray")
-
-
-def executor_for(
-    workers: int | None, executor: str = "local", address: str | None = None
-) -> RunExecutor:
-    """The executor for the CLI's flags.
-
-    `local`: this process for `workers == 1`, else a pool of `workers`
-    processes (default: one per CPU core). `ray`: tasks on the Ray cluster at
-    `address` (lmedge.bench.distributed), which sizes itself; `workers` does
-    not apply there.
-    """
-    if executor not in EXECUTORS:
-        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-    if executor == "ray":
-        if address is None:
-            raise ConfigError("--executor ray needs --address (HOST:PORT, ray://..., auto)")
-        if workers is not None:
-            raise ConfigError("--workers applies to --executor local; Ray sizes itself")
-        from lmedge.bench.distributed import RayRunExecutor  # ray: only when asked for
-
-        return RayRunExecutor(address)
-    if address is not None:
-        raise ConfigError("--address applies to --executor ray")
-    count = (os.cpu_count() or 1) if workers is None else workers
-    if count < 1:
-        raise ConfigError(f"--workers must be at least 1, got {count}")
-    return SequentialExecutor() if count == 1 else ProcessPoolRunExecutor(count)

@@ -70,8 +70,8 @@ def summarize(
         window_slots,
         start_slot=0,
         end_slot=result.slots,
-        tau_s=ctx.tau_s,
-        lam=ctx.lam,
+        tau_s=ctx.loop.tau_s,
+        lam=ctx.loop.lam,
         deadlines=deadlines,
     )
     o = seg.overall
@@ -83,7 +83,7 @@ def summarize(
         if slot < result.slots
     ]
     reconf = reconfiguration_stats(measured, ctx.lm_names)
-    conflicts = conflict_stats(records, tau_s=ctx.tau_s, deadlines=deadlines)
+    conflicts = conflict_stats(records, tau_s=ctx.loop.tau_s, deadlines=deadlines)
     decisions = [d for d in result.decisions if d.slot < result.slots]
     summary: dict[str, Any] = {
         "scenario": scenario,
@@ -139,7 +139,7 @@ def summarize(
         # timed out at a node where their LM never ran before the deadline (metrics.py)
         "stranded": len(
             stranded_requests(
-                records, result.actuations, result.placement_slots, deadlines, ctx.slot_s
+                records, result.actuations, result.placement_slots, deadlines, ctx.loop.slot_s
             )
         ),
         "reconfiguration": {

@@ -53,6 +53,7 @@ from lmedge.policies.lyapunov.calibration import (
     coordinate_search,
     service_rates,
 )
+from lmedge.processes.plugins import register_plugins
 from lmedge.sim import Scenario, load_scenario
 
 out = Console()
@@ -144,6 +145,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Estimate service-rate weights, then coordinate-search the DPP coefficients."""
+        register_plugins()
         if profile(policy).deployer != "lyapunov":
             raise ConfigError(f"profile {policy!r} does not use the lyapunov deployer")
         try:
@@ -159,9 +161,9 @@ def register(app: typer.Typer) -> None:
 
         out.print(f"[bold]1. service rates[/bold] ({policy}, {rate_slots} slots, seed {seed})")
         result, snaps = _run(sc, policy, seed, rate_slots, {})
-        rates = service_rates(result.measured_records(), snaps, ctx.slot_s)
+        rates = service_rates(result.measured_records(), snaps, ctx.loop.slot_s)
         # The defaults the lyapunov deployer uses: the paper's fixed weights.
-        prior_gpu, prior_cpu = default_alphas(ctx.services, ctx.slot_s)
+        prior_gpu, prior_cpu = default_alphas(ctx.services, ctx.loop.slot_s)
         table = Table("LM", "mode", "prompts done", "busy s", "alpha (est.)", "alpha (paper)")
         for lm in ctx.lm_names:
             for mode, est, prior in (
@@ -187,7 +189,7 @@ def register(app: typer.Typer) -> None:
         def window(x: Mapping[str, float], s: int) -> float:
             res, _ = _run(sc, policy, s, window_slots, params(x))
             records, placements = _measured(res)
-            return calibration_objective(records, placements, ctx.lm_names, ctx.tau_s)
+            return calibration_objective(records, placements, ctx.lm_names, ctx.loop.tau_s)
 
         out.print(
             f"[bold]2. coordinate search[/bold] over {', '.join(COEFFICIENTS)}: radii "

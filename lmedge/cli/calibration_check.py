@@ -23,6 +23,7 @@ from lmedge.bench.runner import resolve_scenario
 from lmedge.cli.console import progress_bar
 from lmedge.controller.catalog import profile
 from lmedge.errors import ConfigError
+from lmedge.processes.plugins import register_plugins
 
 out = Console()
 
@@ -109,6 +110,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Compare a scenario with the paper's published facts (a report; exit 0 unless error)."""
+        register_plugins()
         profile(pre_policy)  # an unknown profile fails here, before any run
         if out_path is not None and not Path(out_path).resolve().parent.is_dir():
             raise ConfigError(f"cannot write --out {out_path}: no such directory")
@@ -128,7 +130,11 @@ def register(app: typer.Typer) -> None:
         bar = progress_bar()
         with bar:
             task = bar.add_task("runs", total=runs)
-            rows = check(spec, lambda done, total: bar.update(task, completed=done, total=total))
+            rows = check(
+                spec,
+                lambda done, total: bar.update(task, completed=done, total=total),
+                setup=register_plugins,
+            )
         report = json.dumps(rows_json(spec, rows), ensure_ascii=False, indent=2)
         if out_path is not None:
             try:

@@ -6,30 +6,24 @@ lambda, the policy with its plugin parameters and seed (`RunConfig`) — is
 given to the controller only, which stores it with the run; every node agent
 reads it, with the run and the slot clock's anchor, from the store. Giving a
 node agent one of those flags is a one-line error naming where it belongs.
+
+Each command parses and checks its flags and calls its process's root:
+`lmedge.processes.controller.main` and `lmedge.processes.node_agent.main`.
 """
 
 from __future__ import annotations
 
-import logging
-import signal
-import threading
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
-from lmedge.api.runconfig import DEFAULT_PROFILE, RunConfig
+from lmedge.api.runconfig import DEFAULT_PROFILE
 from lmedge.api.runconfig import parse_run_config as run_config
 from lmedge.cli.simulate import _plugin_params
-from lmedge.errors import ConfigError, LmedgeError
-
-if TYPE_CHECKING:
-    from lmedge.backends.kubernetes.client import KubeClient
-    from lmedge.controller.prometheus import ControlPlaneMetrics
-    from lmedge.store import RunInfo, Store
+from lmedge.errors import ConfigError
 
 Namespace = Annotated[str, typer.Option(help="Namespace of the LMServices and their model pods.")]
 Kubeconfig = Annotated[
@@ -53,7 +47,8 @@ Profile = Annotated[
     typer.Option(
         "--policy",
         "-p",
-        help="Policy profile (default ma): ma, mal, rr, rf, ll, al, perllm, milp, ...",
+        help=f"Policy profile (default {DEFAULT_PROFILE}): ma, mal, rr, rf, ll, al, perllm, "
+        "milp, ...",
     ),
 ]
 
@@ -69,14 +64,12 @@ PluginParam = Annotated[
 Retired = Annotated[str | None, typer.Option(hidden=True)]
 #: The controller flag that sets each `RunConfig` field (for error messages).
 CONTROLLER_FLAGS = {
-    "slot_s": "--slot-s",
-    "epoch_slots": "--epoch-slots",
-    "tau_s": "--tau",
-    "lam": "--lam",
+    "loop.slot_s": "--slot-s",
+    "loop.epoch_slots": "--epoch-slots",
+    "loop.tau_s": "--tau",
+    "loop.lam": "--lam",
     "policy.seed": "--seed",
 }
-#: How often a node agent looks for the controller's run while waiting, seconds.
-RUN_POLL_S = 2.0
 
 
 def _refuse_run_flags(given: Mapping[str, object]) -> None:
@@ -89,117 +82,13 @@ def _refuse_run_flags(given: Mapping[str, object]) -> None:
         )
 
 
-def await_run(
-    store: Store, run: str, stop: threading.Event, poll_s: float = RUN_POLL_S
-) -> RunInfo | None:
-    """The run `run` (or, when empty, the newest cluster run) once the controller stored it.
-
-    Waits, polling every `poll_s`, until it appears or `stop` is set (None).
-    A node agent started before the controller must not pick a stale run's
-    configuration or the defaults: it waits for the run it will serve.
-    """
-    log = logging.getLogger(__name__)
-    announced = False
-    while not stop.is_set():
-        try:
-            found = store.run(run) if run else store.latest_run(backend="kubernetes")
-        except LmedgeError as exc:  # the store is down: wait for it as for the run
-            log.warning("no run from the store yet: %s", exc)
-            found = None
-        if found is not None:
-            if found.config is None:
-                log.warning("run %s has no stored configuration; using the defaults", found.id)
-            return found
-        if not announced:
-            announced = True
-            log.info("waiting for the controller to store %s", f"run {run}" if run else "a run")
-        stop.wait(poll_s)
-    return None
-
-
-def _serve_run(
-    found: RunInfo,
-    *,
-    node: str,
-    namespace: str,
-    kube: KubeClient,
-    store: Store,
-    stop: threading.Event,
-    slots: int | None,
-    gateway: str | None,
-    control_token_file: Path | None,
-    model_service_account: str | None,
-    progress_root: Path | None,
-    exporter_host: str | None,
-    metrics: ControlPlaneMetrics | None,
-    follow: bool,
-) -> str | None:
-    """Serve `found` as this node's agent until stopped; the newer run's id when `follow`
-    saw the controller start one (None otherwise)."""
-    from lmedge.backends.kubernetes.backend import (
-        KubernetesBackend,
-        KubernetesSettings,
-        WallClock,
-    )
-    from lmedge.backends.kubernetes.gateways import GatewayClient
-    from lmedge.controller.assembly import PolicyChoice, build_node_deployer
-    from lmedge.nodeagent.agent import NodeAgent, newer_run
-
-    run, start = found.id, found.started.replace(tzinfo=UTC).timestamp()
-    config = found.config or RunConfig()
-    choice = PolicyChoice.of(config.policy)
-    name = choice.resolve().deployer
-    gateways = GatewayClient({node: gateway}, _token_file(control_token_file)) if gateway else None
-    backend = KubernetesBackend(
-        kube,
-        KubernetesSettings(
-            namespace=namespace,
-            **config.loop_constants(),
-            run=run,
-            model_service_account=model_service_account,
-            progress_root=progress_root,
-        ),
-        store=store,
-        clock=WallClock(start),
-        gateways=gateways,
-    )
-    try:
-        plugin = build_node_deployer(choice, backend.context(), node, config.policy.seed)
-        collector = None
-        if exporter_host:
-            from lmedge.nodeagent.telemetry import ExporterTargets, TelemetryCollector
-
-            has_gpu = backend.context().node(node).spec.has_gpu
-            collector = TelemetryCollector(
-                [ExporterTargets.for_host(node, exporter_host, gpu=has_gpu)],
-                run=run,
-                clock=backend.wall_clock.now,
-            )
-        agent = NodeAgent(node, backend, plugin, store=store, telemetry=collector)
-        logging.getLogger(__name__).info(
-            "node agent on %s: deployer %s, run %s, started %s",
-            node, name, run,
-            datetime.fromtimestamp(backend.wall_clock.start, UTC).isoformat(),
-        )  # fmt: skip
-        return agent.run(
-            slots=slots,
-            stop=stop,
-            on_slot=(lambda r: metrics.observe_decisions([r.decision])) if metrics else None,
-            superseded=(lambda: newer_run(store, found)) if follow else None,
-        )
-    finally:
-        backend.close()
-
-
-def _gateways(values: list[str] | None, template: str | None, nodes: list[str]) -> dict[str, str]:
+def _gateways(values: list[str] | None, template: str | None) -> dict[str, str]:
+    """The gateways named with `--gateway` (the root adds each worker's from the template)."""
     from lmedge.cli.dataplane import parse_pairs
 
     urls = parse_pairs(values or [], "--gateway")
-    if template:
-        if "{node}" not in template:
-            raise ConfigError(f"--gateway-url-template must contain {{node}}, got {template!r}")
-        for node in nodes:
-            urls.setdefault(node, template.format(node=node))
+    if template and "{node}" not in template:
+        raise ConfigError(f"--gateway-url-template must contain {{node}}, got {template!r}")
     return urls
 
 
@@ -210,13 +99,6 @@ def _token_file(path: Path | None) -> Path | None:
 
         read_secret(path, "--control-token-file")
     return path
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
 
 
 MetricsPort = Annotated[
@@ -278,33 +160,27 @@ def register(app: typer.Typer) -> None:
         metrics_port: MetricsPort = None,
     ) -> None:
         """Run the controller: leader election, operator, planner and scheduler loop."""
-        from lmedge.backends.kubernetes.backend import KubernetesSettings, load_context
-        from lmedge.backends.kubernetes.client import KubeClient
+        from lmedge.backends.kubernetes.backend import KubernetesSettings
         from lmedge.controller.assembly import PolicyChoice
-        from lmedge.operator.process import ControllerSettings, run_controller
-        from lmedge.store import open_store
+        from lmedge.processes import controller as root
 
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         params = _plugin_params(planner=planner_param, router=router_param, deployer=deployer_param)
         choice = PolicyChoice(profile, planner, router, deployer, params)
-        # Bad values or names are one-line errors before anything starts.
+        # Bad values are one-line errors before anything starts (bad names: in the root,
+        # once the plugins are registered, before it connects).
         config = run_config(
-            {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam,
-             "policy": choice.config(seed)},
+            {"loop": {"slot_s": slot_s, "epoch_slots": epoch_slots, "tau_s": tau, "lam": lam}},
             names=CONTROLLER_FLAGS,
         )  # fmt: skip
-        kube = KubeClient.connect(kubeconfig)
-        base = KubernetesSettings(namespace=namespace)
-        ctx, _ = load_context(kube, base)
         backend = KubernetesSettings(
             namespace=namespace,
-            **config.loop_constants(),
-            gateways=_gateways(gateway, gateway_url_template, [n.name for n in ctx.workers]),
+            loop=config.loop,
+            gateways=_gateways(gateway, gateway_url_template),
             gateway_url_template=gateway_url_template,
             control_token=_token_file(control_token_file),
             run=run,
         )
-        settings = ControllerSettings(
+        settings = root.ControllerSettings(
             backend=backend,
             policy=choice,
             lease_namespace=lease_namespace,
@@ -315,13 +191,7 @@ def register(app: typer.Typer) -> None:
             operator=operator,
             metrics_port=metrics_port,
         )
-        opened = open_store(store)
-        try:
-            code = run_controller(settings, kube, opened, stop=_stop_on_signals())
-        finally:
-            opened.close()
-            kube.close()
-        raise typer.Exit(code)
+        raise typer.Exit(root.main(settings, kubeconfig=kubeconfig, store=store))
 
     @app.command("node-agent")
     def node_agent(
@@ -375,10 +245,8 @@ def register(app: typer.Typer) -> None:
         metrics_port: MetricsPort = None,
     ) -> None:
         """Run this node's agent: its Deployment Agent each slot, and the actuation."""
-        from lmedge.backends.kubernetes.client import KubeClient
-        from lmedge.store import open_store
+        from lmedge.processes import node_agent as root
 
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         _refuse_run_flags(
             {"--slot-s": slot_s, "--policy": profile, "--deployer": deployer, "--seed": seed}
         )
@@ -386,49 +254,16 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--token-file {token_file} does not exist")
         if progress_root is not None and not progress_root.is_dir():
             raise ConfigError(f"--progress-root {progress_root} is not a directory")
-        stop = _stop_on_signals()
-        # A bad kubeconfig or store is a one-line error now, not after the wait.
-        kube = KubeClient.connect(kubeconfig, token_file=token_file)
-        opened = open_store(store)
-        # Without --run the agent serves the newest cluster run, and follows the
-        # controller to a newer one (a restarted controller starts a new run):
-        # it rebuilds everything from that run's stored configuration.
-        follow = not run
-        metrics = None
-        if metrics_port is not None:
-            from lmedge.controller.prometheus import ControlPlaneMetrics
-
-            metrics = ControlPlaneMetrics(store_stats=opened.buffer_stats)
-            metrics.serve(metrics_port)
-        try:
-            wanted = run
-            while True:
-                found = await_run(opened, wanted, stop)
-                if found is None:  # stopped while waiting for the controller
-                    return
-                newer = _serve_run(
-                    found,
-                    node=node,
-                    namespace=namespace,
-                    kube=kube,
-                    store=opened,
-                    stop=stop,
-                    slots=slots,
-                    gateway=gateway,
-                    control_token_file=control_token_file,
-                    model_service_account=model_service_account,
-                    progress_root=progress_root,
-                    exporter_host=exporter_host,
-                    metrics=metrics,
-                    follow=follow,
-                )
-                if newer is None:
-                    return
-                logging.getLogger(__name__).info(
-                    "node agent on %s: the controller started run %s; following it (was %s)",
-                    node, newer, found.id,
-                )  # fmt: skip
-                wanted = newer
-        finally:
-            opened.close()
-            kube.close()
+        settings = root.NodeAgentSettings(
+            node=node,
+            namespace=namespace,
+            gateway=gateway,
+            control_token_file=_token_file(control_token_file) if gateway else None,
+            run=run,
+            slots=slots,
+            model_service_account=model_service_account,
+            progress_root=progress_root,
+            exporter_host=exporter_host,
+            metrics_port=metrics_port,
+        )
+        root.main(settings, kubeconfig=kubeconfig, token_file=token_file, store=store)

@@ -9,28 +9,16 @@ to start there without `--token-file` (the users' API token) unless told
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from lmedge.cli.store_cmds import StoreOption
 from lmedge.errors import ConfigError
 
 #: Default port: next to the gateway's 8080 range, free in the chart.
 DEFAULT_PORT = 8090
-
-
-def is_loopback(host: str) -> bool:
-    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def register(app: typer.Typer) -> None:
@@ -72,38 +60,20 @@ def register(app: typer.Typer) -> None:
         ] = 120.0,
     ) -> None:
         """Serve the web dashboard: runs, metrics, cluster, decisions and reports."""
-        import uvicorn
-
         from lmedge.cli.dataplane import read_secret
-        from lmedge.dashboard import DashboardSettings, create_app
-        from lmedge.dataplane.serving import bind
-        from lmedge.store import open_store
+        from lmedge.dashboard import DashboardSettings
+        from lmedge.processes import dashboard as root
 
         token = read_secret(token_file, "--token-file") if token_file else None
-        if token is None and not no_auth and not is_loopback(host):
+        if token is None and not no_auth and not root.is_loopback(host):
             raise ConfigError(
                 f"--host {host} is not a loopback address: give --token-file (the users' API "
                 "token), or --no-auth to serve every run to whoever reaches it"
             )
-        sock = bind(host, port)
-        db = open_store(store, read_only=True)
-        try:
-            settings = DashboardSettings(
-                token=token,
-                refresh_s=refresh,
-                live_window_s=live_window,
-                report_roots=tuple(reports or [Path("reports")]),
-            )
-            shown = "localhost" if is_loopback(host) else host
-            Console(stderr=True).print(
-                f"lmedge dashboard on http://{shown}:{sock.getsockname()[1]}/ "
-                f"({db.where}{', token required' if token else ''}); Ctrl-C stops it",
-                highlight=False,
-                soft_wrap=True,
-            )
-            uvicorn.Server(uvicorn.Config(create_app(db, settings), log_level="warning")).run(
-                sockets=[sock]
-            )
-        finally:
-            db.close()
-            sock.close()
+        settings = DashboardSettings(
+            token=token,
+            refresh_s=refresh,
+            live_window_s=live_window,
+            report_roots=tuple(reports or [Path("reports")]),
+        )
+        root.main(settings, host=host, port=port, store=store)

@@ -1,20 +1,18 @@
-"""`lmedge gateway` and `lmedge model-server`: the two data-plane processes of a node."""
+"""`lmedge gateway` and `lmedge model-server`: the two data-plane processes of a node.
+
+The gateway is assembled in `lmedge.processes.gateway`; its command here
+parses and checks the flags and calls that root.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast, get_args
+from typing import Annotated, cast, get_args
 
 import typer
 
-from lmedge.errors import ConfigError, LmedgeError
-
-if TYPE_CHECKING:
-    from lmedge.dataplane.auth import ControlAuth
-    from lmedge.store import Store
+from lmedge.errors import ConfigError
 
 #: Default largest request body of the gateway, bytes (as in lmedge.dataplane.app).
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
@@ -42,58 +40,6 @@ def read_secret(path: Path, what: str) -> str:
     if not text:
         raise ConfigError(f"{what} {path} is empty")
     return text
-
-
-def _control_auth(
-    node: str,
-    token_file: Path | None,
-    audience: str | None,
-    controller: str | None,
-    agent: str | None,
-    kubeconfig: Path | None,
-) -> ControlAuth | None:
-    """The gateway's control credential from its flags (module `lmedge.dataplane.auth`)."""
-    from lmedge.dataplane.auth import (
-        ServiceAccountAuth,
-        StaticTokenAuth,
-        kube_reviewer,
-        service_account_username,
-    )
-
-    if token_file is not None and audience:
-        raise ConfigError("give --control-token-file or --control-audience, not both")
-    if token_file is not None:
-        return StaticTokenAuth(read_secret(token_file, "--control-token-file"))
-    if not audience:
-        if controller or agent:
-            raise ConfigError("--controller-account and --agent-account need --control-audience")
-        return None
-    if not controller or not agent:
-        raise ConfigError("--control-audience needs --controller-account and --agent-account")
-    from lmedge.backends.kubernetes.client import KubeClient
-
-    return ServiceAccountAuth(
-        node=node,
-        reviewer=kube_reviewer(KubeClient.connect(kubeconfig)),
-        audience=audience,
-        controller=service_account_username(controller),
-        agent=service_account_username(agent),
-    )
-
-
-def _stored_tau(store: Store, default: float) -> float:
-    """The deadline of the newest cluster run in the store (its `RunConfig`), else `default`.
-
-    Until the controller's first routing push (which carries it) the gateway
-    already times requests out on the run's tau. A store that does not answer
-    leaves the default: the push corrects it within a slot.
-    """
-    try:
-        latest = store.latest_run(backend="kubernetes")
-    except LmedgeError as exc:
-        logging.getLogger(__name__).warning("no run configuration from the store: %s", exc)
-        return default
-    return latest.config.tau_s if latest is not None and latest.config is not None else default
 
 
 def register(app: typer.Typer) -> None:
@@ -190,15 +136,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run this node's gateway: user API, forwarding, per-LM queues, /metrics."""
-        import uvicorn
-
         from lmedge.api.manifests import load_resources
-        from lmedge.dataplane.app import ApiSettings, create_app
-        from lmedge.dataplane.clients import HttpClients
-        from lmedge.dataplane.gateway import Gateway, GatewaySettings, request_classes
-        from lmedge.dataplane.records import StoreSink
-        from lmedge.dataplane.serving import GatewayServer, bind, check_urls
-        from lmedge.store import open_store
+        from lmedge.dataplane.gateway import GatewaySettings, request_classes
+        from lmedge.dataplane.serving import check_urls
+        from lmedge.processes import gateway as root
 
         if tau is not None:
             raise ConfigError(
@@ -220,31 +161,29 @@ def register(app: typer.Typer) -> None:
             run=run,
         )
         check_urls(settings)
-        # Bound before the store and clients open: a port it cannot use is one error line.
-        sock = bind(host, port)
-        token = read_secret(token_file, "--token-file") if token_file else None
-        control = _control_auth(
-            node,
-            control_token_file,
-            control_audience,
-            controller_account,
-            agent_account,
-            kubeconfig,
-        )
-        # Checked before anything opens: a user token never doubles as the control one.
-        api_settings = ApiSettings(token=token, control_auth=control, max_body_bytes=max_body_bytes)
         peer_token = peer_token_file or control_token_file
         if peer_token is not None:
             read_secret(peer_token, "--peer-token-file")
-        clients = HttpClients(token=peer_token, max_connections=max_connections)
-        opened = open_store(store)
-        sink = StoreSink(opened)
-        settings = dataclasses.replace(settings, tau_s=_stored_tau(opened, settings.tau_s))
-        core = Gateway(settings, peers=clients, models=clients, sink=sink)
-        api = create_app(core, api_settings)
-        api.state.closers.append(clients.aclose)
-        config = uvicorn.Config(api, log_level="warning", backlog=4096)
-        GatewayServer(config, core, drain_s).run(sockets=[sock])
+        options = root.GatewayOptions(
+            host=host,
+            port=port,
+            store=store,
+            token=read_secret(token_file, "--token-file") if token_file else None,
+            control_token=(
+                read_secret(control_token_file, "--control-token-file")
+                if control_token_file
+                else None
+            ),
+            control_audience=control_audience,
+            controller_account=controller_account,
+            agent_account=agent_account,
+            kubeconfig=kubeconfig,
+            peer_token_file=peer_token,
+            max_body_bytes=max_body_bytes,
+            max_connections=max_connections,
+            drain_s=drain_s,
+        )
+        root.main(settings, options)
 
     @app.command("model-server")
     def model_server(

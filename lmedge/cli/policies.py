@@ -14,6 +14,7 @@ from typing import Annotated, Any, cast
 import typer
 
 from lmedge.controller import catalog
+from lmedge.processes.plugins import register_plugins
 
 
 def _fit(text: str, width: int) -> str:
@@ -31,8 +32,8 @@ def _tables() -> list[tuple[str, dict[str, catalog.PluginEntry[Any]]]]:
 
 
 def _listing() -> dict[str, Any]:
-    catalog.profile("ma")  # loads the registrations
-    unavailable: dict[str, str] = getattr(catalog, "UNAVAILABLE", {})
+    register_plugins()
+    unavailable: dict[str, str] = catalog.UNAVAILABLE
     return {
         "profiles": [
             {

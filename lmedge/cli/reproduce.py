@@ -92,10 +92,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Regenerate the paper's Figs. 6-9 and Tables II-IV on the emulator, side by side."""
         from lmedge.bench import paper_report
+        from lmedge.bench.executors import executor_for
         from lmedge.bench.grid import Options, plan
         from lmedge.bench.reproduce import reproduce
-        from lmedge.bench.runner import executor_for
+        from lmedge.processes.plugins import register_plugins
 
+        register_plugins()
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
         if workers is not None and workers < 1:
@@ -108,7 +110,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(
                 f"--out {out_dir}: cannot create the report folder: {exc.strerror}"
             ) from exc
-        executor = executor_for(workers, executor_name, address)
+        executor = executor_for(workers, executor_name, address, setup=register_plugins)
         count = workers or os.cpu_count() or 1
         where = f"Ray at {address}" if executor_name == "ray" else f"{count} workers"
         bar = progress_bar()

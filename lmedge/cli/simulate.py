@@ -8,7 +8,9 @@
   the RR and RF baselines, stores the decisions and writes a report.
 
 Every user mistake (a bad manifest, an unknown policy, a bad flag value) is a
-`UserError`: one line on stderr and exit code 2.
+`UserError`: one line on stderr and exit code 2. Each command registers the
+plugins first (`lmedge.processes.plugins.register_plugins`), and hands the
+same function to the worker processes of a pool or of Ray.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ from rich.table import Table
 
 from lmedge.agents.settings import agentic_params
 from lmedge.api.params_file import ParamsFile, merge_params, read_params
-from lmedge.bench.runner import RunData, RunOutcome, RunSpec, executor_for, resolve_scenario, run
+from lmedge.api.runconfig import DEFAULT_PROFILE
+from lmedge.bench.executors import executor_for
+from lmedge.bench.runner import RunData, RunOutcome, RunSpec, resolve_scenario, run
 from lmedge.bench.summary import dumps
 from lmedge.cli.console import AddressOpt, ExecutorOpt, WorkersOpt, err, progress_bar
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.controller.catalog import PROFILES, profile
 from lmedge.errors import ConfigError
+from lmedge.processes.plugins import register_plugins
 from lmedge.store import Store, open_store, parse_store_location
 
 out = Console()
@@ -243,7 +248,10 @@ def register(app: typer.Typer) -> None:
             "testbed", "--scenario", "-f", help="Scenario folder, or a bundled example name."
         ),
         policy: str = typer.Option(
-            "ma", "--policy", "-p", help="Policy profile (default ma, the best measured), e.g. rr."
+            DEFAULT_PROFILE,
+            "--policy",
+            "-p",
+            help=f"Policy profile (default {DEFAULT_PROFILE}, the best measured), e.g. rr.",
         ),
         slots: int | None = typer.Option(None, help="Measured slots (default: the scenario's)."),
         seed: int = typer.Option(
@@ -287,6 +295,7 @@ def register(app: typer.Typer) -> None:
         params_file: ParamsOpt = None,
     ) -> None:
         """Run one policy on an emulated scenario and print its metrics."""
+        register_plugins()
         _check_slots(slots)
         choice = _choice(policy, planner, router, deployer)
         tiers = choice.resolve()
@@ -347,6 +356,7 @@ def register(app: typer.Typer) -> None:
         Without --store the grid runs on a process pool (or on Ray with
         --executor ray); the results are those of a run in this process.
         """
+        register_plugins()
         _check_slots(slots)
         names = [p.strip() for p in policies.split(",") if p.strip()]
         if not names:
@@ -366,7 +376,11 @@ def register(app: typer.Typer) -> None:
         ]
         if store is not None and (executor_name != "local" or (workers or 1) > 1):
             raise ConfigError("--store runs in this process; drop --executor/--workers with it")
-        executor = None if store is not None else executor_for(workers, executor_name, address)
+        executor = (
+            None
+            if store is not None
+            else executor_for(workers, executor_name, address, setup=register_plugins)
+        )
         _report_folder(out_dir)
         from lmedge.bench.report import write_report  # matplotlib: only when reporting
 
@@ -405,9 +419,10 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(1, min=0, help="Seed (>= 0)."),
     ) -> None:
         """Run the bundled testbed with the best available policy and write a report."""
+        register_plugins()
         _check_slots(slots)
         _report_folder(out_dir)
-        best = next((p for p in DEMO_PREFERENCE if p in _profiles()), None)
+        best = next((p for p in DEMO_PREFERENCE if p in PROFILES), None)
         if best is None:
             raise ConfigError("no policy profile is registered")
         if best != DEMO_PREFERENCE[0]:
@@ -497,11 +512,6 @@ def _self_command() -> str:
         except ValueError:
             return str(exe.resolve())
     return "lmedge"
-
-
-def _profiles() -> dict[str, Any]:
-    profile("rr")  # loads the registrations
-    return PROFILES
 
 
 def _seeds(text: str) -> list[int]:

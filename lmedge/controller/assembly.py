@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmedge.api import ClusterContext, Deployer, Planner, Router
-from lmedge.api.runconfig import PolicyConfig
+from lmedge.api.runconfig import DEFAULT_PROFILE, PolicyConfig
 from lmedge.controller.catalog import (
     BuildContext,
     Profile,
@@ -36,7 +36,10 @@ def derive_seed(seed: int, role: str) -> int:
 
 @dataclass(frozen=True)
 class PolicyChoice:
-    """A profile name, with optional per-tier overrides and plugin parameters."""
+    """A profile name, with optional per-tier overrides and plugin parameters.
+
+    Without a profile, the tiers not overridden are `DEFAULT_PROFILE`'s.
+    """
 
     profile: str | None = None
     planner: str | None = None
@@ -55,7 +58,7 @@ class PolicyChoice:
         self.resolve()
         params: dict[Any, dict[str, Any]] = {t: dict(p) for t, p in self.params.items() if p}
         return PolicyConfig(
-            profile=self.profile or "rr",
+            profile=self.profile or DEFAULT_PROFILE,
             planner=self.planner,
             router=self.router,
             deployer=self.deployer,
@@ -65,7 +68,7 @@ class PolicyChoice:
 
     def resolve(self) -> Profile:
         """The effective planner/router/deployer names (raises `ConfigError` if unknown)."""
-        base = profile(self.profile) if self.profile else profile("rr")
+        base = profile(self.profile or DEFAULT_PROFILE)
         name = self.profile or "custom"
         planner = self.planner or base.planner
         router = self.router or base.router

@@ -1,26 +1,29 @@
 """The plugin catalog: every planner, router and deployer by kebab-case name,
 and the named policy profiles (the paper's RR, RF, MA, MAL, PerLLM, ...).
 
-Plugins are registered in one place, `registrations.py` (docs/design.md
+Plugins are listed in one place, `registrations.py` (docs/design.md
 "Conventions"). A plugin is built by a factory `(BuildContext) -> plugin`; its
 parameters arrive as a mapping which the plugin validates with its own
 pydantic model, so a bad parameter is rejected when the configuration is
 loaded, loudly.
 
-The registrations are imported on first use (they pull in every policy and
-their solvers, which a command that names no policy should not pay for).
-Each family of plugins registers into a scratch table and is merged only
-when it loaded whole, so a family whose import fails (say, an optional
-extra not installed) is left out, logged and named in every "unknown ..."
-error, while the rest of the catalog works; the catalog is marked loaded
-only after the registrations ran, so nothing is ever stuck half-loaded.
+The catalog does not fill itself: a process's composition root calls
+`register` (through `lmedge.processes.plugins.register_plugins`) before it
+builds a plugin, and a lookup before that raises `CatalogNotFilled` instead of
+quietly importing every policy. Registering is explicit, so a command that
+names no policy never pays for the policies' imports and solvers. Each family
+of plugins registers into a scratch table and is merged only when it loaded
+whole, so a family whose import fails (say, an optional extra not installed)
+is left out, logged and named in every "unknown ..." error, while the rest of
+the catalog works; the catalog is marked filled only after the registrations
+ran, so nothing is ever stuck half-filled.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -31,6 +34,17 @@ log = logging.getLogger(__name__)
 
 P = TypeVar("P", Planner, Router, Deployer)
 Kind = Literal["planner", "router", "deployer"]
+#: A family's registration: imports its modules and registers into the `Registry` given.
+Family = Callable[["Registry"], None]
+
+
+class CatalogNotFilled(RuntimeError):
+    """A plugin or profile was looked up before this process registered any.
+
+    A programming error, not a user's: the process's composition root
+    (`lmedge.processes`) must call `register_plugins()` before it builds a
+    policy.
+    """
 
 
 @dataclass(frozen=True)
@@ -72,7 +86,7 @@ class Profile:
 
 @dataclass
 class Registry:
-    """Plugins and profiles by name; what `registrations.py` fills."""
+    """Plugins and profiles by name; what the families of `registrations.py` fill."""
 
     planners: dict[str, PluginEntry[Planner]] = field(default_factory=dict)
     routers: dict[str, PluginEntry[Router]] = field(default_factory=dict)
@@ -130,7 +144,7 @@ def _add(table: dict[str, PluginEntry[Any]], entry: PluginEntry[Any]) -> None:
     table[entry.name] = entry
 
 
-#: The catalog of this process (filled on first use).
+#: The catalog of this process (filled by `register`, called by the process's root).
 CATALOG = Registry()
 PLANNERS = CATALOG.planners
 ROUTERS = CATALOG.routers
@@ -147,7 +161,6 @@ def add_planner(
     capabilities: Capabilities = NO_CAPABILITIES,
 ) -> None:
     """Register a planner in this process's catalog (e.g. a plugin from outside lmedge)."""
-    _ensure_loaded()
     CATALOG.add_planner(name, factory, summary, capabilities)
 
 
@@ -158,7 +171,6 @@ def add_router(
     capabilities: Capabilities = NO_CAPABILITIES,
 ) -> None:
     """Register a router in this process's catalog."""
-    _ensure_loaded()
     CATALOG.add_router(name, factory, summary, capabilities)
 
 
@@ -169,13 +181,11 @@ def add_deployer(
     capabilities: Capabilities = NO_CAPABILITIES,
 ) -> None:
     """Register a deployer in this process's catalog."""
-    _ensure_loaded()
     CATALOG.add_deployer(name, factory, summary, capabilities)
 
 
 def add_profile(profile: Profile) -> None:
     """Register a profile in this process's catalog."""
-    _ensure_loaded()
     CATALOG.add_profile(profile)
 
 
@@ -187,7 +197,7 @@ def _unavailable_note() -> str:
 
 def entry(kind: Kind, name: str) -> PluginEntry[Any]:
     """The registered entry of a `kind` plugin (raises `ConfigError` naming the known ones)."""
-    _ensure_loaded()
+    _require_filled()
     table: dict[str, PluginEntry[Any]] = {
         "planner": PLANNERS,
         "router": ROUTERS,
@@ -215,48 +225,69 @@ def build_deployer(name: str, ctx: BuildContext) -> Deployer:
 
 
 def profile(name: str) -> Profile:
-    _ensure_loaded()
+    """The registered profile `name` (raises `ConfigError` naming the known ones)."""
+    _require_filled()
     if name not in PROFILES:
         known = ", ".join(sorted(PROFILES)) or "(none)"
         raise ConfigError(f"unknown policy {name!r}; known policies: {known}{_unavailable_note()}")
     return PROFILES[name]
 
 
-_loaded = False
+_filled = False
 _lock = threading.Lock()
 
 
-def _ensure_loaded() -> None:
-    """Run the registrations once, family by family (see the module docstring)."""
-    global _loaded
-    if _loaded:
+def filled() -> bool:
+    """Whether this process's catalog was filled (`register` ran)."""
+    return _filled
+
+
+def _require_filled() -> None:
+    if not _filled:
+        raise CatalogNotFilled(
+            "the plugin catalog is empty: this process's composition root must call "
+            "lmedge.processes.plugins.register_plugins() before it builds a policy"
+        )
+
+
+def register(families: Sequence[tuple[str, Family]], profiles: Family) -> None:
+    """Fill this process's catalog with `families`, then `profiles`, once.
+
+    Idempotent and thread-safe: the first call fills the catalog (see
+    `fill`), later calls return at once whatever they are given.
+    """
+    global _filled
+    if _filled:
         return
     with _lock:
-        if _loaded:
+        if _filled:
             return
-        fill(CATALOG, UNAVAILABLE)
-        _loaded = True
+        fill(CATALOG, UNAVAILABLE, families, profiles)
+        _filled = True
 
 
-def fill(target: Registry, unavailable: dict[str, str]) -> None:
-    """Register every family of `registrations.FAMILIES` into `target`.
+def fill(
+    target: Registry,
+    unavailable: dict[str, str],
+    families: Sequence[tuple[str, Family]],
+    profiles: Family,
+) -> None:
+    """Register every `(name, family)` of `families` into `target`, then the `profiles`.
 
     A family that raises (on import or while registering) is left out whole
     and recorded in `unavailable` with the error, logged once; a profile whose
     plugins are not all registered is left out with it.
     """
-    from lmedge.controller.registrations import FAMILIES, register_profiles
-
-    for family, register in FAMILIES:
+    for family, register_family in families:
         scratch = Registry()
         try:
-            register(scratch)
+            register_family(scratch)
             target.merge(scratch)
         except Exception as exc:  # an optional dependency missing, or a broken plugin
             unavailable[family] = f"{type(exc).__name__}: {exc}"
             log.warning("plugin family %s not loaded: %s: %s", family, type(exc).__name__, exc)
     scratch = Registry()
-    register_profiles(scratch)
+    profiles(scratch)
     for p in scratch.profiles.values():
         missing = [
             f"{kind} {name}"

@@ -21,8 +21,8 @@ slot t (length `ClusterContext.slot_s`):
    else a feasible fallback; then actuated;
 5. the clock advances to the slot end (the emulator runs its events); the
    finished requests are drained, queued for the store with the slot's
-   decisions and telemetry (sent as a few batch inserts every `store_every`
-   slots: 1 on a cluster, more in the emulator where slots take
+   decisions and telemetry (`recording.py`: sent as a few batch inserts every
+   `store_every` slots: 1 on a cluster, more in the emulator where slots take
    milliseconds), and fed to plugins implementing `FeedbackConsumer`;
 6. at an epoch end, `EpochMetrics` over the requests finished in the epoch
    and a `MemoryCase`.
@@ -44,7 +44,7 @@ the planner is bounded. Records still reach the store, feedback and the
 epoch metrics, one slot at a time.
 
 Planning may run beside the slot loop (`background_planning=True`, the
-cluster path): at an epoch boundary the observation is taken in the loop
+cluster path; `planning.py`): at an epoch boundary the observation is taken in the loop
 and the planner runs in a thread; the router and deployers keep using the
 previous macro policy until the new one has been validated, and it applies
 from the next slot start after that. With `plan_lag_slots=k` it applies
@@ -76,7 +76,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -92,7 +92,6 @@ from lmedge.api import (
     MemoryCase,
     NodeInfo,
     NodeObservation,
-    NodeTelemetry,
     Placement,
     PlanningObservation,
     RequestRecord,
@@ -103,11 +102,18 @@ from lmedge.api import (
     capabilities_of,
 )
 from lmedge.api.feasibility import check_macro_policy
-from lmedge.api.live import REPLAN_KINDS, ContextUpdate
 from lmedge.controller.assembly import PolicyPlugins, derive_seed
 from lmedge.controller.gctune import quiet_gc, slot_end
 from lmedge.controller.guard import DecisionGuard
+from lmedge.controller.planning import (
+    MEMORY_CASES,
+    PlannerThread,
+    memory_cases,
+    observe,
+    replan_reason,
+)
 from lmedge.controller.prometheus import ControlPlaneMetrics
+from lmedge.controller.recording import StoreWriter
 from lmedge.metrics import MetricRow, metric_lms, window_metrics
 from lmedge.policies.classes import class_arrivals, lm_arrivals, routes_for_classes
 from lmedge.store import Store
@@ -119,11 +125,6 @@ MAX_DEPLOYER_THREADS = 16
 #: Epoch metrics a run without history keeps (the newest): 2,000 epochs are
 #: 35 days of 25-minute epochs; the store has all of them.
 MAX_EPOCHS_KEPT = 2000
-#: Memory cases handed to the planner, best objective first. The planner picks
-#: its own cases from them (best, worst, most similar traffic), so it needs the
-#: whole range, not a top few; the bound only keeps observations small on very
-#: long runs (an epoch is 25 minutes at nominal slots: 200 cases is 3.5 days).
-MEMORY_CASES = 200
 
 
 @dataclass
@@ -221,26 +222,19 @@ class ControlLoop:
         self._last_metrics: EpochMetrics | None = None
         self._keep_history = keep_history
         self._keep_decisions = keep_decisions and keep_history
-        self._store_every = max(1, store_every)
-        self._telemetry = telemetry
-        self._unsent_records: list[RequestRecord] = []
-        self._unsent_decisions: list[Decision[Any]] = []
-        self._unsent_telemetry: list[NodeTelemetry] = []
+        self._writer = StoreWriter(
+            store, run_id, backend.telemetry if telemetry else None, store_every
+        )
         self._workers = [n for n in self.ctx.workers if n.name in plugins.deployers]
         io_bound = any(capabilities_of(d).io_bound for d in plugins.deployers.values())
         threads = min(max(len(self._workers), 1), max_workers)
         self._pool = ThreadPoolExecutor(threads, "deployer") if io_bound else None
         # background planning: one planner thread, one plan in flight at most
-        self._plan_lag = plan_lag_slots
-        self._planner_pool = (
-            ThreadPoolExecutor(1, "planner")
+        self._planning = (
+            PlannerThread(plugins.planner, self._plan, self._planning_observation, plan_lag_slots)
             if background_planning or plan_lag_slots is not None
             else None
         )
-        self._pending_plan: Future[Decision[MacroPolicy]] | None = None
-        self._pending_apply_at: int | None = None
-        self._replan_wanted: str | None = None
-        self._planner_feedback: list[RequestRecord] = []
         self.result = RunResult(run_id, plugins.name, self.ctx, 0)
 
     # -- the loop ---------------------------------------------------------------
@@ -278,22 +272,18 @@ class ControlLoop:
         recorded, never applied: the audit keeps every decision that was made.
         """
         try:
-            if self._planner_pool is not None:
-                self._planner_pool.shutdown(wait=True)
-            pending, self._pending_plan = self._pending_plan, None
-            if pending is not None and pending.done() and not pending.cancelled():
-                d = pending.result()  # the guard never raises
-                if self.store is not None:
-                    self._unsent_decisions.append(d)
+            d = self._planning.close() if self._planning is not None else None
+            if d is not None:
+                self._writer.hold(d)
                 if self._keep_decisions:
                     self.result.decisions.append(d)
-            self._flush()
+            self._writer.flush()
         finally:
-            for pool in (self._pool, self._planner_pool):
-                if pool is not None:
-                    pool.shutdown(wait=True)
-            self._pool = self._planner_pool = None
-            self._pending_plan = None
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            if self._planning is not None:
+                self._planning.close()
+            self._pool = self._planning = None
 
     def resume(self, macro: MacroPolicy) -> bool:
         """Continue a run mid-epoch with the macro policy it stored (a restarted controller).
@@ -315,23 +305,23 @@ class ControlLoop:
             self._workers = [n for n in self.ctx.workers if n.name in self.plugins.deployers]
             self._placements = {k: v for k, v in self._placements.items() if self.ctx.has_node(k)}
         ctx = self.ctx
-        epoch = slot // ctx.epoch_slots
+        epoch = slot // ctx.loop.epoch_slots
         timing = SlotTiming(slot)
         started, started_cpu = time.perf_counter(), time.thread_time()
         snapshot = self.backend.snapshot(slot)
         arrivals = self.backend.arrivals(slot)
         decisions: list[Decision[Any]] = []
-        trigger = _replan_reason(update) if update.needs_replan else None
-        if slot % ctx.epoch_slots == 0 or trigger is not None:
-            if self._planner_pool is None:
+        trigger = replan_reason(update) if update.needs_replan else None
+        if slot % ctx.loop.epoch_slots == 0 or trigger is not None:
+            if self._planning is None:
                 d_plan = self._plan(self._planning_observation(epoch), slot, trigger)
                 self._macro = d_plan.value
                 timing.planner_s = d_plan.latency_s
                 decisions.append(d_plan)
             else:
-                self._submit_plan(epoch, slot, trigger)
-        if self._planner_pool is not None:
-            d_done = self._collect_plan(slot)
+                self._planning.submit(epoch, slot, trigger)
+        if self._planning is not None:
+            d_done = self._collect_plan(self._planning, slot)
             if d_done is not None:
                 timing.planner_s = d_done.latency_s
                 decisions.append(d_done)
@@ -365,14 +355,14 @@ class ControlLoop:
         # After actuating, before the slot's wait: idle time for a controller on a
         # cluster. The full collection once an epoch runs just after the epoch's
         # metric rows were let go, so it does not walk them.
-        slot_end(full=slot > 0 and slot % ctx.epoch_slots == 0)
-        self.backend.clock.sleep_until((slot + 1) * ctx.slot_s)
+        slot_end(full=slot > 0 and slot % ctx.loop.epoch_slots == 0)
+        self.backend.clock.sleep_until((slot + 1) * ctx.loop.slot_s)
         records = self.backend.drain_records()
         for r in records:
             if not r.run:
                 r.run = self.run_id
         stored = time.perf_counter()
-        self._record(slot, records, decisions)
+        self._writer.record(slot, records, decisions)
         timing.store_s = time.perf_counter() - stored
         if self.metrics is not None:
             self.metrics.observe_decisions(decisions)
@@ -385,7 +375,7 @@ class ControlLoop:
         if self._keep_decisions:
             self.result.decisions.extend(decisions)
         self.result.slots = slot + 1
-        if (slot + 1) % ctx.epoch_slots == 0:
+        if (slot + 1) % ctx.loop.epoch_slots == 0:
             self._end_epoch(epoch)
 
     # -- the three tiers ----------------------------------------------------------
@@ -398,7 +388,7 @@ class ControlLoop:
             baseline=self.baseline,
             last=self._last_metrics,
             previous=self._macro,
-            memory=self._memory_cases(),
+            memory=memory_cases(self._memory),
             traffic=dict(sorted(self._last_traffic.items())),
         )
 
@@ -408,45 +398,13 @@ class ControlLoop:
         d = self.guard.plan(self.plugins.planner, obs, slot=slot)
         return d.model_copy(update={"trigger": trigger}) if trigger else d
 
-    def _submit_plan(self, epoch: int, slot: int, trigger: str | None) -> None:
-        """Start planning in the planner thread; one plan in flight at most.
-
-        A boundary or change while a plan is in flight is remembered and
-        planned as soon as that one is done (with the newest observation).
-        """
-        if self._planner_pool is None:
-            return
-        if self._pending_plan is not None:
-            self._replan_wanted = trigger or self._replan_wanted or "epoch boundary"
-            return
-        obs = self._planning_observation(epoch)
-        self._pending_plan = self._planner_pool.submit(self._plan, obs, slot, trigger)
-        self._pending_apply_at = None if self._plan_lag is None else slot + self._plan_lag
-
-    def _collect_plan(self, slot: int) -> Decision[MacroPolicy] | None:
-        """The plan that takes effect at this slot start, if one does.
-
-        Without a lag: the plan in flight if it is done (never waiting). With
-        `plan_lag_slots`: the plan exactly at its slot, waiting for it then.
-        """
-        pending = self._pending_plan
-        if pending is None:
+    def _collect_plan(self, planning: PlannerThread, slot: int) -> Decision[MacroPolicy] | None:
+        """The plan that takes effect at this slot start, if one does, put in force."""
+        d = planning.collect(slot)
+        if d is None:
             return None
-        if self._pending_apply_at is not None:
-            if slot < self._pending_apply_at:
-                return None
-        elif not pending.done():
-            return None
-        d = pending.result()  # the guard never raises: a failed planner is a fallback
-        self._pending_plan, self._pending_apply_at = None, None
         self._macro = d.value
-        if self._planner_feedback:
-            feedback, self._planner_feedback = self._planner_feedback, []
-            if isinstance(self.plugins.planner, FeedbackConsumer):
-                _observe(self.plugins.planner, feedback)
-        if self._replan_wanted is not None:
-            why, self._replan_wanted = self._replan_wanted, None
-            self._submit_plan(slot // self.ctx.epoch_slots, slot, why)
+        planning.applied(slot // self.ctx.loop.epoch_slots, slot)
         return d
 
     def _route(
@@ -502,8 +460,8 @@ class ControlLoop:
                     roles=roles.get(node.name, []),
                     state=state,
                     previous=self._placements.get(node.name),
-                    tau_s=self.ctx.tau_s,
-                    slot_s=self.ctx.slot_s,
+                    tau_s=self.ctx.loop.tau_s,
+                    slot_s=self.ctx.loop.slot_s,
                 )
             )
             deployer = self.plugins.deployers[node.name]
@@ -521,67 +479,18 @@ class ControlLoop:
 
     # -- records, feedback, epochs -------------------------------------------------
 
-    def _record(
-        self, slot: int, records: list[RequestRecord], decisions: list[Decision[Any]]
-    ) -> None:
-        """Queue the slot's writes; send them every `store_every` slots as a few batches."""
-        if self.store is None:
-            return
-        self._unsent_records.extend(records)
-        self._unsent_decisions.extend(decisions)
-        if self._telemetry:
-            self._unsent_telemetry.extend(
-                t.model_copy(update={"run": self.run_id}) for t in self.backend.telemetry()
-            )
-        if (slot + 1) % self._store_every == 0:
-            self._flush()
-
-    def _flush(self) -> None:
-        """Hand the queued writes to the store, each exactly once.
-
-        The queues are emptied *before* the writes: the store keeps what the
-        server has not taken (its buffer, then a spill file), so handing a
-        document over again, say from `close()` after a failed slot, could only
-        store it twice. A store write never stops the loop: anything it raises
-        is logged with what was lost.
-        """
-        store = self.store
-        if store is None:
-            return
-        records, telemetry, decisions = (
-            self._unsent_records,
-            self._unsent_telemetry,
-            self._unsent_decisions,
-        )
-        self._unsent_records, self._unsent_decisions, self._unsent_telemetry = [], [], []
-        writes: list[tuple[str, int, Callable[[], None]]] = [
-            ("request records", len(records), lambda: store.record_requests(records)),
-            ("telemetry snapshots", len(telemetry), lambda: store.record_telemetry(telemetry)),
-            # One insert per decision collection.
-            ("decisions", len(decisions), lambda: store.record_decisions(decisions)),
-        ]
-        for what, n, write in writes:
-            if not n:
-                continue
-            try:
-                write()
-            except Exception:  # a store bug must not stop the cluster either
-                log.exception(
-                    "run %s: %d %s could not be handed to the store", self.run_id, n, what
-                )
-
     def _feedback(self, records: list[RequestRecord]) -> None:
         if not records:
             return
         planner = self.plugins.planner
         if isinstance(planner, FeedbackConsumer):
-            if self._pending_plan is not None:
+            if self._planning is not None and self._planning.planning:
                 # the planner is planning in its thread: learn after it is done
-                self._planner_feedback.extend(records)
+                self._planning.defer_feedback(records)
             else:
-                _observe(planner, records)
+                observe(planner, records)
         if isinstance(self.plugins.router, FeedbackConsumer):
-            _observe(self.plugins.router, records)
+            observe(self.plugins.router, records)
         by_node: dict[str, list[RequestRecord]] | None = None
         for node, deployer in self.plugins.deployers.items():
             # a runtime Protocol check walks the protocol's members: once per class
@@ -597,7 +506,7 @@ class ControlLoop:
                     by_node.setdefault(r.destination, []).append(r)
             mine = by_node.get(node)
             if mine:
-                _observe(cast(FeedbackConsumer, deployer), mine)
+                observe(cast(FeedbackConsumer, deployer), mine)
 
     def _count_off_role(
         self,
@@ -628,8 +537,8 @@ class ControlLoop:
         metrics = window_metrics(
             self._epoch_records,
             metric_lms(ctx, self._epoch_records),
-            tau_s=ctx.tau_s,
-            lam=ctx.lam,
+            tau_s=ctx.loop.tau_s,
+            lam=ctx.loop.lam,
             deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
         )
         if self._epoch_routed:
@@ -650,8 +559,8 @@ class ControlLoop:
             )
             self._memory.append(case)
             if len(self._memory) > 2 * MEMORY_CASES:
-                # what `_memory_cases` can ever return: the best and the worst
-                self._memory = self._memory_cases()
+                # what `memory_cases` can ever return: the best and the worst
+                self._memory = memory_cases(self._memory)
             if self.store is not None:
                 try:
                     self.store.record_memory(case)
@@ -661,21 +570,6 @@ class ControlLoop:
         self._last_traffic = self._epoch_traffic
         self._epoch_traffic = {}
         self._epoch_records = []
-
-    def _memory_cases(self) -> list[MemoryCase]:
-        """Remembered epochs, lowest objective first (unknown last), at most `MEMORY_CASES`.
-
-        Past the bound the middle of the ranking is dropped, so the best and
-        the worst epochs always stay visible to the planner.
-        """
-        ranked = sorted(
-            self._memory,
-            key=lambda c: (c.objective is None, c.objective or 0.0, c.run, c.epoch),
-        )
-        if len(ranked) <= MEMORY_CASES:
-            return ranked
-        half = MEMORY_CASES // 2
-        return ranked[:half] + ranked[-(MEMORY_CASES - half) :]
 
 
 def route_index(routing: RoutingMap) -> dict[tuple[str, str], Route]:
@@ -718,21 +612,3 @@ def routed_backlog(
             n = n.model_copy(update={"backlog": backlog})
         nodes.append(n)
     return snapshot.model_copy(update={"nodes": nodes})
-
-
-def _observe(plugin: FeedbackConsumer, records: list[RequestRecord]) -> None:
-    # Feedback is advisory: a learning plugin that fails to learn still serves.
-    try:
-        plugin.observe(records)
-    except Exception:
-        log.exception("feedback to %s failed", getattr(plugin, "name", type(plugin).__name__))
-
-
-def _replan_reason(update: ContextUpdate) -> str:
-    """The changes that call for a re-plan, in words (the planner decision's `trigger`)."""
-    parts = [
-        f"{c.kind} {c.name}" + (f": {c.detail}" if c.detail else "")
-        for c in update.changes
-        if c.kind in REPLAN_KINDS
-    ]
-    return "cluster changed: " + "; ".join(parts)

@@ -4,7 +4,8 @@ Plugins are grouped in families (`FAMILIES`), each a function that imports
 its modules and registers into the `Registry` it is given: the catalog merges
 a family only when all of it loaded, so one broken or missing import (an
 optional extra) costs that family, not the catalog. This module imports the
-catalog's types only; the catalog imports it on first use.
+catalog's types only and the catalog never imports it: a process's composition
+root registers these (`lmedge.processes.plugins.register_plugins`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TypeVar
 
 from lmedge.api import Capabilities
 from lmedge.controller.catalog import BuildContext, Profile, Registry
-from lmedge.policies._support import no_params
+from lmedge.policies.kit.support import no_params
 
 _T = TypeVar("_T")
 

@@ -18,7 +18,6 @@ CLI allows that on a loopback address only).
 
 from __future__ import annotations
 
-import hmac
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ import lmedge
 from lmedge.dashboard import charts, views
 from lmedge.errors import StoreError, StoreUnavailable
 from lmedge.store import Store
+from lmedge.tokens import bearer_token, same_token
 
 __all__ = ["COOKIE", "DashboardSettings", "create_app"]
 
@@ -173,7 +173,7 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         if cfg.token is None or request.url.path in ("/login", "/healthz"):
             return await call_next(request)
         given = bearer_token(request.headers.get("authorization")) or request.cookies.get(COOKIE)
-        if given is not None and hmac.compare_digest(given.encode(), cfg.token.encode()):
+        if given is not None and same_token(given, cfg.token):
             return await call_next(request)
         if request.headers.get("authorization"):
             return error(request, 401, "wrong bearer token")
@@ -193,7 +193,7 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         token = (form.get("token") or [""])[0].strip()
         target = _local((form.get("next") or ["/"])[0])
-        if cfg.token is None or not hmac.compare_digest(token.encode(), cfg.token.encode()):
+        if cfg.token is None or not same_token(token, cfg.token):
             return page(request, "login.html", 401, next=target, failed=True)
         response = RedirectResponse(target, 303)
         response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
@@ -427,22 +427,6 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         return FileResponse(views.report_file(views.load_report(name, folders), filename))
 
     return app
-
-
-def bearer_token(header: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, else None.
-
-    As the gateways read it (`lmedge.dataplane.auth`, a sibling layer this one
-    may not import): the scheme matched case-insensitively, a token with spaces
-    in it is no token.
-    """
-    if not header:
-        return None
-    scheme, _, rest = header.strip().partition(" ")
-    token = rest.strip()
-    if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
-        return None
-    return token
 
 
 def _local(target: str) -> str:

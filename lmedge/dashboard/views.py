@@ -18,15 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, cast
 
-from lmedge.api.constants import SLOT_S
+from lmedge.api.constants import LoopConstants
 from lmedge.api.decisions import MacroPolicy, Placement
 from lmedge.api.records import NodeTelemetry
-from lmedge.metrics import LAMBDA, TAU_S, conflict_stats, fairness, segment_metrics
+from lmedge.metrics import conflict_stats, fairness, segment_metrics
 from lmedge.store import AnyDecision, RunInfo, Store
 
-#: The slot length assumed for a run stored without its configuration, seconds
-#: (the paper's 30 s slot).
-DEFAULT_SLOT_S: Final = SLOT_S
 #: Decisions read for one run's cluster view: enough for a 1000-slot run of
 #: eight nodes; beyond it the page says how many it shows.
 MAX_DEPLOYMENTS: Final = 20_000
@@ -38,21 +35,10 @@ class NotFound(LookupError):
     """A run, a decision or a report that the store (or the report folders) lacks."""
 
 
-@dataclass(frozen=True)
-class RunConstants:
-    """The run's slot, deadline and objective weight (its stored config, else the defaults)."""
-
-    slot_s: float
-    tau_s: float
-    lam: float
-
-
-def constants(info: RunInfo) -> RunConstants:
-    """The constants `info` was run with; the paper's defaults for a run stored without."""
+def constants(info: RunInfo) -> LoopConstants:
+    """The loop constants `info` was run with; the paper's defaults for a run stored without."""
     config = getattr(info, "config", None)  # runs recorded before runs carried their config
-    if config is None:
-        return RunConstants(DEFAULT_SLOT_S, TAU_S, LAMBDA)
-    return RunConstants(float(config.slot_s), float(config.tau_s), float(config.lam))
+    return LoopConstants() if config is None else config.loop
 
 
 def find_run(store: Store, run_id: str) -> RunInfo:
@@ -127,7 +113,7 @@ class RunState:
     """One run's metrics, overall and per window (the paper's Fig. 6/7/9 views)."""
 
     info: RunInfo
-    constants: RunConstants
+    constants: LoopConstants
     window_slots: int
     start_slot: int
     end_slot: int

@@ -24,7 +24,7 @@ neither, every endpoint is open (development only).
 
 The `Authorization` header must use the Bearer scheme (RFC 6750), whose name
 is case-insensitive (RFC 9110 §11.1): `bearer x` is accepted, a bare `x`
-refused.
+refused (`lmedge.tokens`, which the dashboard reads its token with too).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -43,6 +42,7 @@ from fastapi import Header
 from starlette.exceptions import HTTPException
 
 from lmedge.errors import ConfigError, LmedgeError
+from lmedge.tokens import bearer_token, same_token
 
 __all__ = [
     "NODE_NAME_EXTRA",
@@ -51,7 +51,6 @@ __all__ = [
     "ServiceAccountAuth",
     "StaticTokenAuth",
     "TokenReviewer",
-    "bearer_token",
     "check_credentials",
     "control_guard",
     "kube_reviewer",
@@ -75,25 +74,6 @@ class Denied(HTTPException):
         super().__init__(status, message)
 
 
-def bearer_token(header: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, else None.
-
-    The scheme is matched case-insensitively (RFC 9110 §11.1); a header
-    without it, another scheme, or a token with spaces in it is no token.
-    """
-    if not header:
-        return None
-    scheme, _, rest = header.strip().partition(" ")
-    token = rest.strip()
-    if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
-        return None
-    return token
-
-
-def _same(given: str, expected: str) -> bool:
-    return secrets.compare_digest(given.encode(), expected.encode())
-
-
 class ControlAuth(Protocol):
     """Decides whether a bearer token may make a control call of `scope`."""
 
@@ -113,7 +93,7 @@ class StaticTokenAuth:
             raise ConfigError("the control token is empty")
 
     async def authorize(self, token: str, scope: Scope) -> None:
-        if not _same(token, self.token.strip()):
+        if not same_token(token, self.token.strip()):
             raise Denied(401, "missing or wrong bearer token")
 
 
@@ -246,7 +226,7 @@ def user_guard(expected: str | None) -> Callable[..., Awaitable[None]]:
         if expected is None:
             return
         given = bearer_token(authorization)
-        if given is None or not _same(given, expected.strip()):
+        if given is None or not same_token(given, expected.strip()):
             raise Denied(401, "missing or wrong bearer token")
 
     return check

@@ -30,7 +30,6 @@ import httpx
 from pydantic import ValidationError
 
 from lmedge.api.inference import InferRequest, InferResult
-from lmedge.backends.kubernetes.gateways import BearerToken
 from lmedge.dataplane.engines import EngineCall, Finish, Piece, PodStreamProtocol
 from lmedge.dataplane.queues import ModelFailed, ModelUnavailable
 from lmedge.dataplane.sse import MalformedStream, SseDecoder
@@ -44,6 +43,7 @@ from lmedge.dataplane.wire import (
     stream_event,
 )
 from lmedge.errors import BadRequest, PeerUnavailable
+from lmedge.tokens import BearerToken
 
 __all__ = ["HttpClients", "PeerUnavailable"]
 

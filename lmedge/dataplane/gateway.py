@@ -148,7 +148,7 @@ class GatewaySettings:
     `model_urls`: LM -> URL of a model pod on this node at start (the node agent
     replaces the set later with `PUT /control/models`).
     `tau_s`: request deadline, seconds, until a routing push carries the run's
-    (`RunConfig.tau_s`); default the paper's 900 s.
+    (`RunConfig.loop.tau_s`); default the paper's 900 s.
     `grace_s`: how long past tau an origin waits for a destination to report
     its timeout before giving up on it, seconds (default 5).
     `run`: run id stamped on records until the controller pushes one.

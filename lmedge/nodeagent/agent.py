@@ -154,14 +154,14 @@ class NodeAgent:
         ]
         obs = NodeObservation(
             slot=slot,
-            epoch=slot // ctx.epoch_slots,
+            epoch=slot // ctx.loop.epoch_slots,
             node=info,
             services=ctx.services,
             roles=roles,
             state=state,
             previous=self._previous,
-            tau_s=ctx.tau_s,
-            slot_s=ctx.slot_s,
+            tau_s=ctx.loop.tau_s,
+            slot_s=ctx.loop.slot_s,
         )
         decision = self.guard.place(
             self.deployer, info, ctx.services, obs, epoch=obs.epoch, slot=slot
@@ -188,7 +188,7 @@ class NodeAgent:
             value=Placement(node=self.node, lms=[]),
             error=f"{self.node} is down ({why}): its model pods are stopped",
             run=self.run_id,
-            epoch=slot // self.ctx.epoch_slots,
+            epoch=slot // self.ctx.loop.epoch_slots,
             slot=slot,
             node=self.node,
             sim_time_s=self.backend.clock.now(),
@@ -244,7 +244,7 @@ class NodeAgent:
         """
         stop = stop or threading.Event()
         clock = self.backend.wall_clock
-        slot_s = self.ctx.slot_s
+        slot_s = self.ctx.loop.slot_s
         slot = clock.slot(slot_s)
         done = 0
         while not stop.is_set() and (slots is None or done < slots):

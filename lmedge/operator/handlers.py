@@ -20,38 +20,21 @@ from typing import TYPE_CHECKING, Any
 
 import kopf
 
-from lmedge.api import ClusterContext, EdgeNodeSpec, LMServiceSpec, NodeInfo
-from lmedge.backends.kubernetes.live import (
-    ClusterView,
-    LoopConstants,
-    context_of,
-    node_down_reason,
-    view_of,
-)
+from lmedge.api import ClusterContext, EdgeNodeSpec, LMServiceSpec, LoopConstants, NodeInfo
+from lmedge.backends.kubernetes.live import ClusterView, context_of, node_down_reason, view_of
 from lmedge.backends.kubernetes.pods import ObservedPod
 from lmedge.errors import LmedgeError, ManifestError
 from lmedge.operator import kube, logic
+from lmedge.operator.settings import HandlerSettings
 from lmedge.operator.timeslicing import node_labels, render_configmap
 
 if TYPE_CHECKING:
     from lmedge.store import Store
 
 GROUP, VERSION = kube.GROUP, kube.VERSION
-#: Where the operator writes the NVIDIA device plugin's time-slicing ConfigMap.
-TIMESLICING_NAMESPACE = os.environ.get("LMEDGE_TIMESLICING_NAMESPACE", "lmedge-system")
-TIMESLICING_CONFIGMAP = os.environ.get("LMEDGE_TIMESLICING_CONFIGMAP", "lmedge-time-slicing")
-#: `NAMESPACE/NAME` of the ConfigMap listing each LMService's image and uid,
-#: the parameter of the node agents' admission policy (the chart's
-#: `<release>-model-images`, in the release namespace); unset: not maintained.
-MODEL_IMAGES = os.environ.get("LMEDGE_MODEL_IMAGES_CONFIGMAP", "")
-#: The namespace whose LMServices it lists (the workload namespace); default:
-#: the ConfigMap's own. The chart keeps them apart, so a workload namespace
-#: deleted and made again does not take the admission parameter with it.
-MODEL_IMAGES_FOR = (
-    os.environ.get("LMEDGE_MODEL_IMAGES_NAMESPACE", "") or MODEL_IMAGES.partition("/")[0]
-)
-#: Seconds between LMService status refreshes (success ratio, latency, instances).
-STATUS_INTERVAL_S = float(os.environ.get("LMEDGE_STATUS_INTERVAL_S", "30"))
+#: The handlers' environment, read once when kopf loads this module (a timer's
+#: interval is fixed when it is registered); see `HandlerSettings`.
+SETTINGS = HandlerSettings.from_environ(os.environ)
 
 
 @contextmanager
@@ -105,7 +88,9 @@ def _edge_nodes(exclude: str | None = None) -> list[NodeInfo]:
 
 def sync_timeslicing(exclude: str | None = None) -> None:
     kube.apply_configmap(
-        render_configmap(_edge_nodes(exclude), TIMESLICING_CONFIGMAP, TIMESLICING_NAMESPACE)
+        render_configmap(
+            _edge_nodes(exclude), SETTINGS.timeslicing_configmap, SETTINGS.timeslicing_namespace
+        )
     )
 
 
@@ -173,12 +158,11 @@ def validate_lmservice(
 
 def sync_model_images() -> bool:
     """Rewrite the model-images ConfigMap from the workload namespace's LMServices."""
-    if not MODEL_IMAGES:
+    if not SETTINGS.model_images:
         return False
-    namespace, _, name = MODEL_IMAGES.partition("/")
-    return kube.set_configmap_data(
-        namespace, name, logic.model_images(kube.list_lmservices(MODEL_IMAGES_FOR))
-    )
+    namespace, _, name = SETTINGS.model_images.partition("/")
+    images = logic.model_images(kube.list_lmservices(SETTINGS.model_images_for))
+    return kube.set_configmap_data(namespace, name, images)
 
 
 @kopf.on.event(GROUP, VERSION, "lmservices")
@@ -186,24 +170,21 @@ def model_images_follow_lmservices(namespace: str | None, logger: kopf.Logger, *
     """Any LMService event in the workload namespace (new, new image, deleted): resync.
 
     Event handlers are not retried; the status timer below resyncs too, so a
-    failed write is repaired within `STATUS_INTERVAL_S`.
+    failed write is repaired within `SETTINGS.status_interval_s`.
     """
     _sync_model_images_logged(namespace, logger)
 
 
 def _sync_model_images_logged(namespace: str | None, logger: kopf.Logger) -> None:
     """Resync when `namespace` is the workload namespace; a failure is logged, not raised."""
-    if not MODEL_IMAGES or namespace != MODEL_IMAGES_FOR:
+    if not SETTINGS.model_images or namespace != SETTINGS.model_images_for:
         return
     try:
         if sync_model_images():
-            logger.info("model images updated in ConfigMap %s", MODEL_IMAGES)
+            logger.info("model images updated in ConfigMap %s", SETTINGS.model_images)
     except LmedgeError as exc:
         logger.warning("model images not updated: %s", exc)
 
-
-#: The window of the success ratio and latency in an LMService's status, seconds.
-STATUS_WINDOW_S = float(os.environ.get("LMEDGE_STATUS_WINDOW_S", "300"))
 
 # One store connection for the whole process, opened on first use (kopf runs
 # sync handlers on a thread pool: the lock serializes the store calls).
@@ -236,7 +217,7 @@ def close_store(**_: Any) -> None:
 
 
 def _service_stats(namespace: str, name: str, logger: kopf.Logger) -> logic.ServiceStats | None:
-    """Outcomes of `name` over the last `STATUS_WINDOW_S` of the latest run, if a store is set."""
+    """Outcomes of `name` over the status window of the latest run, if a store is set."""
     try:
         with _store_lock:
             store = shared_store()
@@ -254,7 +235,7 @@ def _service_stats(namespace: str, name: str, logger: kopf.Logger) -> logic.Serv
     if found is not None:
         latency = (found.mean_latency_s or 0.0) * found.successes
         totals = logic.Totals(found.arrivals, found.successes, latency, found.rejected)
-    window = _windows.setdefault((namespace, name), logic.StatsWindow(STATUS_WINDOW_S))
+    window = _windows.setdefault((namespace, name), logic.StatsWindow(SETTINGS.status_window_s))
     return window.add(run, time.monotonic(), totals)
 
 
@@ -268,7 +249,7 @@ def cluster_view(namespace: str) -> tuple[ClusterContext, ClusterView, list[Obse
     return context_of(view, LoopConstants()), view, kube.list_model_pods(namespace)
 
 
-@kopf.timer(GROUP, VERSION, "lmservices", interval=STATUS_INTERVAL_S, initial_delay=1)
+@kopf.timer(GROUP, VERSION, "lmservices", interval=SETTINGS.status_interval_s, initial_delay=1)
 def refresh_lmservice_status(
     name: str,
     namespace: str | None,
@@ -295,7 +276,7 @@ def refresh_lmservice_status(
             down=view.down,
             all_pods=pods,
             previous=status.get("conditions"),
-            window_s=STATUS_WINDOW_S,
+            window_s=SETTINGS.status_window_s,
         )
     )
 

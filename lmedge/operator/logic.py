@@ -186,7 +186,7 @@ def unschedulable_reason(
                 f"it needs {_gib(spec.deployment_memory_gib)} memory and the largest up worker "
                 f"has {_gib(biggest)}"
             )
-        return f"no up worker has {spec.default_cpu_cores:g} CPU cores for it"
+        return f"no up worker has {spec.min_cpu_cores:g} CPU cores (minCpuCores) for it"
     missing: list[str] = []
     for n in hosts:
         st = states.get(n.name)

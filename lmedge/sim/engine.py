@@ -51,6 +51,13 @@ Rules the real cluster imposes and the engine reproduces:
   response already on its way back from a node that then fails still arrives.
   A request of a class no LM in force serves (a trace row) is `lm_removed` at
   once. No request vanishes: each ends in exactly one record.
+
+This module holds what moves in virtual time: the SimPy process and
+callbacks (arrivals, cold starts, prompts, deliveries, deadlines) and the
+state changes they make. The entities are in `entities.py`, the placement
+rules in `actuation.py`, the pods' speeds under contention in
+`contention.py`, and what the cluster reports in `observation.py`; all four
+are pure.
 """
 
 from __future__ import annotations
@@ -60,7 +67,6 @@ from collections import deque
 from collections.abc import Generator
 from functools import partial
 from operator import attrgetter
-from typing import Literal
 
 import numpy as np
 import simpy
@@ -69,212 +75,32 @@ from lmedge.api.base import built
 from lmedge.api.decisions import LMPlacement, Placement, RoutingMap
 from lmedge.api.interfaces import ActuationResult
 from lmedge.api.live import ContextChange
-from lmedge.api.observations import (
-    Arrival,
-    ClusterContext,
-    InstanceState,
-    NodeInfo,
-    NodeState,
-    ServiceInfo,
-    Snapshot,
-)
-from lmedge.api.records import NOT_STREAMED, NodeTelemetry, RequestOutcome, RequestRecord
+from lmedge.api.observations import Arrival, ClusterContext, ServiceInfo, Snapshot
+from lmedge.api.records import NodeTelemetry, RequestOutcome, RequestRecord
+from lmedge.sim import observation
+from lmedge.sim.actuation import bind, invalid, misfit, pod_shape
 from lmedge.sim.coldstart import fit_truncated_lognormal
+from lmedge.sim.contention import busy_rates
+from lmedge.sim.entities import (
+    DONE,
+    DOWNLINK,
+    QUEUED,
+    SERVING,
+    UPLINK,
+    Instance,
+    Job,
+    Mode,
+    NodeSim,
+)
 from lmedge.sim.network import Network
 from lmedge.sim.scenario import Scenario
-from lmedge.sim.servicemodel import (
-    cpu_base_seconds,
-    demand_rates,
-    gpu_rate,
-    lognormal_unit,
-    slowdown,
-)
+from lmedge.sim.servicemodel import cpu_base_seconds, lognormal_unit
 from lmedge.sim.trace import RequestSpec
 from lmedge.sim.workload import Workload
 
 COLD_STREAM = 2
 SERVICE_STREAM = 3
 _OFFSET = attrgetter("offset_s")
-
-UPLINK, QUEUED, SERVING, DOWNLINK, DONE = range(5)
-Mode = Literal["gpu", "cpu"]
-
-
-class Job:
-    """One request in flight: a set of K prompts for one LM."""
-
-    __slots__ = (
-        "cls",
-        "conflict",
-        "deadline",
-        "dest",
-        "done",
-        "down_since",
-        "downlink_s",
-        "id",
-        "infer_s",
-        "inst",
-        "lm",
-        "mode",
-        "origin",
-        "prompts",
-        "queue_s",
-        "serve_since",
-        "slot",
-        "state",
-        "submit",
-        "uplink_s",
-        "wait_since",
-    )
-
-    def __init__(
-        self, rid: str, r: RequestSpec, dest: str, model: str, submit: float, deadline: float
-    ) -> None:
-        self.id = rid
-        self.slot = r.slot
-        self.origin = r.origin
-        self.cls = r.lm  # the request class the workload generated
-        self.lm = model  # the LM that serves it: its queue, pod and profile
-        self.prompts = r.prompts
-        self.dest = dest
-        self.submit = submit
-        self.deadline = deadline
-        self.done = 0
-        self.state = UPLINK
-        self.uplink_s = 0.0
-        self.queue_s = 0.0
-        self.infer_s = 0.0
-        self.downlink_s = 0.0
-        self.wait_since = 0.0
-        self.serve_since = 0.0
-        self.down_since = 0.0
-        self.conflict = False
-        self.mode: Literal["gpu", "cpu", "none"] = "none"
-        self.inst: Instance | None = None
-
-
-class Instance:
-    """A model pod on one node."""
-
-    __slots__ = (
-        "base_s",
-        "binding",
-        "cores",
-        "job",
-        "lm",
-        "memory",
-        "mode",
-        "rate",
-        "ready",
-        "ready_at",
-        "since",
-        "token",
-        "vgpus",
-        "vram",
-        "work_left",
-    )
-
-    def __init__(
-        self,
-        lm: str,
-        mode: Mode,
-        cores: float,
-        vgpus: int,
-        binding: list[tuple[int, int]],
-        base_s: float,
-        memory: float,
-        vram: float,
-    ) -> None:
-        self.lm = lm
-        self.mode: Mode = mode
-        self.cores = cores
-        self.vgpus = vgpus
-        self.binding = binding
-        self.base_s = base_s
-        self.memory = memory
-        self.vram = vram
-        self.ready = False
-        self.ready_at = 0.0
-        self.job: Job | None = None
-        self.work_left = 0.0
-        self.rate = 0.0
-        self.since = 0.0
-        self.token = 0
-
-
-class NodeSim:
-    """One node: its queues, pods, GPU slot occupancy and utilization integrals."""
-
-    def __init__(self, info: NodeInfo, lms: list[str]) -> None:
-        self.name = info.name
-        self.info = info
-        self.spec = info.spec
-        self.queues: dict[str, deque[Job]] = {lm: deque() for lm in lms}
-        # Q_ni kept incrementally: remaining prompts of the jobs queued or in service here
-        self.waiting: dict[str, int] = dict.fromkeys(lms, 0)
-        self.instances: dict[str, Instance] = {}
-        n_gpu = len(self.spec.gpus)
-        self.slots_used = [0] * n_gpu
-        self.busy_slots = [0] * n_gpu
-        self.busy_pods = [0] * n_gpu
-        self.t_last = 0.0
-        self.cpu_level = 0.0
-        self.int_cpu = 0.0
-        self.int_gpu = [0.0] * n_gpu
-        # (time, int_cpu, int_gpu) at the last read, per reader (snapshot, telemetry)
-        self.marks: dict[str, tuple[float, float, list[float], tuple[float, list[float]]]] = {}
-
-    @property
-    def cores_used(self) -> float:
-        return sum(i.cores for i in self.instances.values())
-
-    @property
-    def memory_used(self) -> float:
-        return sum(i.memory for i in self.instances.values())
-
-    @property
-    def vram_used(self) -> float:
-        return sum(i.vram for i in self.instances.values())
-
-    @property
-    def pending(self) -> bool:
-        return any(not i.ready for i in self.instances.values())
-
-    def integrate(self, now: float) -> None:
-        dt = now - self.t_last
-        if dt > 0:
-            self.int_cpu += self.cpu_level * dt
-            for g, b in enumerate(self.busy_pods):
-                if b:
-                    self.int_gpu[g] += dt
-        self.t_last = now
-
-    def window(self, reader: str, now: float) -> tuple[float, list[float]]:
-        """Mean busy CPU cores and per-GPU busy fraction since this reader's last call.
-
-        A second call at the same instant repeats the last window (so two
-        readers in one slot see one picture); before any time has passed it
-        is the instantaneous state.
-        """
-        self.integrate(now)
-        last = self.marks.get(reader)
-        if last is not None and now <= last[0]:
-            return last[3]
-        t0, c0, g0 = last[:3] if last is not None else (0.0, 0.0, [0.0] * len(self.int_gpu))
-        dt = now - t0
-        if dt <= 0:
-            result = (self.cpu_level, [1.0 if b else 0.0 for b in self.busy_pods])
-        else:
-            result = (
-                (self.int_cpu - c0) / dt,
-                [(g - g_0) / dt for g, g_0 in zip(self.int_gpu, g0, strict=True)],
-            )
-        self.marks[reader] = (now, self.int_cpu, list(self.int_gpu), result)
-        return result
-
-    def backlog(self, lm: str) -> int:
-        """Q_ni: prompts of `lm` waiting or in service here."""
-        return self.waiting[lm]
 
 
 class Emulator:
@@ -398,7 +224,8 @@ class Emulator:
             lm=lm, mode=inst.mode, cpu_cores=inst.cores, vgpus=inst.vgpus
         )
         self._stop(node, inst)  # an in-service set goes back to the head of its queue
-        if not self._invalid(node, shape) and not self._misfit(node, shape, releasing=None):
+        svc = self.services[lm]
+        if not invalid(node, shape, svc) and not misfit(node, shape, svc.spec, releasing=None):
             self._start(node, shape)
 
     def _strand_queue(self, node: NodeSim, lm: str, outcome: RequestOutcome) -> None:
@@ -576,32 +403,7 @@ class Emulator:
         control (`rejected`), or with no cluster to take it (`node_lost`, `lm_removed`)."""
         self.stats["submitted"] += 1
         self.stats[outcome] += 1
-        self._records.append(
-            built(
-                RequestRecord,
-                {
-                    "id": self._request_id(r),
-                    "run": "",
-                    "lm": r.lm,
-                    "model": None,
-                    "origin": r.origin,
-                    "destination": r.origin,
-                    "prompts": r.prompts,
-                    "prompts_done": 0,
-                    "slot": r.slot,
-                    "submit_s": at,
-                    "uplink_s": 0.0,
-                    "queue_s": 0.0,
-                    "inference_s": 0.0,
-                    "downlink_s": 0.0,
-                    "outcome": outcome,
-                    "conflict": False,
-                    "mode": "none",
-                    "error": None,
-                    **NOT_STREAMED,
-                },
-            )
-        )
+        self._records.append(observation.refusal_record(self._request_id(r), r, at, outcome))
 
     # -------------------------------------------------------------- job flow
     def _arrive(self, job: Job, _ev: object = None) -> None:
@@ -733,32 +535,7 @@ class Emulator:
         self._record(job, "timeout")
 
     def _record(self, job: Job, outcome: RequestOutcome) -> None:
-        self._records.append(
-            built(
-                RequestRecord,
-                {
-                    "id": job.id,
-                    "run": "",
-                    "lm": job.cls,
-                    "model": None if job.lm == job.cls else job.lm,
-                    "origin": job.origin,
-                    "destination": job.dest,
-                    "prompts": job.prompts,
-                    "prompts_done": job.done,
-                    "slot": job.slot,
-                    "submit_s": job.submit,
-                    "uplink_s": job.uplink_s,
-                    "queue_s": job.queue_s,
-                    "inference_s": job.infer_s,
-                    "downlink_s": job.downlink_s,
-                    "outcome": outcome,
-                    "conflict": job.conflict,
-                    "mode": job.mode,
-                    "error": None,
-                    **NOT_STREAMED,
-                },
-            )
-        )
+        self._records.append(observation.job_record(job, outcome))
 
     def drain_records(self) -> list[RequestRecord]:
         out, self._records = self._records, []
@@ -769,37 +546,7 @@ class Emulator:
         """Recompute every busy pod's rate on `node` after its busy set changed."""
         now = self.env.now
         node.integrate(now)
-        busy = [i for i in node.instances.values() if i.ready and i.job is not None]
-        n_gpu = len(node.busy_slots)
-        busy_slots = [0] * n_gpu
-        busy_pods = [0] * n_gpu
-        cpu_cores = 0.0
-        cpu_level = 0.0
-        for i in busy:
-            if i.mode == "gpu":
-                for g, s in i.binding:
-                    busy_slots[g] += s
-                    busy_pods[g] += 1
-                cpu_level += self.em.gpu_host_cores
-            else:
-                cpu_cores += i.cores
-                cpu_level += i.cores
-        node.busy_slots, node.busy_pods = busy_slots, busy_pods
-        node.cpu_level = min(cpu_level, node.spec.cpu_cores)
-        em = self.em
-        f_cpu = slowdown(em.cpu_slowdown, cpu_cores / node.spec.cpu_cores) * slowdown(
-            em.memory_slowdown, node.memory_used / node.spec.memory_gib
-        )
-        demand = self._demand_rates(busy, n_gpu) if em.gpu_demand else None
-        for i in busy:
-            if i.mode != "gpu":
-                rate = f_cpu
-            elif demand is None:
-                rate = gpu_rate(
-                    i.binding, busy_slots, busy_pods, node.spec.vgpus_per_gpu, em.gpu_slowdown
-                )
-            else:
-                rate = self._split_rate(i, demand, busy_slots, busy_pods, node)
+        for i, rate in busy_rates(node, self.em):
             if rate == i.rate:
                 continue
             if i.rate > 0:
@@ -810,37 +557,6 @@ class Emulator:
             self.env.timeout(i.work_left / rate).callbacks.append(
                 partial(self._prompt_done, i, i.token)
             )
-
-    def _demand_rates(self, busy: list[Instance], n_gpu: int) -> dict[tuple[int, int], float]:
-        """Speed factor of each busy GPU pod on each of its GPUs, keyed (id(pod), gpu)."""
-        members: list[list[tuple[Instance, int]]] = [[] for _ in range(n_gpu)]
-        for i in busy:
-            if i.mode == "gpu":
-                for g, s in i.binding:
-                    members[g].append((i, s))
-        out: dict[tuple[int, int], float] = {}
-        demand = self.em.gpu_demand
-        for g, pods in enumerate(members):
-            rates = demand_rates([s for _, s in pods], [demand.get(i.lm, 1.0) for i, _ in pods])
-            for (i, _), r in zip(pods, rates, strict=True):
-                out[(id(i), g)] = r
-        return out
-
-    def _split_rate(
-        self,
-        i: Instance,
-        demand: dict[tuple[int, int], float],
-        busy_slots: list[int],
-        busy_pods: list[int],
-        node: NodeSim,
-    ) -> float:
-        inv = 0.0
-        eta = 0.0
-        for g, s in i.binding:
-            inv += (s / i.vgpus) / demand[(id(i), g)]
-            if busy_pods[g] >= 2:
-                eta = max(eta, busy_slots[g] / node.spec.vgpus_per_gpu)
-        return slowdown(self.em.gpu_slowdown, eta) / inv
 
     # ------------------------------------------------------------- actuation
     def apply_placement(self, placement: Placement) -> ActuationResult:
@@ -872,19 +588,19 @@ class Emulator:
                     self._stop(node, cur)
                     res.stopped.append(p.lm)
                 continue
-            if cur is not None and (cur.mode, cur.cores, cur.vgpus) == _shape(p):
+            if cur is not None and (cur.mode, cur.cores, cur.vgpus) == pod_shape(p):
                 continue
             if pending:
                 res.voided.append(p.lm)
                 continue
-            why = self._invalid(node, p)
+            why = invalid(node, p, self.services[p.lm])
             if why:
                 res.errors.append(why)
                 continue
             starts.append(p)
         for p in starts:
             cur = node.instances.get(p.lm)
-            why = self._misfit(node, p, releasing=cur)
+            why = misfit(node, p, self.services[p.lm].spec, releasing=cur)
             if why:
                 res.errors.append(why)
                 continue
@@ -896,60 +612,11 @@ class Emulator:
             self._start(node, p)
         return res
 
-    def _invalid(self, node: NodeSim, p: LMPlacement) -> str:
-        svc = self.services[p.lm].spec
-        if node.spec.role != "worker":
-            return f"{node.name} is a control node and hosts no LMs"
-        if p.cpu_cores <= 0:
-            return f"{p.lm}: {p.mode} mode needs CPU cores"
-        if p.mode == "cpu" and svc.runs_on == "gpu-only":
-            return f"{p.lm} runs on GPU only"
-        if p.mode == "gpu" and not node.spec.has_gpu:
-            return f"{node.name} has no GPU for {p.lm}"
-        if p.mode == "gpu" and not 1 <= p.vgpus <= svc.max_vgpus:
-            return f"{p.lm} needs 1..{svc.max_vgpus} vGPUs in gpu mode, not {p.vgpus}"
-        if p.mode == "cpu" and p.vgpus:
-            return f"{p.lm} in cpu mode must hold 0 vGPUs"
-        return ""
-
-    def _misfit(self, node: NodeSim, p: LMPlacement, releasing: Instance | None) -> str:
-        svc = self.services[p.lm].spec
-        spec = node.spec
-        cores = node.cores_used - (releasing.cores if releasing else 0.0)
-        mem = node.memory_used - (releasing.memory if releasing else 0.0)
-        slots = sum(node.slots_used) - (releasing.vgpus if releasing else 0)
-        vram = node.vram_used - (releasing.vram if releasing else 0.0)
-        need_vram = svc.min_vram_gib if p.mode == "gpu" else 0.0
-        vg = p.vgpus if p.mode == "gpu" else 0
-        if cores + p.cpu_cores > spec.cpu_cores + 1e-9:
-            return f"{p.lm}: {p.cpu_cores:g} cores do not fit on {node.name}"
-        if mem + svc.deployment_memory_gib > spec.memory_gib + 1e-9:
-            return f"{p.lm}: {svc.deployment_memory_gib:g} GiB memory does not fit on {node.name}"
-        if slots + vg > spec.total_vgpus:
-            return f"{p.lm}: {vg} vGPUs do not fit on {node.name}"
-        if vram + need_vram > spec.total_vram_gib + 1e-9:
-            return f"{p.lm}: {need_vram:g} GiB vRAM does not fit on {node.name}"
-        return ""
-
-    def _bind(self, node: NodeSim, vgpus: int) -> list[tuple[int, int]]:
-        per = node.spec.vgpus_per_gpu
-        taken: dict[int, int] = {}
-        used = list(node.slots_used)
-        for _ in range(vgpus):
-            free = [(per - u, g) for g, u in enumerate(used) if u < per]
-            if self.em.gpu_binding == "spread":
-                g = max(free, key=lambda fg: (fg[0], -fg[1]))[1]
-            else:
-                g = min(free, key=lambda fg: (fg[0], fg[1]))[1]
-            used[g] += 1
-            taken[g] = taken.get(g, 0) + 1
-        return sorted(taken.items())
-
     def _start(self, node: NodeSim, p: LMPlacement) -> None:
         svc = self.services[p.lm].spec
         mode: Mode = "gpu" if p.mode == "gpu" else "cpu"
         if mode == "gpu":
-            binding = self._bind(node, p.vgpus)
+            binding = bind(node, p.vgpus, self.em.gpu_binding)
             base = svc.profile.gpu_seconds_per_prompt
             vram = svc.min_vram_gib
         else:
@@ -1006,78 +673,13 @@ class Emulator:
 
     # ------------------------------------------------------------ observation
     def snapshot(self, slot: int) -> Snapshot:
-        now = self.env.now
-        nodes = [self._node_state(n, now) for n in self.nodes.values() if n.name not in self._down]
-        return built(Snapshot, {"slot": slot, "time_s": now, "nodes": nodes})
-
-    def _node_state(self, node: NodeSim, now: float) -> NodeState:
-        cpu, gpus = node.window("snapshot", now)
-        spec = node.spec
-        waiting = node.waiting
-        return built(
-            NodeState,
-            {
-                "name": node.name,
-                "backlog": {lm: waiting[lm] for lm in self.services},
-                "instances": [
-                    built(
-                        InstanceState,
-                        {
-                            "lm": i.lm,
-                            "mode": i.mode,
-                            "cpu_cores": i.cores,
-                            "vgpus": i.vgpus,
-                            "status": "ready" if i.ready else "pending",
-                        },
-                    )
-                    for i in node.instances.values()
-                ],
-                "free_cpu_cores": max(0.0, spec.cpu_cores - node.cores_used),
-                "free_memory_gib": max(0.0, spec.memory_gib - node.memory_used),
-                "free_vgpus": max(0, spec.total_vgpus - sum(node.slots_used)),
-                "free_vram_gib": max(0.0, spec.total_vram_gib - node.vram_used),
-                "gpu_util": _clip(sum(gpus) / len(gpus)) if gpus else 0.0,
-                "cpu_util": _clip(cpu / spec.cpu_cores),
-            },
-        )
+        up = [n for n in self.nodes.values() if n.name not in self._down]
+        return observation.snapshot(up, self.services, slot, self.env.now)
 
     def telemetry(self) -> list[NodeTelemetry]:
-        now = self.env.now
-        out: list[NodeTelemetry] = []
-        for node in self.nodes.values():
-            if node.name in self._down:
-                continue
-            cpu, gpus = node.window("telemetry", now)
-            spec = node.spec
-            vram = [0.0] * len(spec.gpus)
-            for i in node.instances.values():
-                for g, s in i.binding:
-                    vram[g] += i.vram * s / max(i.vgpus, 1)
-            out.append(
-                NodeTelemetry(
-                    node=node.name,
-                    time_s=now,
-                    cpu_util=_clip(cpu / spec.cpu_cores),
-                    memory_util=_clip(node.memory_used / spec.memory_gib),
-                    gpu_util=[_clip(g) for g in gpus],
-                    vram_used_gib=vram,
-                    source="emulator",
-                    extra={
-                        "backlog_prompts": float(sum(node.backlog(lm) for lm in node.queues)),
-                        "instances": float(len(node.instances)),
-                    },
-                )
-            )
-        return out
+        up = [n for n in self.nodes.values() if n.name not in self._down]
+        return observation.telemetry(up, self.env.now)
 
     def run_until(self, t: float) -> None:
         if t > self.env.now:
             self.env.run(until=t)
-
-
-def _shape(p: LMPlacement) -> tuple[str, float, int]:
-    return (p.mode, p.cpu_cores, p.vgpus if p.mode == "gpu" else 0)
-
-
-def _clip(x: float) -> float:
-    return 0.0 if x < 0 else 1.0 if x > 1 else x

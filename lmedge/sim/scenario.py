@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
-from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
+from lmedge.api.constants import LoopConstants
 from lmedge.api.manifests import (
     API,
     as_the_api_server_reads,
@@ -39,22 +39,28 @@ from lmedge.sim.trace import RequestSpec, read_trace
 SCENARIO_FILE = "scenario.yaml"
 
 
-class LoopSpec(SpecModel):
-    """Control-loop constants shared by the controller and the emulator."""
+class LoopSpec(LoopConstants):
+    """The `loop:` section: the loop constants (camelCase, as in every manifest) and `slots`.
 
-    slot_s: PosFloat = Field(default=SLOT_S, description="Slot length, s. Paper §V-D: 30 s.")
-    epoch_slots: int = Field(
-        default=EPOCH_SLOTS, ge=1, description="Slots per epoch. Paper §VI: 50."
-    )
-    tau_s: PosFloat = Field(default=TAU_S, description="Request deadline tau, s. Paper §III: 900.")
-    lam: float = Field(
-        default=LAMBDA, ge=0, le=1, description="Objective weight lambda. Paper §III: 0.5."
-    )
+    It extends `LoopConstants` rather than containing it so that the section
+    stays flat (`loop: {slotS: 30, tauS: 900, slots: 200}`), as scenario files
+    have always read; `constants` is the plain value a `ClusterContext` holds.
+    """
+
+    model_config = SpecModel.model_config | ConfigDict(frozen=True)
+
     slots: int = Field(
         default=200,
         ge=1,
         description="Default run length when the caller gives none. Paper §VI: 200-slot segments.",
     )
+
+    @property
+    def constants(self) -> LoopConstants:
+        """The loop constants alone (without `slots`), as a `LoopConstants`."""
+        return LoopConstants.model_validate(
+            self.model_dump(include=set(LoopConstants.model_fields))
+        )
 
 
 class ColdStartSpec(SpecModel):
@@ -247,15 +253,9 @@ class Scenario:
 
     def context(self, slot: int = 0) -> ClusterContext:
         """The cluster in force during `slot`: nodes up, LMs in force, links as changed."""
-        loop = self.spec.loop
         step = self.schedule.step_at(slot)
         return ClusterContext(
-            nodes=step.nodes_up(),
-            services=list(step.services),
-            tau_s=loop.tau_s,
-            lam=loop.lam,
-            slot_s=loop.slot_s,
-            epoch_slots=loop.epoch_slots,
+            nodes=step.nodes_up(), services=list(step.services), loop=self.spec.loop.constants
         )
 
     @property

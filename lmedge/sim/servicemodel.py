@@ -127,16 +127,16 @@ def fastest_seconds_per_prompt(ctx: ClusterContext, lm: str, node: str) -> float
     bound for any Amdahl fraction <= 1, so it never exceeds what the emulator
     can reach.
     """
-    if not ctx.can_host(node, lm):
-        return None
     n, s = ctx.node(node).spec, ctx.service(lm).spec
     best: float | None = None
-    if n.has_gpu and s.min_vram_gib <= n.total_vram_gib:
-        best = s.profile.gpu_seconds_per_prompt
-    cpu_s = s.profile.cpu_seconds_per_prompt
-    if s.runs_on == "cpu-or-gpu" and cpu_s is not None and s.default_cpu_cores <= n.cpu_cores:
-        cpu = cpu_s * s.default_cpu_cores / n.cpu_cores
-        best = cpu if best is None else min(best, cpu)
+    for mode in ctx.modes(node, lm):
+        cpu_s = s.profile.cpu_seconds_per_prompt
+        if mode == "cpu" and cpu_s is not None:
+            # fewer cores than the default are slower than the profile, never faster
+            t = cpu_s * s.default_cpu_cores / max(n.cpu_cores, s.default_cpu_cores)
+        else:
+            t = s.profile.gpu_seconds_per_prompt
+        best = t if best is None else min(best, t)
     return best
 
 

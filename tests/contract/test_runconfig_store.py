@@ -5,16 +5,14 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+from lmedge.api.constants import LoopConstants
 from lmedge.api.runconfig import PolicyConfig, RunConfig
-from lmedge.cli.cluster import await_run
+from lmedge.processes.node_agent import await_run
 from lmedge.store import RunInfo, Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CONFIG = RunConfig(
-    slot_s=2,
-    epoch_slots=5,
-    tau_s=120,
-    lam=0.3,
+    loop=LoopConstants(slot_s=2, epoch_slots=5, tau_s=120, lam=0.3),
     policy=PolicyConfig(profile="rf", deployer="lyapunov", params={"deployer": {"a": "1"}}),
 )
 

@@ -14,6 +14,7 @@ import pytest
 
 from lmedge.bench.grid import Options, plan, specs
 from lmedge.bench.runner import ProcessPoolRunExecutor, SequentialExecutor
+from lmedge.processes.plugins import register_plugins
 from tests.e2e.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,9 @@ def test_a_process_pool_returns_exactly_the_sequential_results() -> None:
     runs = [s for s in specs(grid) if s.scenario.name in {"testbed", "bursty"}]
     runs = [s for s in runs if s.scenario.name == "testbed"] + runs[:1]
     finished: list[int] = []
-    pooled = ProcessPoolRunExecutor(2).map(runs, lambda i, _: finished.append(i))
+    pooled = ProcessPoolRunExecutor(2, setup=register_plugins).map(
+        runs, lambda i, _: finished.append(i)
+    )
     alone = SequentialExecutor().map(runs)
     assert sorted(finished) == list(range(len(runs)))
     assert [r.spec for r in pooled] == runs  # in spec order, whatever finished first

@@ -29,8 +29,8 @@ def test_admission_on_rejects_and_reports_it(capsys: pytest.CaptureFixture[str])
     ("param", "message"),
     [
         ("admit_fraction", "--router-param takes KEY=VALUE, got 'admit_fraction'"),
-        ("admit_fraction=2", "admit_fraction must be in (0, 1] or off"),
-        ("bogus=1", "unknown parameter(s) bogus"),
+        ("admit_fraction=2", "admit_fraction: must be in (0, 1] or off"),
+        ("bogus=1", "bogus: Extra inputs are not permitted"),
     ],
     ids=["no-value", "out-of-range", "unknown-key"],
 )

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from lmedge.api import RoutingMap
+from lmedge.api import LoopConstants, RoutingMap
 from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings, WallClock
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.pods import LABEL_LM
@@ -42,7 +42,7 @@ from lmedge.modelserver.app import ModelServer
 from lmedge.modelserver.app import create_app as create_model_app
 from lmedge.modelserver.backends import StubBackend
 from lmedge.nodeagent.agent import NodeAgent
-from lmedge.operator.process import ControllerSettings, run_controller
+from lmedge.processes.controller import ControllerSettings, run_controller
 from lmedge.store import Store, open_store
 from tests.fixtures.cluster import REPO, wait_until
 from tests.fixtures.dataplane import CONTROL, TOKEN, ServerThread, control, free_port
@@ -130,9 +130,8 @@ def start_controller(
     settings = ControllerSettings(
         backend=KubernetesSettings(
             namespace=plane.namespace,
-            slot_s=plane.slot_s,
-            epoch_slots=epoch_slots,
-            tau_s=20.0,  # a set that cannot be served ends within the test's patience
+            # tau: a set that cannot be served ends within the test's patience
+            loop=LoopConstants(slot_s=plane.slot_s, epoch_slots=epoch_slots, tau_s=20.0),
             run=plane.run,
             gateways=dict(plane.gateways),
             control_token=CONTROL if plane.gateways else None,
@@ -177,7 +176,11 @@ def start_agents(plane: Plane, kube: KubeClient) -> None:
             store = open_store(str(plane.store_dir))
             backend = KubernetesBackend(
                 kube,
-                KubernetesSettings(namespace=plane.namespace, slot_s=plane.slot_s, run=plane.run),
+                KubernetesSettings(
+                    namespace=plane.namespace,
+                    loop=LoopConstants(slot_s=plane.slot_s),
+                    run=plane.run,
+                ),
                 store=store,
                 clock=WallClock(start),
             )

@@ -100,8 +100,7 @@ def test_invalid_manifest_is_rejected_with_a_clear_message(
 ) -> None:
     status, message = rejection(custom, case.manifest(), namespace)
 
-    base = LMSERVICE if case.kind == "LMService" else EDGENODE
-    path = changed_path(base, case.spec())
+    path = changed_path(case.valid_spec(), case.spec())
     if case.how == "unknown-field":
         assert status == 400
         assert f'unknown field "{path}' in message

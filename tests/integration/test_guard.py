@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lmedge.agents.guard import GUARD_MARGIN
+from lmedge.agents.scoring import GUARD_MARGIN
 from lmedge.backends.emulated.backend import EmulatedBackend
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop, RunResult
@@ -45,8 +45,8 @@ def _objective(result: RunResult) -> float:
     m = window_metrics(
         records,
         metric_lms(ctx, records),
-        tau_s=ctx.tau_s,
-        lam=ctx.lam,
+        tau_s=ctx.loop.tau_s,
+        lam=ctx.loop.lam,
         deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
     )
     assert m.objective is not None

@@ -26,7 +26,7 @@ import yaml
 from lmedge.api.manifests import load_resources
 from lmedge.errors import ManifestError
 from tests.fixtures.cluster import KubeCluster
-from tests.unit.api.crd_cases import EDGENODE, LMSERVICE, _set
+from tests.unit.api.crd_cases import EDGENODE, LMSERVICE, TOKEN_LMSERVICE, _set
 
 Kind = Literal["LMService", "EdgeNode"]
 
@@ -55,6 +55,13 @@ def _lms(edit: Callable[[dict[str, Any]], None] | None = None, **top: Any) -> st
     if edit:
         edit(spec)
     return _yaml("LMService", spec, **top)
+
+
+def _tokens(edit: Callable[[dict[str, Any]], None] | None = None) -> str:
+    spec = copy.deepcopy(TOKEN_LMSERVICE)
+    if edit:
+        edit(spec)
+    return _yaml("LMService", spec)
 
 
 def _en(edit: Callable[[dict[str, Any]], None] | None = None, **top: Any) -> str:
@@ -125,6 +132,40 @@ CORPUS: list[Manifest] = [
         "EdgeNode",
         True,
         _en(lambda s: s.update(role="worker", vgpusPerGpu=2)),
+    ),
+    # -- token engines -----------------------------------------------------------------
+    Manifest("lms-token-engine", "LMService", True, _tokens()),
+    Manifest("lms-token-integral-numbers", "LMService", True, _tokens(_set("minVramGib", 6))),
+    Manifest(
+        "lms-token-decode-in-any-order",
+        "LMService",
+        True,
+        _tokens(lambda s: s["engine"]["tokens"]["cpu"]["decode"].reverse()),
+    ),
+    Manifest(
+        "lms-token-explicit-pipeline",
+        "LMService",
+        True,
+        _lms(_set("engine", {"kind": "pipeline"})),
+    ),
+    Manifest(
+        "lms-token-with-a-profile",
+        "LMService",
+        True,
+        _tokens(_set("profile", {"gpuSecondsPerPrompt": 0.5, "cpuSecondsPerPrompt": 4})),
+    ),
+    Manifest(
+        "lms-token-decode-falls",
+        "LMService",
+        False,
+        _tokens(_set("engine.tokens.gpus.0.decode.2.tokensPerS", 500)),
+    ),
+    Manifest(
+        "lms-token-kv-over-vram", "LMService", False, _tokens(_set("engine.tokens.kvCacheGib", 4))
+    ),
+    Manifest("lms-token-kind-typo", "LMService", False, _tokens(_set("engine.kind", "llamacpp"))),
+    Manifest(
+        "lms-token-snake-case", "LMService", False, _tokens(_set("engine.tokens.weights_gib", 2))
     ),
     # -- kind and API version ---------------------------------------------------------
     Manifest("kind-typo", "LMService", False, _lms(kind_="LMservice")),

@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from lmedge.api import Decision, LMPlacement, NodeObservation, Placement
+from lmedge.api import Decision, LMPlacement, LoopConstants, NodeObservation, Placement
 from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.pods import GPU_RESOURCE, LABEL_LM, model_pod
@@ -101,7 +101,9 @@ def lmedge_system(lmedge_cluster: KubeCluster) -> None:
 
 
 def agent_for(kube: KubeClient, namespace: str, node: str, placement: Placement) -> NodeAgent:
-    backend = KubernetesBackend(kube, KubernetesSettings(namespace=namespace, slot_s=1.0))
+    backend = KubernetesBackend(
+        kube, KubernetesSettings(namespace=namespace, loop=LoopConstants(slot_s=1.0))
+    )
     return NodeAgent(node, backend, FixedDeployer(placement))
 
 
@@ -166,7 +168,9 @@ def test_reapplying_a_placement_changes_nothing(
 
 def test_resize_and_stop(kube: KubeClient, core: client.CoreV1Api, namespace: str) -> None:
     deployer = FixedDeployer(on("worker-2", gpu("lm3", 1, 2), cpu("lm1", 2)))
-    backend = KubernetesBackend(kube, KubernetesSettings(namespace=namespace, slot_s=1.0))
+    backend = KubernetesBackend(
+        kube, KubernetesSettings(namespace=namespace, loop=LoopConstants(slot_s=1.0))
+    )
     agent = NodeAgent("worker-2", backend, deployer)
     agent.step(0)
     wait_until(lambda: all_ready(core, namespace, "worker-2"), WAIT, "pods Ready")
@@ -428,7 +432,9 @@ def test_agent_stores_its_node_telemetry_each_slot(
     dcgm = Exporter((SAMPLES / "dcgm-exporter.txt").read_text())
     store = open_store(str(tmp_path / "store"))
     try:
-        backend = KubernetesBackend(kube, KubernetesSettings(namespace=namespace, slot_s=1.0))
+        backend = KubernetesBackend(
+            kube, KubernetesSettings(namespace=namespace, loop=LoopConstants(slot_s=1.0))
+        )
         target = ExporterTargets("worker-6", f"{node_exporter.url}/metrics", f"{dcgm.url}/metrics")
         collector = TelemetryCollector([target], run="telemetry-run")
         agent = NodeAgent(
@@ -473,7 +479,8 @@ def test_agent_survives_an_unreadable_policy_and_a_reply_it_cannot_store(
         )  # fmt: skip
     store = open_store(ferretdb_uri, options=StoreOptions(spill_dir=tmp_path / "spill"))
     backend = KubernetesBackend(
-        kube, KubernetesSettings(namespace=namespace, slot_s=1.0, run="robust-run")
+        kube,
+        KubernetesSettings(namespace=namespace, loop=LoopConstants(slot_s=1.0), run="robust-run"),
     )
     agent = NodeAgent("worker-6", backend, HugeTokens(on("worker-6")), store=store)
     reports: list[Any] = []

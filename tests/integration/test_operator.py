@@ -22,13 +22,13 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from lmedge.api import LMPlacement, LMServiceSpec, ServiceInfo
+from lmedge.api import LMPlacement, LMServiceSpec, LoopConstants, ServiceInfo
 from lmedge.backends.kubernetes.backend import KubernetesSettings
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.leader import LeaseElector
 from lmedge.backends.kubernetes.pods import model_pod
 from lmedge.controller.assembly import PolicyChoice
-from lmedge.operator.process import ControllerSettings, run_controller
+from lmedge.processes.controller import ControllerSettings, run_controller
 from lmedge.store import open_store
 from tests.fixtures.cluster import REPO, KubeCluster, wait_until
 
@@ -294,7 +294,9 @@ def test_controller_leads_runs_planner_and_router_and_hands_back_the_lease(
             custom.create_namespaced_custom_object(GROUP, VERSION, ns, "lmservices", doc)
     lease = f"ctl-{uuid.uuid4().hex[:6]}"
     settings = ControllerSettings(
-        backend=KubernetesSettings(namespace=ns, slot_s=0.5, epoch_slots=2, run="ctl-test"),
+        backend=KubernetesSettings(
+            namespace=ns, loop=LoopConstants(slot_s=0.5, epoch_slots=2), run="ctl-test"
+        ),
         policy=PolicyChoice(profile="rr"),
         lease_namespace=SYSTEM,
         lease_name=lease,

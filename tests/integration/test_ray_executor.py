@@ -6,15 +6,16 @@ import json
 
 import pytest
 
+from lmedge.bench.executors import executor_for
 from lmedge.bench.runner import (
     RunData,
     RunSpec,
     SequentialExecutor,
-    executor_for,
     resolve_scenario,
 )
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.errors import ConfigError
+from lmedge.processes.plugins import register_plugins
 from tests.fixtures.ray_head import ray_head  # noqa: F401  (the fixture)
 
 
@@ -33,7 +34,9 @@ def _canonical(runs: list[RunData]) -> list[str]:
 def test_ray_grid_matches_the_local_run(ray_head: str) -> None:  # noqa: F811
     specs = _grid()
     done: list[int] = []
-    remote = executor_for(None, "ray", ray_head).map(specs, lambda i, _: done.append(i))
+    remote = executor_for(None, "ray", ray_head, setup=register_plugins).map(
+        specs, lambda i, _: done.append(i)
+    )
     local = SequentialExecutor().map(specs)
     assert sorted(done) == list(range(len(specs)))
     assert [r.spec for r in remote] == specs  # spec order, whatever finished first
@@ -44,7 +47,7 @@ def test_ray_grid_matches_the_local_run(ray_head: str) -> None:  # noqa: F811
 def test_ray_run_error_is_the_runs_own(ray_head: str) -> None:  # noqa: F811
     bad = RunSpec(resolve_scenario("testbed"), PolicyChoice("rr"), 1, 0)  # --slots 0
     with pytest.raises(ConfigError, match="--slots must be at least 1"):
-        executor_for(None, "ray", ray_head).map([bad])
+        executor_for(None, "ray", ray_head, setup=register_plugins).map([bad])
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,7 @@ def test_every_example_runs(name: str) -> None:
         be.snapshot(t)
         be.arrivals(t)
         be.publish_routing(t, RoutingMap(routes=[]))
-        be.clock.sleep_until((t + 1) * ctx.slot_s)
+        be.clock.sleep_until((t + 1) * ctx.loop.slot_s)
     recs = be.drain_records()
     assert any(r.outcome == "success" for r in recs)
     assert all(r.destination in ctx.feasible_nodes(r.lm) for r in recs)

@@ -40,7 +40,7 @@ def _run(seed: int, slots: int = 60) -> str:
                 for s in ctx.services
             ]
             be.apply_placement(nearest_feasible(Placement(node=n.name, lms=lms), n, ctx.services))
-        be.clock.sleep_until((t + 1) * ctx.slot_s)
+        be.clock.sleep_until((t + 1) * ctx.loop.slot_s)
         out.extend(r.model_dump(mode="json") for r in be.drain_records())
         out.extend(tm.model_dump(mode="json") for tm in be.telemetry())
     assert workers

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from lmedge.api import LMPlacement, Placement, Route, RoutingMap, nearest_feasible
 from lmedge.backends.emulated import EmulatedBackend, load_scenario
-from lmedge.sim.engine import QUEUED, Emulator
+from lmedge.sim.engine import Emulator
+from lmedge.sim.entities import QUEUED
 
 TESTBED = Path(__file__).parents[2] / "examples" / "testbed"
 OFF = {"min": 0, "max": 0}

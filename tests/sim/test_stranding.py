@@ -31,7 +31,7 @@ def _stranded(profile: str, seed: int, slots: int) -> tuple[list[RequestRecord],
         result.actuations,
         result.placement_slots,
         {lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
-        ctx.slot_s,
+        ctx.loop.slot_s,
     )
     return found, len(records)
 

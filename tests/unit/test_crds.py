@@ -26,7 +26,7 @@ from lmedge.api import EdgeNodeSpec, LMServiceSpec
 from lmedge.api.crds import all_crds, write_crds
 from lmedge.api.manifests import parse_resources
 from lmedge.errors import ManifestError
-from tests.unit.api.crd_cases import BAD_NAMES, EDGENODE, INVALID, LMSERVICE, Case
+from tests.unit.api.crd_cases import BAD_NAMES, EDGENODE, INVALID, LMSERVICE, TOKEN_LMSERVICE, Case
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = {"LMService": "lmedge.io_lmservices.yaml", "EdgeNode": "lmedge.io_edgenodes.yaml"}
@@ -282,8 +282,8 @@ def test_there_are_examples_of_both_kinds() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "spec"),
-    [("LMService", LMSERVICE), ("EdgeNode", EDGENODE)],
-    ids=["lmservice", "edgenode"],
+    [("LMService", LMSERVICE), ("LMService", TOKEN_LMSERVICE), ("EdgeNode", EDGENODE)],
+    ids=["lmservice", "lmservice-tokens", "edgenode"],
 )
 def test_base_specs_are_valid(kind: str, spec: dict[str, Any]) -> None:
     MODELS[kind].model_validate(spec)

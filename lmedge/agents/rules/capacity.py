@@ -17,12 +17,10 @@ absolute speed shifts every option alike.
 
 from __future__ import annotations
 
-from lmedge.api import EdgeNodeSpec, InstanceState, LMServiceSpec
+from lmedge.api import EdgeNodeSpec, InstanceState, LMServiceSpec, hosting
 
 #: Amdahl parallel fraction assumed for CPU inference (emulator default: 0.8).
 CPU_PARALLEL_FRACTION = 0.8
-#: Expected pod start + model load, seconds (paper §V-D: median 9.34 s).
-COLD_START_S = 9.34
 #: CPU cores given to a GPU-mode pod: host code and tokenizer only; the rest of
 #: the node's cores are worth more to CPU-mode text LMs.
 GPU_POD_CORES = 2.0
@@ -87,9 +85,12 @@ def prefers_cpu(svc: LMServiceSpec) -> bool:
 
 
 def planned_mode(svc: LMServiceSpec, node: EdgeNodeSpec) -> str:
-    """The mode the rules give this LM on this node: "gpu", "cpu" or "" (cannot run)."""
-    gpu_ok = node.has_gpu and svc.min_vram_gib <= node.total_vram_gib
-    cpu_ok = svc.runs_on == "cpu-or-gpu" and svc.profile.cpu_seconds_per_prompt is not None
+    """The mode the rules give this LM on this node: "gpu", "cpu" or "" (cannot run).
+
+    Among the modes `lmedge.api.hosting.modes` opens: GPU unless the LM prefers CPU.
+    """
+    open_ = hosting.modes(node, svc)
+    gpu_ok, cpu_ok = "gpu" in open_, "cpu" in open_
     if gpu_ok and not (cpu_ok and prefers_cpu(svc)):
         return "gpu"
     return "cpu" if cpu_ok else ""

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from lmedge.agents.rules.capacity import GPU_POD_CORES, planned_mode
-from lmedge.api import InstanceState, LMPlacement, NodeObservation, Placement, ServiceInfo
+from lmedge.api import InstanceState, LMPlacement, NodeObservation, Placement, ServiceInfo, hosting
 from lmedge.api.base import built
 
 
@@ -157,7 +157,7 @@ def _fit(
             continue
         mode = mode_of[lm]
         if mode == "gpu" and (free.vgpus < 1 or s.min_vram_gib > free.vram + 1e-9):
-            mode = "cpu" if s.runs_on == "cpu-or-gpu" else ""
+            mode = "cpu" if "cpu" in hosting.modes(spec, s) else ""
         if mode == "gpu":
             cores = min(GPU_POD_CORES, free.cores)
             if cores <= 0:

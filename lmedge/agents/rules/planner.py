@@ -176,7 +176,7 @@ def _kinds(ctx: ClusterContext, lm: str, b: _NodeBudget) -> list[str]:
     if lm in b.modes:
         return [b.modes[lm]]
     kinds = [planned]
-    if planned == "gpu" and svc.runs_on == "cpu-or-gpu" and svc.profile.cpu_seconds_per_prompt:
+    if planned == "gpu" and "cpu" in ctx.modes(b.name, lm):
         kinds.append("cpu")
     return kinds
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmedge.agents.rules.capacity import COLD_START_S, best_rate, instance_rate
+from lmedge.agents.rules.capacity import best_rate, instance_rate
 from lmedge.agents.rules.slot_table import LmColumns, SlotTable
 from lmedge.api import (
     Arrival,
@@ -65,6 +65,7 @@ from lmedge.api import (
     RoutingMap,
 )
 from lmedge.api.base import built
+from lmedge.api.constants import COLD_START_S
 
 #: Admission horizon as a fraction of the deadline, or None: admit every set.
 #: The router param `admit_fraction` sets it (`off` = None). On by default at
@@ -73,6 +74,16 @@ from lmedge.api.base import built
 #: seeds 1-3) and a refused user learns it at once instead of after tau
 #: (lmedge/agents/README.md has the table).
 ADMIT_FRACTION: float | None = 0.3
+
+
+def admission_horizon_s(ctx: ClusterContext, lm: str, admit_fraction: float) -> float:
+    """The admission cut-off of `lm`'s sets, seconds: `admit_fraction` x the LM's deadline.
+
+    The deadline is `ClusterContext.deadline_s` (the LMService's own
+    `deadlineS`, else tau). The rule refuses by it and the router's prompt
+    states it (rendering.py), so what the LLM is told is what the rule applies.
+    """
+    return admit_fraction * ctx.deadline_s(lm)
 
 
 #: Candidate statuses chosen only when no planned node is usable.
@@ -206,7 +217,9 @@ def rule_routing(
                 else (
                     cols,
                     ctx.service(a.lm).spec.profile.request_kib,
-                    None if admit_fraction is None else admit_fraction * ctx.deadline_s(a.lm),
+                    None
+                    if admit_fraction is None
+                    else admission_horizon_s(ctx, a.lm, admit_fraction),
                 )
             )
         known = per_lm[a.lm]

@@ -39,8 +39,9 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from lmedge.agents.rules.capacity import COLD_START_S, best_rate, instance_rate
+from lmedge.agents.rules.capacity import best_rate, instance_rate
 from lmedge.api import ClusterContext, InstanceState, NodeState
+from lmedge.api.constants import COLD_START_S
 
 #: Link assumed between two sites that declare none (as in `scheduler.transfer_s`).
 NO_LINK = (100.0, 20.0)

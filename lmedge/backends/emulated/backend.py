@@ -2,7 +2,7 @@
 
 The controller drives this exactly as it drives the Kubernetes backend; only
 the clock differs (`SimClock`: `sleep_until(t)` runs the emulation to `t`).
-All behaviour lives in `lmedge.sim.engine`; this adapter only fixes the
+All behaviour lives in `lmedge.sim` (its `engine`); this adapter only fixes the
 public surface, so the engine can change without touching the controller.
 """
 

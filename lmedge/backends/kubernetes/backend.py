@@ -37,16 +37,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from lmedge.api import (
     ActuationResult,
     Arrival,
     Clock,
     ClusterContext,
-    EdgeNodeSpec,
     InstanceState,
-    LMServiceSpec,
+    LoopConstants,
     NodeInfo,
     NodeState,
     NodeTelemetry,
@@ -56,13 +54,13 @@ from lmedge.api import (
     ServiceInfo,
     Snapshot,
 )
-from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
+from lmedge.api.gateway_control import RoutingUpdate
 from lmedge.api.live import ContextUpdate
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.gateways import GatewayClient
-from lmedge.backends.kubernetes.live import LiveCluster, LoopConstants
+from lmedge.backends.kubernetes.live import LiveCluster, context_of, view_of
 from lmedge.backends.kubernetes.pods import ObservedPod, model_pod, plan_node
-from lmedge.errors import LmedgeError, ManifestError
+from lmedge.errors import LmedgeError
 from lmedge.store import RecordCursor, Store
 
 __all__ = ["KubernetesBackend", "KubernetesSettings", "WallClock", "load_context"]
@@ -98,8 +96,8 @@ class KubernetesSettings:
     """Where the backend acts and the loop's constants.
 
     `namespace`: where the LMServices and their model pods live (default
-    `default`). `slot_s` (default 30 s, the paper's), `epoch_slots` (50),
-    `tau_s` (900 s) and `lam` (0.5) are the loop constants. `gateways` maps a
+    `default`). `loop` holds the run's slot, epoch, tau and lambda (default:
+    the paper's). `gateways` maps a
     node to its gateway's base URL; empty means no data plane (backlog 0, no
     routing push). `gateway_url_template` (e.g. `http://{node}.gw:8080`) gives
     the gateway of a worker that joins later (an EdgeNode applied mid-run).
@@ -116,10 +114,7 @@ class KubernetesSettings:
     """
 
     namespace: str = "default"
-    slot_s: float = SLOT_S
-    epoch_slots: int = EPOCH_SLOTS
-    tau_s: float = TAU_S
-    lam: float = LAMBDA
+    loop: LoopConstants = field(default_factory=LoopConstants)
     gateways: Mapping[str, str] = field(default_factory=dict)
     gateway_url_template: str | None = None
     control_token: str | Path | None = None
@@ -128,64 +123,22 @@ class KubernetesSettings:
     progress_root: Path | None = None
     watch: bool = True
 
-    @property
-    def constants(self) -> LoopConstants:
-        return LoopConstants(
-            tau_s=self.tau_s, lam=self.lam, slot_s=self.slot_s, epoch_slots=self.epoch_slots
-        )
-
-
-def _spec(model: type[Any], obj: Mapping[str, Any], kind: str) -> Any:
-    from pydantic import ValidationError
-
-    name = obj["metadata"]["name"]
-    try:
-        return model.model_validate(obj.get("spec") or {})
-    except ValidationError as exc:
-        raise ManifestError(f"{kind} {name}", "spec", str(exc.errors()[0]["msg"])) from exc
-
 
 def load_context(
     kube: KubeClient, settings: KubernetesSettings
 ) -> tuple[ClusterContext, dict[str, str]]:
-    """The static context from the API server, and each LMService's uid (for owner refs).
+    """The context from one listing of the API server, and each LMService's uid (for owner refs).
 
-    EdgeNodes being deleted and ones whose spec does not validate are left out
-    (the operator reports those); LMServices likewise.
+    Built as the live watch builds it (`live.view_of`, `live.context_of`):
+    EdgeNodes and LMServices being deleted or whose spec does not validate
+    are left out (the operator reports those). Node health is not followed.
     """
-    nodes: list[NodeInfo] = []
-    for obj in sorted(kube.list_edge_nodes(), key=lambda o: o["metadata"]["name"]):
-        if obj["metadata"].get("deletionTimestamp"):
-            continue
-        try:
-            spec: EdgeNodeSpec = _spec(EdgeNodeSpec, obj, "EdgeNode")
-        except ManifestError as exc:
-            log.warning("skipping %s", exc)
-            continue
-        nodes.append(NodeInfo(name=obj["metadata"]["name"], spec=spec))
-    services: list[ServiceInfo] = []
-    uids: dict[str, str] = {}
-    for obj in sorted(
-        kube.list_lmservices(settings.namespace), key=lambda o: o["metadata"]["name"]
-    ):
-        if obj["metadata"].get("deletionTimestamp"):
-            continue
-        try:
-            sspec: LMServiceSpec = _spec(LMServiceSpec, obj, "LMService")
-        except ManifestError as exc:
-            log.warning("skipping %s", exc)
-            continue
-        services.append(ServiceInfo(name=obj["metadata"]["name"], spec=sspec))
-        uids[obj["metadata"]["name"]] = obj["metadata"]["uid"]
-    ctx = ClusterContext(
-        nodes=nodes,
-        services=services,
-        tau_s=settings.tau_s,
-        lam=settings.lam,
-        slot_s=settings.slot_s,
-        epoch_slots=settings.epoch_slots,
+    view = view_of(
+        {o["metadata"]["name"]: o for o in kube.list_edge_nodes()},
+        {o["metadata"]["name"]: o for o in kube.list_lmservices(settings.namespace)},
+        None,
     )
-    return ctx, uids
+    return context_of(view, settings.loop), view.uids
 
 
 def node_state(
@@ -312,7 +265,7 @@ class KubernetesBackend:
             if settings.gateways or settings.gateway_url_template
             else None
         )
-        self.live = LiveCluster(kube, settings.namespace, settings.constants, watch=settings.watch)
+        self.live = LiveCluster(kube, settings.namespace, settings.loop, watch=settings.watch)
         self._ctx, self._owners = self.live.context(), self.live.owners()
         if self.gateways is not None:
             # The workers already there when the controller starts (a restart, an upgrade,
@@ -393,17 +346,18 @@ class KubernetesBackend:
             for name in s.spec.serves:
                 if name != s.name:
                     classes.setdefault(name, []).append(s.name)
-        failed = self.gateways.push_routing(
-            self.settings.run,
-            slot,
-            routing,
-            self.wall_clock.start,
-            self.settings.slot_s,
-            self.settings.tau_s,
+        update = RoutingUpdate(
+            run=self.settings.run,
+            slot=slot,
+            run_started_at=self.wall_clock.start,
+            slot_s=self.settings.loop.slot_s,
+            tau_s=self.settings.loop.tau_s,
+            routing=routing,
             services={s.name: s.spec.modality for s in ctx.services},
             classes=classes,
             lost=sorted(n for n in self.gateways.urls if not ctx.has_node(n)),
         )
+        failed = self.gateways.push_routing(update)
         if failed:
             log.warning("slot %d: routing not delivered to %s", slot, ", ".join(failed))
 

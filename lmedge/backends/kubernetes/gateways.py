@@ -13,9 +13,10 @@ TokenReview and authorizes by identity):
 - `GET /control/status` — the gateway's per-LM queue depth, which is the
   backlog Q_ni of the snapshot.
 
-The bodies are built from the control models of `lmedge.api.gateway_control`
-(`RoutingUpdate`, `LocalModels`), the same classes the gateway validates them
-with, so a sender cannot drift from the receiver's schema.
+The bodies are the control models of `lmedge.api.gateway_control`
+(`RoutingUpdate`, built once by the backend; `LocalModels`), the same classes
+the gateway validates them with, so a sender cannot drift from the receiver's
+schema.
 
 A gateway that does not answer is logged and skipped: one slow node must not
 stall the slot for every other node. The caller learns which pushes failed.
@@ -24,89 +25,20 @@ stall the slot for every other node. The caller learns which pushes failed.
 from __future__ import annotations
 
 import logging
-import os
-import threading
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from lmedge.api import RoutingMap
 from lmedge.api.gateway_control import LocalModels, ModelEndpoint, RoutingUpdate
-from lmedge.api.resources import Modality
-from lmedge.errors import ConfigError
+from lmedge.tokens import BearerToken
 
-__all__ = ["BearerToken", "GatewayClient", "models_body", "routing_body"]
+__all__ = ["GatewayClient", "models_body"]
 
 log = logging.getLogger(__name__)
 
 
-class BearerToken(httpx.Auth):
-    """`Authorization: Bearer <token>` from a string or a token file.
-
-    A file is re-read when it changes: the kubelet rotates a projected
-    service-account token in place, and a client holding the first one would
-    be refused once it expires. A file that cannot be read, or is empty, is a
-    `ConfigError` at construction (one line, before anything starts).
-    """
-
-    def __init__(self, source: str | Path) -> None:
-        self._path = source if isinstance(source, Path) else None
-        self._token = "" if self._path else str(source).strip()
-        self._stamp: tuple[int, int] | None = None
-        self._lock = threading.Lock()
-        if not self.token():
-            where = f" in {self._path}" if self._path else ""
-            raise ConfigError(f"the bearer token{where} is empty")
-
-    def token(self) -> str:
-        """The current token (re-read from the file when its mtime or size changed)."""
-        if self._path is None:
-            return self._token
-        with self._lock:
-            try:
-                st = os.stat(self._path)
-                stamp = (st.st_mtime_ns, st.st_size)
-                if stamp != self._stamp:
-                    self._token = self._path.read_text().strip()
-                    self._stamp = stamp
-            except OSError as exc:
-                if not self._token:
-                    raise ConfigError(f"cannot read the token file {self._path}: {exc}") from exc
-                log.warning("token file %s unreadable, keeping the last token: %s", self._path, exc)
-            return self._token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self.token()}"
-        yield request
-
-
-def routing_body(
-    run: str,
-    slot: int,
-    routing: RoutingMap,
-    run_started_at: float | None,
-    slot_s: float | None = None,
-    tau_s: float | None = None,
-    *,
-    services: Mapping[str, Modality] | None = None,
-    classes: Mapping[str, Sequence[str]] | None = None,
-    lost: Sequence[str] = (),
-) -> dict[str, Any]:
-    """A `RoutingUpdate` as JSON (validated: a bad value fails here, not at the gateway)."""
-    update = RoutingUpdate(
-        run=run,
-        slot=slot,
-        run_started_at=run_started_at,
-        slot_s=slot_s,
-        tau_s=tau_s,
-        routing=routing,
-        services=None if services is None else dict(services),
-        classes=None if classes is None else {c: list(m) for c, m in classes.items()},
-        lost=list(lost),
-    )
-    return update.model_dump(mode="json")
 
 
 def models_body(endpoints: Mapping[str, str]) -> dict[str, Any]:
@@ -148,27 +80,9 @@ class GatewayClient:
             self.urls[node] = self.template.format(node=node).rstrip("/")
         return added
 
-    def push_routing(
-        self,
-        run: str,
-        slot: int,
-        routing: RoutingMap,
-        run_started_at: float | None,
-        slot_s: float | None = None,
-        tau_s: float | None = None,
-        *,
-        services: Mapping[str, Modality] | None = None,
-        classes: Mapping[str, Sequence[str]] | None = None,
-        lost: Sequence[str] = (),
-    ) -> list[str]:
-        """PUT the map to every gateway; the nodes whose gateway failed.
-
-        `services`, `classes` and `lost` as in `RoutingUpdate` (the live cluster).
-        """
-        body = routing_body(
-            run, slot, routing, run_started_at, slot_s, tau_s,
-            services=services, classes=classes, lost=lost,
-        )  # fmt: skip
+    def push_routing(self, update: RoutingUpdate) -> list[str]:
+        """PUT the slot's `update` to every gateway; the nodes whose gateway failed."""
+        body = update.model_dump(mode="json")
         return [n for n in sorted(self.urls) if not self._put(n, "/control/routing", body)]
 
     def push_models(self, node: str, endpoints: Mapping[str, str]) -> bool:

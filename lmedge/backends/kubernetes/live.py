@@ -12,7 +12,7 @@ reads only that copy: no API round trip at a slot boundary, and none at all
 when nothing changed.
 
 Why a client watch and not kopf's handlers: the controller runs kopf beside
-its loop (`lmedge.operator.process`), but the node agents do not run kopf,
+its loop (`lmedge.processes.controller`), but the node agents do not run kopf,
 and both must see the same changes at the same slot boundary. The client's
 watch is the one mechanism both processes can use, so both use it; kopf keeps
 its own watches for the operator's reconcile and status.
@@ -53,8 +53,14 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
-from lmedge.api import ClusterContext, EdgeNodeSpec, LMServiceSpec, NodeInfo, ServiceInfo
-from lmedge.api.constants import EPOCH_SLOTS, LAMBDA, SLOT_S, TAU_S
+from lmedge.api import (
+    ClusterContext,
+    EdgeNodeSpec,
+    LMServiceSpec,
+    LoopConstants,
+    NodeInfo,
+    ServiceInfo,
+)
 from lmedge.api.live import ContextChange, ContextUpdate
 from lmedge.backends.kubernetes.client import GROUP, VERSION, ClusterRefused, KubeClient
 from lmedge.errors import LmedgeError
@@ -62,7 +68,6 @@ from lmedge.errors import LmedgeError
 __all__ = [
     "ClusterView",
     "LiveCluster",
-    "LoopConstants",
     "context_of",
     "diff_views",
     "node_down_reason",
@@ -79,16 +84,6 @@ RESOURCES: tuple[Resource, ...] = ("edgenodes", "lmservices", "nodes")
 WATCH_S = 240
 #: Delay before a relist after a failed watch, doubling up to the max. Seconds.
 BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
-
-
-@dataclass(frozen=True)
-class LoopConstants:
-    """The loop constants a context carries besides nodes and services."""
-
-    tau_s: float = TAU_S
-    lam: float = LAMBDA
-    slot_s: float = SLOT_S
-    epoch_slots: int = EPOCH_SLOTS
 
 
 @dataclass(frozen=True)
@@ -169,10 +164,7 @@ def context_of(view: ClusterView, constants: LoopConstants) -> ClusterContext:
     return ClusterContext(
         nodes=[NodeInfo(name=n, spec=s) for n, s in view.edge_nodes.items() if n not in view.down],
         services=[ServiceInfo(name=n, spec=s) for n, s in view.services.items()],
-        tau_s=constants.tau_s,
-        lam=constants.lam,
-        slot_s=constants.slot_s,
-        epoch_slots=constants.epoch_slots,
+        loop=constants,
     )
 
 

@@ -33,13 +33,12 @@ from typing import Any
 import numpy as np
 
 from lmedge.api import ClusterContext, PowerProfile, SlotObservation
+from lmedge.api.constants import COLD_START_S
 from lmedge.policies.cema import kernel
 from lmedge.policies.cema.quality import QualityPredictor
-from lmedge.policies.milp.estimates import (
-    COLD_START_S,
+from lmedge.policies.kit.estimates import (
     NodeLinks,
     memoized,
-    modes_on,
     service_s,
 )
 
@@ -86,7 +85,7 @@ class Destinations:
         for n, m in self.pairs:
             spec, profile = ctx.service(m).spec, ctx.service(m).spec.profile
             p = power[n]
-            modes = modes_on(ctx, n, m)
+            modes = ctx.modes(n, m)
             fastest = modes[0] if modes else "off"
             rows.append(
                 (

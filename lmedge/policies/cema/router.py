@@ -48,7 +48,7 @@ from lmedge.policies.cema.quality import (
     RagQualityPredictor,
     rag_available,
 )
-from lmedge.policies.lyapunov.params import PluginParams, parse_params
+from lmedge.policies.kit.params import PluginParams, parse_params
 
 NAME = "cema"
 

@@ -12,8 +12,16 @@ no reconfiguration after the first activation.
 
 from __future__ import annotations
 
-from lmedge.api import Decision, LMPlacement, NodeInfo, NodeObservation, Placement, ServiceInfo
-from lmedge.policies._support import allowed_modes, off
+from lmedge.api import (
+    Decision,
+    LMPlacement,
+    NodeInfo,
+    NodeObservation,
+    Placement,
+    ServiceInfo,
+    hosting,
+)
+from lmedge.policies.kit.support import off
 
 __all__ = ["FullDeployer", "full_placement"]
 
@@ -25,7 +33,7 @@ def full_placement(node: NodeInfo, services: list[ServiceInfo]) -> Placement:
     order = sorted(services, key=lambda s: s.spec.runs_on != "gpu-only")
     chosen: dict[str, LMPlacement] = {}
     for s in order:
-        modes = allowed_modes(node, s)
+        modes = hosting.modes(spec, s.spec)
         need = s.spec.default_cpu_cores
         if not modes or need > cores + 1e-9 or s.spec.deployment_memory_gib > mem + 1e-9:
             chosen[s.name] = off(s.name)

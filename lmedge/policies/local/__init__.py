@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lmedge.api import Arrival, ClusterContext, Decision, Route, RoutingMap, SlotObservation
-from lmedge.policies._support import NearestHosts
+from lmedge.policies.kit.support import NearestHosts
 
 __all__ = ["LocalRouter", "local_routing"]
 

@@ -42,10 +42,11 @@ from lmedge.api import (
     Placement,
     ServiceInfo,
     check_placement,
+    hosting,
     nearest_feasible,
 )
 from lmedge.api.constants import SLOT_S
-from lmedge.policies.lyapunov.params import PluginParams, parse_params
+from lmedge.policies.kit.params import PluginParams, parse_params
 
 NAME = "lyapunov"
 #: The paper's slot length (s), the unit of its alphas (prompts per slot).
@@ -243,8 +244,9 @@ class LyapunovDeployer:
         spec, lm = node.spec, s.spec
         cores = lm.default_cpu_cores
         active: list[_Option] = []
-        fits = cores <= spec.cpu_cores and lm.deployment_memory_gib <= spec.memory_gib
-        if fits and spec.has_gpu and lm.min_vram_gib <= spec.total_vram_gib:
+        modes = hosting.modes(spec, lm)
+        fits = cores <= spec.cpu_cores  # this deployer sizes every pod at the default cores
+        if fits and "gpu" in modes:
             top = min(lm.max_vgpus, spec.total_vgpus)
             # With beta = 0 more vGPUs buy no service rate, only price and contention.
             top = top if self.params.vgpu_speedup > 0 else 1
@@ -252,7 +254,7 @@ class LyapunovDeployer:
                 _Option("gpu", cores, v, lm.deployment_memory_gib, lm.min_vram_gib)
                 for v in range(1, top + 1)
             ]
-        if fits and lm.runs_on == "cpu-or-gpu" and scorer.alpha_cpu[i] > 0:
+        if fits and "cpu" in modes and scorer.alpha_cpu[i] > 0:
             active.append(_Option("cpu", cores, 0, lm.deployment_memory_gib, 0.0))
         if scorer.queue[i] > 0:
             return [_OFF, *active]

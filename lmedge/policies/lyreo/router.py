@@ -57,15 +57,14 @@ from lmedge.api import (
     SlotObservation,
 )
 from lmedge.api.base import built
-from lmedge.policies.lyapunov.params import PluginParams, parse_params
-from lmedge.policies.milp.estimates import (
-    COLD_START_S,
+from lmedge.api.constants import COLD_START_S
+from lmedge.policies.kit.estimates import (
     KIB_BITS,
     LinkTable,
-    modes_on,
     service_s,
     serving_mode,
 )
+from lmedge.policies.kit.params import PluginParams, parse_params
 
 NAME = "lyreo"
 
@@ -163,7 +162,7 @@ def workload(
         if mode == "off":
             continue
         mem, cap = memory_of(state.name, lm)
-        total += q * mem * service_s(ctx, lm, mode) / (cap * ctx.slot_s)
+        total += q * mem * service_s(ctx, lm, mode) / (cap * ctx.loop.slot_s)
     return total
 
 
@@ -253,7 +252,7 @@ class LyreoRouter:
         key = (node, lm)
         mode = self._modes.get(key)
         if mode is None:
-            modes = modes_on(self.context, node, lm)
+            modes = self.context.modes(node, lm)
             mode = self._modes[key] = modes[0] if modes else "off"
         return mode
 
@@ -284,7 +283,7 @@ class LyreoRouter:
         if got is None:
             t = service_s(self.context, lm, mode)
             mem, cap = self._memory_time(node, lm)
-            capacity = cap * self.context.slot_s
+            capacity = cap * self.context.loop.slot_s
             got = self._terms[key] = (t, mem, capacity, mem * t / capacity)
         return got
 

@@ -4,7 +4,7 @@ On a large cluster (120 workers, thousands of binaries) the solver can stop
 at `time_limit_s` without any feasible point. Keeping "whatever is running"
 is then no plan at all on a cold cluster: nothing runs, so nothing is ever
 served. Instead the slot gets a greedy plan built from the same profiled
-inputs as the MILP (`estimates.py`), and the decision says so.
+inputs as the MILP (`lmedge.policies.kit.estimates`), and the decision says so.
 
 The greedy, per slot:
 
@@ -36,15 +36,15 @@ import numpy as np
 
 from lmedge.api import ClusterContext, LMPlacement, Mode, Placement, SlotObservation
 from lmedge.api.base import built
-from lmedge.policies.milp import kernel
-from lmedge.policies.milp.estimates import (
-    COLD_START_S,
+from lmedge.api.constants import COLD_START_S
+from lmedge.policies.kit.estimates import (
     NodeLinks,
     allowed_modes,
     memoized,
     service_s,
     transfer_bits,
 )
+from lmedge.policies.milp import kernel
 
 _CODE: dict[str, int] = {"gpu": kernel.GPU, "cpu": kernel.CPU}
 _MODE: dict[int, Mode] = {kernel.GPU: "gpu", kernel.CPU: "cpu"}

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from lmedge.policies.compiled import compiled, inlined
-from lmedge.policies.milp.estimates import DEFAULT_LINK
+from lmedge.policies.kit.estimates import DEFAULT_LINK
 
 Array = np.ndarray[Any, Any]
 

@@ -38,8 +38,8 @@ from highspy._core import _Highs
 from scipy.sparse import coo_matrix
 
 from lmedge.api import ClusterContext, LMPlacement, Mode, Placement, SlotObservation
-from lmedge.policies.milp.estimates import (
-    COLD_START_S,
+from lmedge.api.constants import COLD_START_S
+from lmedge.policies.kit.estimates import (
     allowed_modes,
     link_arrays,
     service_s,
@@ -124,10 +124,14 @@ class _Rows:
         self.upper.append(hi)
 
 
+# a plan as (destination per (origin, LM), placement per node): the greedy plan
+SeedPlan = tuple[dict[tuple[str, str], str], dict[str, Placement]]
+
+
 def solve_slot(
     obs: SlotObservation,
     w: SurrogateWeights,
-    seed_plan: tuple[dict[tuple[str, str], str], dict[str, Placement]] | None = None,
+    seed_plan: SeedPlan | None = None,
 ) -> Solution:
     """Build and solve the slot's MILP; the incumbent is used when the time limit hits.
 
@@ -138,8 +142,48 @@ def solve_slot(
     greedy plan in this model (`Solution.start_objective`); it is the greedy
     plan itself when HiGHS finds nothing better in its time limit.
     """
+    model = _build(obs, w, seed_plan)
+    res, seed_value = _solve(model, w, seed_plan)
+    return _decode(obs, w, model, res, seed_plan, seed_value)
+
+
+@dataclass
+class _SlotModel:
+    """The slot's MILP as built: the sparse model (`v`, `rows`, `matrix`, the
+    objective's `constant`) and the column maps that read a plan out of a point."""
+
+    ctx: ClusterContext
+    workers: list[str]
+    lms: list[str]
+    batches: list[tuple[str, str, int]]
+    demand: dict[str, float]
+    allowed: dict[tuple[str, str], tuple[Mode, ...]]
+    v: _Vars
+    rows: _Rows
+    constant: float
+    matrix: Any
+    #: y[(n, i, m)]: LM i active on node n in mode m.
+    y: dict[tuple[str, str, Mode], int]
+    #: u[(b, n, m)]: batch b sent to node n, served in mode m.
+    u: dict[tuple[int, str, Mode], int]
+    #: The bounded model's "unplaced" column of each batch.
+    slack_of: dict[int, int]
+    #: (W column, seconds per prompt, load terms) per (node, LM, mode) with load.
+    congestion: list[tuple[int, float, list[tuple[int, float]]]]
+    rho: dict[str, int]
+    of_lm: dict[str, list[tuple[Mode, int]]]
+    differences: list[tuple[int, str, str]]
+
+
+def _build(
+    obs: SlotObservation, w: SurrogateWeights, seed_plan: SeedPlan | None = None
+) -> _SlotModel:
+    """The slot's MILP (the module docstring's variables, rows and objective).
+
+    With `w.candidates`, a batch keeps `seed_plan`'s destination among its options.
+    """
     ctx = obs.context
-    tau = ctx.tau_s
+    tau = ctx.loop.tau_s
     states = {s.name: s for s in obs.snapshot.nodes}
     workers = [n.name for n in ctx.workers]
     lms = ctx.lm_names
@@ -277,7 +321,7 @@ def solve_slot(
             constant += fair * w.service_weight / len(served)
             terms = [(rho[i], demand[i])]
             for m, c in of_lm.get(i, ()):
-                terms.append((c, -ctx.slot_s / per_prompt[i, m]))
+                terms.append((c, -ctx.loop.slot_s / per_prompt[i, m]))
             rows.add(terms, -np.inf, 0.0)
         pairs = list(itertools.combinations(served, 2))
         for a, b2 in pairs:
@@ -288,25 +332,39 @@ def solve_slot(
     matrix = coo_matrix(
         (rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lower), len(v.cost))
     ).tocsc()
+    return _SlotModel(
+        ctx,
+        workers,
+        lms,
+        batches,
+        demand,
+        allowed,
+        v,
+        rows,
+        constant,
+        matrix,
+        y,
+        u,
+        slack_of,
+        congestion,
+        rho,
+        of_lm,
+        differences,
+    )
+
+
+def _solve(
+    model: _SlotModel, w: SurrogateWeights, seed_plan: SeedPlan | None = None
+) -> tuple[_Result, float | None]:
+    """Solve `model` with HiGHS within `w`'s limits, from `seed_plan`'s point when it
+    is one of the model's feasible points; the result and the seed plan's objective."""
+    v, rows, matrix, constant = model.v, model.rows, model.matrix, model.constant
     point: np.ndarray | None = None
     seed_value: float | None = None
     if seed_plan is not None:
         # The greedy plan is one of the model's feasible points: HiGHS starts from it,
         # so whatever its time limit, it returns a plan no worse, with a bound.
-        point = _seed_point(
-            seed_plan,
-            batches,
-            y,
-            u,
-            slack_of,
-            congestion,
-            rho,
-            of_lm,
-            differences,
-            demand,
-            ctx,
-            len(v.cost),
-        )
+        point = _seed_point(seed_plan, model)
         if point is not None and _feasible(point, matrix, rows, v):
             seed_value = float(np.dot(v.cost, point)) + constant
         else:
@@ -315,6 +373,29 @@ def solve_slot(
     if w.deadline is not None:
         limit_s = max(min(limit_s, w.deadline - time.perf_counter()), 1e-6)
     res = _highs(matrix, rows, v, constant, replace(w, time_limit_s=limit_s), point)
+    return res, seed_value
+
+
+def _decode(
+    obs: SlotObservation,
+    w: SurrogateWeights,
+    model: _SlotModel,
+    res: _Result,
+    seed_plan: SeedPlan | None,
+    seed_value: float | None,
+) -> Solution:
+    """The plan of HiGHS's point: each batch's destination and each worker's placement;
+    the seed plan when HiGHS kept it, a greedy plan when it found no point at all."""
+    ctx = obs.context
+    workers, lms, batches, allowed, v, y, u = (
+        model.workers,
+        model.lms,
+        model.batches,
+        model.allowed,
+        model.v,
+        model.y,
+        model.u,
+    )
     if res.x is None:
         # No feasible point in the time limit: a greedy plan, never "keep what runs"
         # (on a cold cluster that is nothing, and nothing would ever be served).
@@ -445,23 +526,13 @@ def _gap(objective: float, bound: float) -> float | None:
     return abs(objective - max(bound, 0.0)) / max(abs(objective), 1e-12)
 
 
-def _seed_point(
-    seed_plan: tuple[dict[tuple[str, str], str], dict[str, Placement]],
-    batches: list[tuple[str, str, int]],
-    y: dict[tuple[str, str, Mode], int],
-    u: dict[tuple[int, str, Mode], int],
-    slack_of: dict[int, int],
-    congestion: list[tuple[int, float, list[tuple[int, float]]]],
-    rho: dict[str, int],
-    of_lm: dict[str, list[tuple[Mode, int]]],
-    differences: list[tuple[int, str, str]],
-    demand: dict[str, float],
-    ctx: ClusterContext,
-    size: int,
-) -> np.ndarray | None:
+def _seed_point(seed_plan: SeedPlan, model: _SlotModel) -> np.ndarray | None:
     """The model's point of the greedy plan, continuous columns at their least cost;
     None when the plan is not a point of this model (a destination it does not offer)."""
     dest, placements = seed_plan
+    batches, y, u, slack_of = model.batches, model.y, model.u, model.slack_of
+    congestion, rho, of_lm = model.congestion, model.rho, model.of_lm
+    differences, demand, ctx, size = model.differences, model.demand, model.ctx, len(model.v.cost)
     by_lm = {n: p.by_lm() for n, p in placements.items()}
     x = np.zeros(size)
     for (n, i, m), c in y.items():
@@ -481,7 +552,7 @@ def _seed_point(
         load = sum(k * x[c] for c, k in terms)
         x[wc] = max(0.0, *(per * (l0 * load - l0 * l0 / 2) for l0 in TANGENTS))
     for i, col in rho.items():
-        capacity = sum(ctx.slot_s / service_s(ctx, i, m) * x[c] for m, c in of_lm.get(i, ()))
+        capacity = sum(ctx.loop.slot_s / service_s(ctx, i, m) * x[c] for m, c in of_lm.get(i, ()))
         x[col] = min(1.0, capacity / demand[i])
     for dcol, a, b2 in differences:
         x[dcol] = abs(x[rho[a]] - x[rho[b2]])

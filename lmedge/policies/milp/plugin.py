@@ -42,8 +42,8 @@ from lmedge.api import (
 )
 from lmedge.api.base import built
 from lmedge.errors import ConfigError
-from lmedge.policies.lyapunov.params import PluginParams, parse_params
-from lmedge.policies.milp.estimates import LinkTable
+from lmedge.policies.kit.estimates import LinkTable
+from lmedge.policies.kit.params import PluginParams, parse_params
 from lmedge.policies.milp.model import Solution, SurrogateWeights, solve_slot
 from lmedge.policies.milp.sites import SiteSplit, solve_by_site
 
@@ -130,7 +130,7 @@ class MilpRouter:
         self.site_budget_s = params.site_budget_s
         self._next_site = 0  # the rotation's position in the split's sites
         self.weights = SurrogateWeights(
-            lam=context.lam,
+            lam=context.loop.lam,
             service_weight=params.service_weight,
             transition_weight=params.transition_weight,
             time_limit_s=params.time_limit_s,

@@ -64,10 +64,7 @@ class SiteSplit:
             s: ClusterContext.model_construct(
                 nodes=[ctx.node(n) for n in by_site[s]],
                 services=ctx.services,
-                tau_s=ctx.tau_s,
-                lam=ctx.lam,
-                slot_s=ctx.slot_s,
-                epoch_slots=ctx.epoch_slots,
+                loop=ctx.loop,
             )
             for s in sites
         }

@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import Field
 
 from lmedge.api import ClusterContext, Decision, RequestRecord, Route, RoutingMap, SlotObservation
-from lmedge.policies.lyapunov.params import PluginParams, parse_params
+from lmedge.policies.kit.params import PluginParams, parse_params
 
 NAME = "perllm-ucb"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import random
 
-from lmedge.api import Decision, LMPlacement, Mode, NodeObservation, Placement
-from lmedge.policies._support import allowed_modes, off
+from lmedge.api import Decision, LMPlacement, Mode, NodeObservation, Placement, hosting
+from lmedge.policies.kit.support import off
 
 
 class RandomDeployer:
@@ -30,7 +30,7 @@ class RandomDeployer:
         order = list(obs.services)
         self._rng.shuffle(order)
         for s in order:
-            modes: list[Mode] = ["off", *allowed_modes(obs.node, s)]
+            modes: list[Mode] = ["off", *hosting.modes(spec, s.spec)]
             mode = self._rng.choice(modes)
             need_cores = min(s.spec.default_cpu_cores, cores)
             fits = need_cores > 0 and s.spec.deployment_memory_gib <= mem + 1e-9

@@ -20,7 +20,7 @@ from lmedge.api import (
     PlanningObservation,
     RouteWeight,
 )
-from lmedge.policies._support import fits_role, weights_summing_to_one
+from lmedge.policies.kit.support import fits_role, weights_summing_to_one
 
 
 def random_macro_policy(ctx: ClusterContext, rng: random.Random) -> MacroPolicy:

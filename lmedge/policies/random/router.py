@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from lmedge.api import Decision, Route, RoutingMap, SlotObservation
-from lmedge.policies._support import FeasibleNodes
+from lmedge.policies.kit.support import FeasibleNodes
 
 
 class RandomRouter:

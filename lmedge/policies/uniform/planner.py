@@ -17,7 +17,7 @@ from lmedge.api import (
     PlanningObservation,
     RouteWeight,
 )
-from lmedge.policies._support import fits_role, weights_summing_to_one
+from lmedge.policies.kit.support import fits_role, weights_summing_to_one
 
 
 def uniform_macro_policy(ctx: ClusterContext) -> MacroPolicy:

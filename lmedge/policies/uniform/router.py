@@ -18,7 +18,7 @@ import numpy as np
 
 from lmedge.api import Decision, Route, RoutingMap, SlotObservation
 from lmedge.api.base import built
-from lmedge.policies._support import FeasibleNodes
+from lmedge.policies.kit.support import FeasibleNodes
 
 
 class UniformRouter:

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from lmedge.agents.memory import select_cases
-from lmedge.agents.rendering import TOP_K, render_node, render_planning, render_slot
+from lmedge.agents.rendering import (
+    TOP_K,
+    SlotView,
+    allowed_modes,
+    render_node,
+    render_planning,
+    render_slot,
+)
 from lmedge.agents.rules.deployer import rule_placement
 from lmedge.agents.rules.planner import plan_macro
 from lmedge.agents.rules.scheduler import candidates, rule_routing
@@ -73,7 +80,7 @@ def _slot_prompt(ctx: ClusterContext, origins: list[str]) -> tuple[str, str]:
     ]
     reference = rule_routing(ctx, macro, states, arrivals)
     ranked = {lm: candidates(ctx, macro, states, lm) for lm in ctx.lm_names}
-    _, user = render_slot(ctx, 0, 0, macro, ranked, arrivals, reference)
+    _, user = render_slot(SlotView(ctx, 0, 0, macro, states, arrivals, reference, ranked))
     pairs = next(x for x in user.splitlines() if x.startswith("Pairs to route"))
     return user, pairs
 
@@ -113,4 +120,22 @@ def test_deployer_prompt_sees_its_own_node_only(ctx: ClusterContext) -> None:
         obs.model_copy(update={"node": cpu, "state": NodeState(name="worker-1")}),
         rule_placement(obs),
     )
-    assert "CPU-only server" in cpu_system and "GPU-only LMs must be off" in cpu_system
+    assert "CPU-only server" in cpu_system and "lm3 off only" in cpu_system
+
+
+def test_the_deployer_prompt_states_the_modes_its_reply_schema_allows(
+    ctx: ClusterContext,
+) -> None:
+    """Every node of the testbed: the sentence names, per LM, exactly the schema's modes."""
+    for node in ctx.workers:
+        obs = NodeObservation(
+            slot=0, epoch=0, node=node, services=ctx.services, roles=[],
+            state=NodeState(name=node.name),
+        )  # fmt: skip
+        system, _ = render_node(obs, rule_placement(obs))
+        stated = system.split("fastest first: ", 1)[1].split(".", 1)[0]
+        for part in stated.split("; "):
+            lm, said = part.split(" ", 1)
+            allowed = [m for m in allowed_modes(ctx.service(lm), node) if m != "off"]
+            assert said == (" or ".join(allowed) if allowed else "off only"), (node.name, lm)
+            assert tuple(allowed) == ctx.modes(node.name, lm)

@@ -4,6 +4,7 @@ deterministic expanders that turn compact replies into decisions."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,7 @@ from lmedge.agents.hierarchy import (
 from lmedge.agents.llm import LLMClient, LLMReply, ReplyFormat
 from lmedge.agents.rendering import (
     REJECT,
+    SlotView,
     parse_placement,
     parse_policy,
     parse_routing,
@@ -107,14 +109,16 @@ def _slot(ctx: ClusterContext):  # type: ignore[no-untyped-def]
 
 def test_routing_schema_has_one_key_per_pair_and_candidate_enums(ctx: ClusterContext) -> None:
     arrivals, _, _, reference, ranked = _slot(ctx)
-    fmt = routing_format(ranked, reference, admission=True)
+    view = SlotView(ctx, 1, 0, None, {}, arrivals, reference, ranked, admit_fraction=0.3)
+    fmt = routing_format(view)
     props = fmt.schema["properties"]["routes"]["properties"]
     assert set(props) == {f"{a.origin}/{a.lm}" for a in arrivals}
     for key, p in props.items():
         lm = key.split("/")[1]
         assert REJECT in p["enum"] and set(p["enum"]) - {REJECT} <= set(ctx.feasible_nodes(lm))
     assert fmt.max_tokens >= 25 * len(props)
-    assert REJECT not in json.dumps(routing_format(ranked, reference, admission=False).schema)
+    off = replace(view, admit_fraction=None)
+    assert REJECT not in json.dumps(routing_format(off).schema)
 
 
 def test_compact_routing_round_trips_the_rules_map(ctx: ClusterContext) -> None:
@@ -162,7 +166,7 @@ def test_avoiding_no_node_is_the_rules_routing_and_an_avoided_node_gets_nothing(
     ctx: ClusterContext,
 ) -> None:
     arrivals, states, macro, reference, ranked = _slot(ctx)
-    fmt = avoid_format(ctx, macro, states, arrivals, ranked, 0.3)
+    fmt = avoid_format(SlotView(ctx, 1, 0, macro, states, arrivals, reference, ranked, 0.3))
     none = {"avoid": {lm: [] for lm in ranked}}
     assert fmt.parse(none) == reference
     lm = "lm1"

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from lmedge.agents.core import check_params
 from lmedge.agents.settings import AgentName, resolve_settings
 from lmedge.errors import ConfigError
 
@@ -74,9 +73,3 @@ def test_key_file(tmp_path: Path) -> None:
 def test_bad_values_are_one_line_config_errors(params: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve_settings("scheduler", params, env={})
-
-
-def test_unknown_plugin_parameter_is_rejected() -> None:
-    check_params("router agentic", {"llm_base_url": "x", "llm_scheduler_model": "m"})
-    with pytest.raises(ConfigError, match="unknown parameter"):
-        check_params("router agentic", {"llm_baseurl": "x"})

@@ -38,6 +38,50 @@ LMSERVICE: dict[str, Any] = {
     "profile": {"gpuSecondsPerPrompt": 5.17, "cpuSecondsPerPrompt": 8.15},
 }
 
+#: A valid LMService spec with a token engine (Llama-3.2-1B-like, llama.cpp, cpu-or-gpu):
+#: GPU pool 6 - 2.5 = 3.5 GiB, CPU pool 8 - 2.5 = 5.5 GiB, a context needs 0.125 GiB.
+TOKEN_LMSERVICE: dict[str, Any] = {
+    "model": "llama-3.2-1b",
+    "modality": "text-to-text",
+    "image": "ghcr.io/lmedge/llama-cpp:0.1.0",
+    "minMemoryGib": 4.0,
+    "deploymentMemoryGib": 8.0,
+    "minVramGib": 6.0,
+    "runsOn": "cpu-or-gpu",
+    "engine": {
+        "kind": "llama.cpp",
+        "tokens": {
+            "weightsGib": 2.5,
+            "kvBytesPerToken": 32768,
+            "contextTokens": 4096,
+            "maxRunningSequences": 64,
+            "gpus": [
+                {
+                    "gpuModel": "NVIDIA-RTX-3090",
+                    "prefillTokensPerS": 4000,
+                    "decode": [
+                        {"running": 1, "tokensPerS": 90},
+                        {"running": 16, "tokensPerS": 1000},
+                        {"running": 64, "tokensPerS": 2000},
+                    ],
+                },
+                {
+                    "gpuModel": "*",
+                    "prefillTokensPerS": 2500,
+                    "decode": [
+                        {"running": 1, "tokensPerS": 60},
+                        {"running": 64, "tokensPerS": 1200},
+                    ],
+                },
+            ],
+            "cpu": {
+                "prefillTokensPerS": 150,
+                "decode": [{"running": 1, "tokensPerS": 12}, {"running": 8, "tokensPerS": 40}],
+            },
+        },
+    },
+}
+
 #: A valid EdgeNode spec (a single-GPU worker with two remote sites).
 EDGENODE: dict[str, Any] = {
     "role": "worker",
@@ -59,9 +103,15 @@ class Case:
     kind: Literal["LMService", "EdgeNode"]
     how: How
     edit: Callable[[dict[str, Any]], None]
+    #: The valid spec the edit starts from; None: LMSERVICE or EDGENODE by kind.
+    base: dict[str, Any] | None = None
+
+    def valid_spec(self) -> dict[str, Any]:
+        """The valid spec the edit starts from."""
+        return self.base or (LMSERVICE if self.kind == "LMService" else EDGENODE)
 
     def spec(self) -> dict[str, Any]:
-        spec = copy.deepcopy(LMSERVICE if self.kind == "LMService" else EDGENODE)
+        spec = copy.deepcopy(self.valid_spec())
         self.edit(spec)
         return spec
 
@@ -127,7 +177,7 @@ INVALID: list[Case] = [
         "schema",
         _set("serves", [f"class-{i}" for i in range(33)]),
     ),
-    Case("lms-missing-profile", "LMService", "schema", _drop("profile")),
+    Case("lms-missing-profile", "LMService", "cel", _drop("profile")),
     Case(
         "lms-negative-gpu-seconds", "LMService", "schema", _set("profile.gpuSecondsPerPrompt", -1)
     ),
@@ -143,6 +193,42 @@ INVALID: list[Case] = [
     Case("lms-cpu-profile-null", "LMService", "cel", _set("profile.cpuSecondsPerPrompt", None)),
     Case("lms-unknown-field", "LMService", "unknown-field", _set("replicas", 3)),
     Case("lms-unknown-profile-field", "LMService", "unknown-field", _set("profile.tokens", 1)),
+    Case("lms-unknown-engine", "LMService", "schema", _set("engine", {"kind": "tgi"})),
+    Case("lms-vllm-without-tokens", "LMService", "cel", _set("engine", {"kind": "vllm"})),
+    Case(
+        "lms-pipeline-with-tokens",
+        "LMService",
+        "cel",
+        _set("engine", {"kind": "pipeline", "tokens": TOKEN_LMSERVICE["engine"]["tokens"]}),
+    ),
+    *[
+        Case(f"lms-tokens-{id_}", "LMService", how, edit, TOKEN_LMSERVICE)
+        for id_, how, edit in [
+            ("pipeline-kind", "cel", _set("engine.kind", "pipeline")),
+            ("zero-kv-bytes", "schema", _set("engine.tokens.kvBytesPerToken", 0)),
+            ("no-gpus", "schema", _set("engine.tokens.gpus", [])),
+            ("missing-weights", "schema", _drop("engine.tokens.weightsGib")),
+            ("cpu-or-gpu-without-cpu", "cel", _drop("engine.tokens.cpu")),
+            ("no-single-sequence", "cel", _set("engine.tokens.gpus.0.decode.0.running", 2)),
+            ("decode-falls", "cel", _set("engine.tokens.gpus.0.decode.2.tokensPerS", 500)),
+            ("per-sequence-rises", "cel", _set("engine.tokens.gpus.0.decode.0.tokensPerS", 50)),
+            ("cpu-decode-falls", "cel", _set("engine.tokens.cpu.decode.1.tokensPerS", 10)),
+            ("duplicate-running", "list-map", _set("engine.tokens.gpus.0.decode.1.running", 1)),
+            (
+                "duplicate-gpu-model",
+                "list-map",
+                _set("engine.tokens.gpus.1.gpuModel", "NVIDIA-RTX-3090"),
+            ),
+            ("kv-cache-over-vram", "cel", _set("engine.tokens.kvCacheGib", 4)),
+            ("pool-below-context", "cel", _set("engine.tokens.contextTokens", 131072)),
+            (
+                "cpu-pool-below-context",
+                "cel",
+                _both(_set("deploymentMemoryGib", 2.6), _set("minMemoryGib", 2.0)),
+            ),
+            ("unknown-field", "unknown-field", _set("engine.tokens.kvBytes", 1)),
+        ]
+    ],
     Case("en-missing-cpu", "EdgeNode", "schema", _drop("cpuCores")),
     Case("en-negative-memory", "EdgeNode", "schema", _set("memoryGib", -24)),
     Case("en-unknown-role", "EdgeNode", "schema", _set("role", "master")),

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from lmedge.api import ClusterContext
-from lmedge.api.manifests import load_resources
 from lmedge.bench.calibration import FACTS, Fact, Measured, Request, Row, paper_lm
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
-
-
-@pytest.fixture(scope="module")
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services)
 
 
 def fact(key: str) -> Fact:

@@ -1,7 +1,9 @@
 """The plugin catalog and the capabilities plugins declare.
 
 A family of plugins that fails to import must cost that family only, be
-reported, and never leave the catalog empty; a joint router+deployer (milp)
+reported, and never leave the catalog empty; the catalog never fills itself
+(a lookup before the root registered is a clear error, and registering twice
+changes nothing); a joint router+deployer (milp)
 runs where both live in one process and is refused, saying why, where the
 deployers run in node agents.
 """
@@ -9,24 +11,15 @@ deployers run in node agents.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
 from lmedge.api import Capabilities, ClusterContext, capabilities_of
-from lmedge.api.manifests import load_resources
 from lmedge.controller import catalog, registrations
 from lmedge.controller.assembly import PolicyChoice, build_node_deployer, build_plugins
-from lmedge.controller.catalog import Registry, fill
+from lmedge.controller.catalog import CatalogNotFilled, Registry, fill
 from lmedge.errors import ConfigError
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
-
-
-@pytest.fixture
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services)
+from lmedge.processes.plugins import register_plugins
 
 
 def _broken(reg: Registry) -> None:
@@ -35,13 +28,12 @@ def _broken(reg: Registry) -> None:
 
 
 def test_a_failing_family_is_reported_and_the_rest_registers(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     families = (("broken", _broken), *registrations.FAMILIES)
-    monkeypatch.setattr(registrations, "FAMILIES", families)
     target, unavailable = Registry(), {}
     with caplog.at_level(logging.WARNING):
-        fill(target, unavailable)
+        fill(target, unavailable, families, registrations.register_profiles)
     assert "broken" in unavailable and "lmedge_no_such_module" in unavailable["broken"]
     assert "half-registered" not in target.routers, "a family registers whole or not at all"
     assert {"agentic", "random", "milp"} <= set(target.routers)
@@ -49,26 +41,54 @@ def test_a_failing_family_is_reported_and_the_rest_registers(
     assert any("broken" in r.getMessage() for r in caplog.records)
 
 
-def test_a_profile_whose_plugin_failed_is_left_out_and_said_so(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_profile_whose_plugin_failed_is_left_out_and_said_so() -> None:
     families = tuple((n, f) for n, f in registrations.FAMILIES if n != "lyapunov")
-    monkeypatch.setattr(registrations, "FAMILIES", families)
     target, unavailable = Registry(), {}
-    fill(target, unavailable)
+    fill(target, unavailable, families, registrations.register_profiles)
     assert "rl" not in target.profiles and "ma" in target.profiles
     assert "deployer lyapunov" in unavailable["profile rl"]
 
 
 def test_an_unknown_name_names_what_did_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    catalog.profile("rr")  # the real catalog, loaded
     monkeypatch.setitem(catalog.UNAVAILABLE, "cema", "ImportError: no module named 'x'")
     with pytest.raises(ConfigError, match=r"known routers: .*not loaded: cema \(ImportError"):
         catalog.entry("router", "cema-typo")
 
 
-def test_the_loaded_catalog_has_every_family() -> None:
-    catalog.profile("rr")
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        lambda: catalog.profile("rr"),
+        lambda: catalog.entry("router", "random"),
+        lambda: PolicyChoice("rr").resolve(),
+    ],
+    ids=["profile", "entry", "assembly"],
+)
+def test_a_lookup_before_registration_says_the_root_must_register(
+    monkeypatch: pytest.MonkeyPatch, lookup: object
+) -> None:
+    monkeypatch.setattr(catalog, "_filled", False)  # as in a process whose root registered none
+    with pytest.raises(CatalogNotFilled, match=r"must call .*register_plugins\(\)"):
+        lookup()  # type: ignore[operator]
+
+
+def test_registering_again_changes_nothing() -> None:
+    before = {kind: dict(table) for kind, table in _tables().items()}
+    register_plugins()
+    assert catalog.filled()
+    assert {kind: dict(table) for kind, table in _tables().items()} == before
+
+
+def _tables() -> dict[str, dict[str, object]]:
+    return {
+        "planners": dict(catalog.PLANNERS),
+        "routers": dict(catalog.ROUTERS),
+        "deployers": dict(catalog.DEPLOYERS),
+        "profiles": dict(catalog.PROFILES),
+    }
+
+
+def test_the_filled_catalog_has_every_family() -> None:
     assert catalog.UNAVAILABLE == {}
     assert {"ma", "rr", "rf", "ll", "milp", "cema", "lyreo", "perllm", "mal"} <= set(
         catalog.PROFILES

@@ -6,7 +6,6 @@ checks, repairs, falls back and stamps.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +19,7 @@ from lmedge.api import (
     Placement,
     check_placement,
 )
-from lmedge.api.manifests import load_resources
 from lmedge.controller.guard import DecisionGuard
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
 
 
 class Clock:
@@ -32,12 +28,6 @@ class Clock:
 
     def sleep_until(self, t: float) -> None:
         pass
-
-
-@pytest.fixture
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services)
 
 
 class Fixed:
@@ -67,8 +57,8 @@ def _obs(ctx: ClusterContext, node: str, roles: list[str], **state: Any) -> Node
         services=ctx.services,
         roles=roles,
         state=NodeState(name=node, free_cpu_cores=info.spec.cpu_cores, **state),
-        tau_s=ctx.tau_s,
-        slot_s=ctx.slot_s,
+        tau_s=ctx.loop.tau_s,
+        slot_s=ctx.loop.slot_s,
     )
 
 

@@ -9,7 +9,6 @@ full; it is a test double of the emulator, not of a server.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from lmedge.api import (
     Decision,
     InstanceState,
     LMPlacement,
+    LoopConstants,
     MacroPolicy,
     NodeObservation,
     NodeState,
@@ -35,13 +35,11 @@ from lmedge.api import (
     check_placement,
 )
 from lmedge.api.live import ContextChange, ContextUpdate
-from lmedge.api.manifests import load_resources
 from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
 from lmedge.controller.loop import ControlLoop
 from lmedge.policies.local import local_routing
 from lmedge.policies.uniform import uniform_macro_policy
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
+from lmedge.sim.scenario import Scenario
 
 
 class StepClock:
@@ -99,7 +97,7 @@ class StubBackend:
                     prompts=2,
                     prompts_done=2,
                     slot=slot,
-                    submit_s=slot * self.ctx.slot_s,
+                    submit_s=slot * self.ctx.loop.slot_s,
                     inference_s=10.0,
                     outcome="success",
                 )
@@ -121,9 +119,8 @@ class StubBackend:
 
 
 @pytest.fixture
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services, epoch_slots=3)
+def ctx(testbed: Scenario) -> ClusterContext:
+    return testbed.context().model_copy(update={"loop": LoopConstants(epoch_slots=3)})
 
 
 def plugins(ctx: ClusterContext, **override: Any) -> PolicyPlugins:
@@ -308,7 +305,7 @@ def test_decisions_are_stamped_by_the_runner(ctx: ClusterContext) -> None:
     assert {d.run for d in result.decisions} == {"t"}
     for d in result.decisions:
         assert d.epoch == d.slot // 3
-        assert d.sim_time_s == d.slot * ctx.slot_s
+        assert d.sim_time_s == d.slot * ctx.loop.slot_s
         assert d.latency_s >= 0
         assert (d.node is not None) == (d.agent == "deployer")
     assert len(result.timings) == 4
@@ -576,7 +573,7 @@ def test_background_planning_without_a_lag_never_waits_for_the_planner(
         loop.step(slot)  # the planner is still blocked: the slots go on without a policy
     assert router.seen == [None, None]
     release.set()
-    loop._pending_plan.result(timeout=30)  # type: ignore[union-attr]
+    loop._planning._pending_plan.result(timeout=30)  # type: ignore[union-attr]
     loop.step(2)
     loop.close()
     assert router.seen == [None, None, "1"], "applied at the first slot after it was ready"

@@ -1,4 +1,4 @@
-"""Pure parts of the dashboard: liveness, bearer tokens, report folders."""
+"""Pure parts of the dashboard: liveness, login redirects, report folders."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lmedge.dashboard.app import _local, bearer_token
+from lmedge.dashboard.app import _local
 from lmedge.dashboard.views import NotFound, find_reports, is_live, load_report, report_file
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -23,16 +23,6 @@ def test_a_run_is_live_while_it_decided_recently(age_s: float, live: bool) -> No
 
 def test_a_run_without_decisions_is_not_live() -> None:
     assert is_live(None, 120.0, now=NOW) is False
-
-
-@pytest.mark.parametrize(
-    ("header", "token"),
-    [("Bearer abc", "abc"), ("bearer  abc ", "abc"), ("Basic abc", None), ("abc", None),
-     ("Bearer a b", None), ("", None), (None, None)],
-    ids=["plain", "case-and-space", "other-scheme", "no-scheme", "space-inside", "empty", "none"],
-)  # fmt: skip
-def test_bearer_tokens_are_read_like_the_gateways(header: str | None, token: str | None) -> None:
-    assert bearer_token(header) == token
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
-"""The gateway's credentials (lmedge.dataplane.auth): the Bearer scheme, the
-user token never opening the control API, and the service-account identity
-rules, with a reviewer standing in for the API server (the real TokenReview
-is tests/integration/test_gateway_auth.py)."""
+"""The gateway's credentials (lmedge.dataplane.auth): the user token never
+opening the control API, and the service-account identity rules, with a
+reviewer standing in for the API server (the real TokenReview is
+tests/integration/test_gateway_auth.py). The Bearer scheme itself is
+tests/unit/test_tokens.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from lmedge.dataplane.app import ApiSettings, create_app
-from lmedge.dataplane.auth import Denied, Review, ServiceAccountAuth, bearer_token
+from lmedge.dataplane.auth import Denied, Review, ServiceAccountAuth
 from lmedge.dataplane.clients import HttpClients
 from lmedge.dataplane.gateway import Gateway, GatewaySettings
 from lmedge.dataplane.records import MemorySink
@@ -20,28 +21,6 @@ from lmedge.errors import ClusterUnavailable, ConfigError
 
 CONTROLLER = "system:serviceaccount:lmedge-system:lmedge-controller"
 AGENT = "system:serviceaccount:lmedge-system:lmedge-node-agent"
-
-
-@pytest.mark.parametrize(
-    ("header", "token"),
-    [
-        ("Bearer abc", "abc"),
-        ("bearer abc", "abc"),
-        ("BEARER abc", "abc"),
-        ("  Bearer   abc  ", "abc"),
-        ("abc", None),
-        ("Basic abc", None),
-        ("Bearer", None),
-        ("Bearer ", None),
-        ("Bearer a b", None),
-        ("", None),
-        (None, None),
-    ],
-    ids=["bearer", "lower", "upper", "spaces", "no-scheme", "basic", "scheme-only",
-         "empty-token", "two-tokens", "empty", "absent"],
-)  # fmt: skip
-def test_bearer_token(header: str | None, token: str | None) -> None:
-    assert bearer_token(header) == token
 
 
 def test_a_user_token_without_a_control_credential_is_refused() -> None:

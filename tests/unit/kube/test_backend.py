@@ -13,16 +13,17 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from lmedge.api import LMPlacement, RequestRecord, Route, RoutingMap
+from lmedge.api import LMPlacement, LoopConstants, RequestRecord, Route, RoutingMap
 from lmedge.api.manifests import load_resources
 from lmedge.backends.kubernetes.backend import (
     KubernetesBackend,
     KubernetesSettings,
     WallClock,
+    load_context,
     node_state,
 )
 from lmedge.backends.kubernetes.client import ClusterRefused, KubeClient, RetryPolicy
-from lmedge.backends.kubernetes.gateways import GatewayClient, models_body, routing_body
+from lmedge.backends.kubernetes.gateways import GatewayClient, models_body
 from lmedge.backends.kubernetes.pods import model_pod, observe_pod
 from lmedge.dataplane.wire import LocalModels, RoutingUpdate
 from lmedge.errors import ClusterUnavailable, NotFound
@@ -174,10 +175,8 @@ ROUTES = RoutingMap(routes=[Route(origin="worker-1", lm="lm1", destination="work
 
 
 def test_bodies_validate_as_the_data_plane_messages() -> None:
-    update = RoutingUpdate.model_validate(routing_body("run-1", 4, ROUTES, 1700000000.0))
     models = LocalModels.model_validate(models_body({"lm1": "http://10.0.0.1:8000"}))
 
-    assert (update.slot, update.routing) == (4, ROUTES)
     assert models.models[0].lm == "lm1"
 
 
@@ -198,7 +197,7 @@ def test_gateway_client_pushes_and_reads_queue_depths() -> None:
         transport=httpx.MockTransport(handle),
     )
 
-    assert gw.push_routing("r", 0, ROUTES, None) == ["worker-2"]
+    assert gw.push_routing(RoutingUpdate(run="r", slot=0, routing=ROUTES)) == ["worker-2"]
     assert gw.queue_depths(["worker-1", "worker-2", "worker-3"]) == {"worker-1": {"lm1": 3}}
     assert ("PUT", "http://up/control/routing", "Bearer t") in seen
     gw.close()
@@ -218,7 +217,7 @@ def test_a_node_that_joins_gets_its_gateway_from_the_template() -> None:
     )
     assert gw.add_nodes(["worker-1", "worker-7"]) == ["worker-7"]
     assert gw.add_nodes(["worker-7"]) == []
-    assert gw.push_routing("r", 0, ROUTES, None) == []
+    assert gw.push_routing(RoutingUpdate(run="r", slot=0, routing=ROUTES)) == []
     assert sorted(seen) == [
         "http://w1:8080/control/routing",
         "http://worker-7.gw:8080/control/routing",
@@ -301,7 +300,9 @@ def test_a_controller_started_on_a_running_cluster_routes_through_every_gateway(
         seen.append(str(request.url))
         return httpx.Response(200, json={"routes": 1, "slot": 0})
 
-    gateways = GatewayClient({}, transport=httpx.MockTransport(handle), template="http://{node}:8080")
+    gateways = GatewayClient(
+        {}, transport=httpx.MockTransport(handle), template="http://{node}:8080"
+    )
     backend = KubernetesBackend(
         ListingOnly(), KubernetesSettings(run="run", watch=False), store=Records([]),
         gateways=gateways,
@@ -312,6 +313,43 @@ def test_a_controller_started_on_a_running_cluster_routes_through_every_gateway(
     workers = sorted(n.name for n in NODES if n.spec.role == "worker")
     assert workers and sorted(seen) == [f"http://{w}:8080/control/routing" for w in workers]
     gateways.close()
+
+
+def test_the_routing_push_carries_the_runs_loop_constants() -> None:
+    bodies: list[bytes] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.content)
+        return httpx.Response(200, json={})
+
+    gateways = GatewayClient({"worker-1": "http://w1"}, transport=httpx.MockTransport(handle))
+    settings = KubernetesSettings(
+        run="run-1", watch=False, loop=LoopConstants(slot_s=2.0, tau_s=60.0)
+    )
+    backend = KubernetesBackend(
+        ListingOnly(), settings, store=Records([]), clock=WallClock(1700000000.0),
+        gateways=gateways,
+    )  # fmt: skip
+    backend.publish_routing(4, ROUTES)
+
+    (body,) = bodies
+    update = RoutingUpdate.model_validate_json(body)  # what the gateway validates it with
+    assert (update.run, update.slot, update.routing) == ("run-1", 4, ROUTES)
+    assert (update.slot_s, update.tau_s, update.run_started_at) == (2.0, 60.0, 1700000000.0)
+    assert update.services == {s.name: s.spec.modality for s in SERVICES}
+    assert update.lost == []
+    gateways.close()
+
+
+def test_load_context_is_the_live_watchs_context_with_the_settings_constants() -> None:
+    loop = LoopConstants(slot_s=5.0, epoch_slots=3)
+    settings = KubernetesSettings(watch=False, loop=loop)
+
+    ctx, uids = load_context(ListingOnly(), settings)
+    backend = KubernetesBackend(ListingOnly(), settings)
+
+    assert ctx == backend.context() and ctx.loop == loop
+    assert uids == {s.name: f"uid-{s.name}" for s in SERVICES}
 
 
 def test_wall_clock_counts_from_its_start() -> None:

@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from lmedge.api import LMPlacement, Placement, ServiceInfo
+from lmedge.api import LMPlacement, LoopConstants, Placement, ServiceInfo
 from lmedge.api.manifests import load_resources
 from lmedge.backends.kubernetes import live as live_module
 from lmedge.backends.kubernetes.client import KubeClient, RetryPolicy
 from lmedge.backends.kubernetes.live import (
     ClusterView,
     LiveCluster,
-    LoopConstants,
     context_of,
     diff_views,
     node_down_reason,
@@ -88,7 +87,7 @@ def test_view_leaves_down_workers_out_of_the_context_and_keeps_control() -> None
     # a control node has no Node in the testbed and is not judged by one
     assert any(n.spec.role != "worker" for n in ctx.nodes)
     assert ctx.lm_names == sorted(s.name for s in SERVICES)
-    assert ctx.slot_s == 2.0
+    assert ctx.loop.slot_s == 2.0
 
 
 def test_view_without_node_health_keeps_every_edge_node() -> None:

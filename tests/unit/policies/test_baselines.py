@@ -7,7 +7,6 @@ that each test pins the rule that makes the baseline what it is.
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -23,21 +22,12 @@ from lmedge.api import (
     check_placement,
     check_routing_map,
 )
-from lmedge.api.manifests import load_resources
 from lmedge.controller.catalog import BuildContext, build_deployer, build_planner, build_router
 from lmedge.errors import ConfigError
 from lmedge.policies.full import full_placement
 from lmedge.policies.local import local_routing
 from lmedge.policies.random import random_macro_policy
 from lmedge.policies.uniform import uniform_macro_policy
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
-
-
-@pytest.fixture(scope="module")
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services)
 
 
 def all_arrivals(ctx: ClusterContext) -> list[Arrival]:

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from lmedge.api import ClusterContext, RequestRecord
-from lmedge.api.manifests import load_resources
 from lmedge.api.records import RequestOutcome
 from lmedge.sim.network import Network
 from lmedge.sim.servicemodel import fastest_seconds_per_prompt, lower_bounds, no_queue_lower_bound
-
-TESTBED = Path(__file__).resolve().parents[3] / "examples" / "testbed"
-
-
-@pytest.fixture(scope="module")
-def ctx() -> ClusterContext:
-    nodes, services = load_resources(TESTBED)
-    return ClusterContext(nodes=nodes, services=services)
 
 
 def test_a_cpu_only_node_bounds_by_perfect_core_scaling(ctx: ClusterContext) -> None:

@@ -35,7 +35,7 @@ def test_testbed_values_come_from_the_paper() -> None:
 def test_overrides_accept_snake_and_camel_case() -> None:
     sc = load_scenario(EXAMPLES / "testbed", loop={"tau_s": 60}, workload={"prompts": {"max": 2}})
     assert sc.spec.loop.tau_s == 60 and sc.spec.workload.prompts.max == 2
-    assert load_scenario(EXAMPLES / "testbed", loop={"slotS": 10}).context().slot_s == 10
+    assert load_scenario(EXAMPLES / "testbed", loop={"slotS": 10}).context().loop.slot_s == 10
 
 
 @pytest.fixture

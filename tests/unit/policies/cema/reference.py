@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from lmedge.api import ClusterContext, PowerProfile, SlotObservation
 from lmedge.policies.cema import CemaParams, Gene, Weights
 from lmedge.policies.cema.quality import QualityPredictor
-from lmedge.policies.milp.estimates import backlog_s, service_s, serving_mode, transfer_s
+from lmedge.policies.kit.estimates import backlog_s, service_s, serving_mode, transfer_s
 
 
 class ReferenceEvaluator:

@@ -25,7 +25,7 @@ from lmedge.policies.cema import (
     rag_available,
 )
 from lmedge.policies.cema.quality import class_description
-from lmedge.policies.milp.estimates import transfer_s
+from lmedge.policies.kit.estimates import transfer_s
 from tests.unit.policies.lyapunov.scenario import paper_testbed, slot_obs
 
 EQUAL = Weights(0.25, 0.25, 0.25, 0.25)

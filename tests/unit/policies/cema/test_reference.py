@@ -19,7 +19,7 @@ from lmedge.api.manifests import load_resources
 from lmedge.bench.runner import resolve_scenario
 from lmedge.bench.scale import scale_scenario
 from lmedge.policies.cema import BatchEvaluator, CemaRouter, build
-from lmedge.policies.milp.estimates import transfer_s
+from lmedge.policies.kit.estimates import transfer_s
 from tests.unit.policies.cema.reference import ReferenceEvaluator, ReferenceSearch
 from tests.unit.policies.lyapunov.scenario import paper_testbed, slot_obs
 

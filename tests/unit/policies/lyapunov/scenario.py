@@ -87,6 +87,6 @@ def slot_obs(
         epoch=0,
         context=ctx,
         macro=macro,
-        snapshot=Snapshot(slot=slot, time_s=slot * ctx.slot_s, nodes=nodes),
+        snapshot=Snapshot(slot=slot, time_s=slot * ctx.loop.slot_s, nodes=nodes),
         arrivals=[Arrival(origin=o, lm=lm, requests=1, prompts=k) for o, lm, k in arrivals],
     )

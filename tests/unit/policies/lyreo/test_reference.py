@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 
 from lmedge.api import ClusterContext, NodeState, SlotObservation
+from lmedge.api.constants import COLD_START_S
 from lmedge.api.manifests import load_resources
 from lmedge.bench.runner import resolve_scenario
 from lmedge.bench.scale import scale_scenario
+from lmedge.policies.kit.estimates import service_s, serving_mode, transfer_s
 from lmedge.policies.lyreo import Candidate, build, workload
 from lmedge.policies.lyreo.router import memory_per_prompt
-from lmedge.policies.milp.estimates import COLD_START_S, service_s, serving_mode, transfer_s
 from tests.unit.policies.lyapunov.scenario import slot_obs
 
 
@@ -66,7 +67,7 @@ def reference(
                 transfer_s(ctx, a.origin, n, a.lm, p) + wait[n, a.lm] + per[n, a.lm] * (p + 1) / 2
             )
             mem, cap = memory_per_prompt(ctx, n, a.lm)
-            delta = p * (mem * per[n, a.lm] / (cap * ctx.slot_s))
+            delta = p * (mem * per[n, a.lm] / (cap * ctx.loop.slot_s))
             shift = delta / size
             w = loads[n]
             sign = (w > mean) - (w < mean)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmedge.api import ClusterContext, LMPlacement, Mode, Placement, SlotObservation
-from lmedge.policies.milp.estimates import COLD_START_S, Transfers, allowed_modes, service_s
+from lmedge.api.constants import COLD_START_S
+from lmedge.policies.kit.estimates import Transfers, allowed_modes, service_s
 
 
 @dataclass

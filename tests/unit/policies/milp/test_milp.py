@@ -11,8 +11,8 @@ from lmedge.api import ClusterContext, check_placement, check_routing_map
 from lmedge.api.manifests import load_resources
 from lmedge.bench.runner import resolve_scenario
 from lmedge.errors import ConfigError
+from lmedge.policies.kit.estimates import transfer_s
 from lmedge.policies.milp import build_deployer, build_router
-from lmedge.policies.milp.estimates import transfer_s
 from tests.unit.policies.lyapunov.scenario import node_obs, paper_testbed, slot_obs
 
 

@@ -46,8 +46,8 @@ def _placements(ctx: ClusterContext, obs: SlotObservation, deployer: object) -> 
             services=ctx.services,
             roles=[],
             state=states[n.name],
-            tau_s=ctx.tau_s,
-            slot_s=ctx.slot_s,
+            tau_s=ctx.loop.tau_s,
+            slot_s=ctx.loop.slot_s,
         )
         d = deployer.place(nobs)  # type: ignore[attr-defined]
         assert check_placement(d.value, n, ctx.services) == [], n.name

@@ -12,6 +12,10 @@ is executed only when
 (`margin` is a setting, `guard_margin`, per agent); otherwise the rule's
 decision runs. Both estimates and the choice go into `Decision.guard`.
 
+It judges quality only. Feasibility is the decision guard's job
+(`lmedge.controller.guard`), which checks every plugin's decision, LLM or
+not, and repairs or replaces an infeasible one.
+
 The estimate is the paper's objective J = lam T_norm + (1 - lam)(1 - F_norm)
 (`lmedge.metrics`) over what the decision affects, computed with the queue
 and service model the rule agents already use (`rules/capacity.py`,
@@ -47,7 +51,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from lmedge.agents.rules.capacity import (
-    COLD_START_S,
     best_rate,
     cpu_rate,
     gpu_rate,
@@ -64,6 +67,7 @@ from lmedge.api import (
     RoutingMap,
     SlotObservation,
 )
+from lmedge.api.constants import COLD_START_S
 from lmedge.api.decisions import GuardAudit, GuardScore
 from lmedge.metrics import LAMBDA, fairness, objective
 
@@ -157,7 +161,7 @@ def routing_objective(obs: SlotObservation, routing: RoutingMap) -> float:
             start += backlog / rate
         _serve(tally, a.requests, a.prompts, start, rate, tau)
         ahead[(dest, lm)] = ahead.get((dest, lm), 0) + a.prompts
-    return _objective(tallies.values(), ctx.lam)
+    return _objective(tallies.values(), ctx.loop.lam)
 
 
 def placement_objective(obs: NodeObservation, placement: Placement, lam: float = LAMBDA) -> float:
@@ -206,7 +210,7 @@ def macro_objective(obs: PlanningObservation, policy: MacroPolicy) -> float:
     ctx = obs.context
     if not obs.traffic:
         return 0.0
-    epoch_s = ctx.epoch_slots * ctx.slot_s
+    epoch_s = ctx.loop.epoch_slots * ctx.loop.slot_s
     roles = {n: set(lms) for n, lms in policy.role_map().items()}
     weights = policy.weights()
     tallies: list[_LMTally] = []
@@ -245,7 +249,7 @@ def macro_objective(obs: PlanningObservation, policy: MacroPolicy) -> float:
             sojourn = min(tau, (1.0 / rate) / max(1e-9, 1.0 - min(rho, 0.999)))
             tally.successes += served
             tally.latency_norm += served * sojourn / tau
-    return _objective(tallies, ctx.lam)
+    return _objective(tallies, ctx.loop.lam)
 
 
 def _capacity_units(node: EdgeNodeSpec, mode: str) -> float:

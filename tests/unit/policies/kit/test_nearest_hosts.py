@@ -10,7 +10,7 @@ from lmedge.api import ClusterContext
 from lmedge.api.manifests import load_resources
 from lmedge.bench.runner import resolve_scenario
 from lmedge.bench.scale import scale_scenario
-from lmedge.policies._support import NearestHosts, nearest_feasible_node
+from lmedge.policies.kit.support import NearestHosts, nearest_feasible_node
 
 
 def _context(path: Path) -> ClusterContext:

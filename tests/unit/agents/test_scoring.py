@@ -1,17 +1,17 @@
-"""The scoring guard's estimates and choice (lmedge.agents.guard): pure logic."""
+"""The scoring guard's estimates and choice (lmedge.agents.scoring): pure logic."""
 
 from __future__ import annotations
 
-from lmedge.agents.guard import (
+from lmedge.agents.rules.deployer import rule_placement
+from lmedge.agents.rules.planner import RulePlannerState, plan_macro, rule_macro_policy
+from lmedge.agents.rules.scheduler import rule_routing
+from lmedge.agents.scoring import (
     GUARD_MARGIN,
     choose,
     macro_objective,
     placement_objective,
     routing_objective,
 )
-from lmedge.agents.rules.deployer import rule_placement
-from lmedge.agents.rules.planner import RulePlannerState, plan_macro, rule_macro_policy
-from lmedge.agents.rules.scheduler import rule_routing
 from lmedge.api import (
     Arrival,
     ClusterContext,
@@ -99,8 +99,8 @@ def test_switching_off_an_lm_with_queued_work_is_estimated_worse(ctx: ClusterCon
             free_vgpus=node.spec.total_vgpus,
             free_vram_gib=node.spec.total_vram_gib,
         ),
-        tau_s=ctx.tau_s,
-        slot_s=ctx.slot_s,
+        tau_s=ctx.loop.tau_s,
+        slot_s=ctx.loop.slot_s,
     )
     rule = rule_placement(obs)
     assert rule.by_lm()["lm4"].mode != "off"
@@ -114,7 +114,9 @@ def test_switching_off_an_lm_with_queued_work_is_estimated_worse(ctx: ClusterCon
             ]
         }
     )
-    assert placement_objective(obs, off, ctx.lam) > placement_objective(obs, rule, ctx.lam)
+    assert placement_objective(obs, off, ctx.loop.lam) > placement_objective(
+        obs, rule, ctx.loop.lam
+    )
 
 
 def test_a_policy_piling_an_lm_on_one_node_is_estimated_worse(ctx: ClusterContext) -> None:

@@ -1,5 +1,8 @@
 """Profile-based delay estimates shared by the model-based routers (MILP, CEMA, LYREO).
 
+Part of the policy kit: what several plugins share lives here, so no plugin
+imports another (the independence contract in `.importlinter`).
+
 These are what a router can *predict* from static profiles and the snapshot —
 the paper's "profiled inputs" — not what the emulator will realize: no GPU
 time-slicing contention, no CPU core scaling, the median cold start. The gap
@@ -18,11 +21,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from lmedge.api import ClusterContext, Mode, NodeState
+from lmedge.api.constants import COLD_START_S
 
 T = TypeVar("T")
 
-#: Median pod cold start (pod start + model load) measured in the paper, seconds.
-COLD_START_S = 9.34
 KIB_BITS = 1024 * 8
 #: Latency and bandwidth when no link between two sites is declared (1 Gbit/s, 5 ms).
 DEFAULT_LINK = (0.005, 1e9)
@@ -110,7 +112,7 @@ def link_arrays(ctx: ClusterContext, origin: str, dests: list[str]) -> tuple[Any
 
 
 def allowed_modes(ctx: ClusterContext, cpu_modes: bool) -> dict[tuple[str, str], tuple[Mode, ...]]:
-    """`modes_on` of every (worker, LM), only GPU modes when `cpu_modes` is off.
+    """`ClusterContext.modes` of every (worker, LM), only GPU modes when `cpu_modes` is off.
 
     Kept in the context's memo: the MILP's model and greedy plan ask for every
     (batch, node) pair, ~250,000 times a slot at 1,000 workers.
@@ -121,7 +123,7 @@ def allowed_modes(ctx: ClusterContext, cpu_modes: bool) -> dict[tuple[str, str],
         table = {}
         for n in ctx.workers:
             for lm in ctx.lm_names:
-                ms = modes_on(ctx, n.name, lm)
+                ms = ctx.modes(n.name, lm)
                 table[n.name, lm] = ms if cpu_modes else tuple(m for m in ms if m == "gpu")
         ctx.memo[key] = table
     return table
@@ -137,31 +139,6 @@ def service_s(ctx: ClusterContext, lm: str, mode: Mode) -> float:
     return float("inf")
 
 
-def modes_on(ctx: ClusterContext, node: str, lm: str) -> tuple[Mode, ...]:
-    """Modes `lm` could run in on `node`, fastest first; empty when it cannot run there.
-
-    Kept in the context's memo: the MILP asks ~500,000 times a slot at 1,000 workers.
-    """
-    memo: dict[tuple[str, str], tuple[Mode, ...]] = ctx.memo.setdefault("estimates.modes_on", {})
-    key = (node, lm)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = _modes_on(ctx, node, lm)
-    return hit
-
-
-def _modes_on(ctx: ClusterContext, node: str, lm: str) -> tuple[Mode, ...]:
-    n, s = ctx.node(node).spec, ctx.service(lm).spec
-    if n.role != "worker" or s.deployment_memory_gib > n.memory_gib:
-        return ()
-    out: list[Mode] = []
-    if n.has_gpu and s.min_vram_gib <= n.total_vram_gib and s.default_cpu_cores <= n.cpu_cores:
-        out.append("gpu")
-    if s.runs_on == "cpu-or-gpu" and s.default_cpu_cores <= n.cpu_cores:
-        out.append("cpu")
-    return tuple(out)
-
-
 def serving_mode(ctx: ClusterContext, state: NodeState, lm: str) -> tuple[Mode, bool]:
     """(mode the LM would serve in on this node, whether it is already running).
 
@@ -171,7 +148,7 @@ def serving_mode(ctx: ClusterContext, state: NodeState, lm: str) -> tuple[Mode, 
     inst = state.instance(lm)
     if inst is not None:
         return inst.mode, True
-    modes = modes_on(ctx, state.name, lm)
+    modes = ctx.modes(state.name, lm)
     return (modes[0] if modes else "off"), False
 
 

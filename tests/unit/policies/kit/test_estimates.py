@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 
 from lmedge.api import ClusterContext, NodeState
+from lmedge.api.constants import COLD_START_S
 from lmedge.api.manifests import load_resources
 from lmedge.bench.runner import resolve_scenario
-from lmedge.policies.milp.estimates import (
-    COLD_START_S,
+from lmedge.policies.kit.estimates import (
     LinkTable,
     Transfers,
     allowed_modes,
     backlog_s,
     link_arrays,
-    modes_on,
     transfer_bits,
     transfer_s,
 )
@@ -45,10 +44,10 @@ def test_link_table_matches_scalar_transfer(lm: str) -> None:
     ],
     ids=["cpu-node", "gpu-only-on-cpu-node", "both", "control"],
 )
-def test_modes_on(node: str, lm: str, expected: tuple[str, ...]) -> None:
+def test_context_modes(node: str, lm: str, expected: tuple[str, ...]) -> None:
     ctx = paper_testbed()
-    assert modes_on(ctx, node, lm) == expected
-    assert modes_on(ctx, node, lm) == expected  # the second answer comes from the memo
+    assert ctx.modes(node, lm) == expected
+    assert ctx.modes(node, lm) == expected  # the second answer comes from the memo
 
 
 def test_backlog_wait_adds_cold_start_only_when_not_running() -> None:
@@ -78,13 +77,13 @@ def test_transfers_and_link_arrays_equal_transfer_s_exactly(scenario: str) -> No
     assert scenario == "testbed" or len(sites) > 1  # cross-site links are compared too
 
 
-def test_allowed_modes_is_modes_on_filtered() -> None:
+def test_allowed_modes_is_context_modes_filtered() -> None:
     ctx = paper_testbed()
     for cpu_modes in (True, False):
         table = allowed_modes(ctx, cpu_modes)
         for n in ctx.workers:
             for lm in ctx.lm_names:
-                ms = modes_on(ctx, n.name, lm)
+                ms = ctx.modes(n.name, lm)
                 want = ms if cpu_modes else tuple(m for m in ms if m == "gpu")
                 assert table[n.name, lm] == want
     assert allowed_modes(ctx, False)["worker-2", "lm2"] == ("gpu",)

@@ -1,7 +1,9 @@
 """Small helpers the deterministic policies share.
 
 Kept here, not in `lmedge.api`, because they encode policy choices (what
-"nearest" means, how a role set is filled) rather than contracts.
+"nearest" means, how a role set is filled) rather than contracts. Which modes
+an LM can run in is not a policy choice: it is `ClusterContext.modes`
+(`lmedge.api.hosting`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lmedge.api import ClusterContext, LMPlacement, Mode, NodeInfo, ServiceInfo
+from lmedge.api import ClusterContext, LMPlacement
 from lmedge.errors import ConfigError
 
 #: Link classes, nearest first: the node itself, a node on the same site, a
@@ -120,18 +122,6 @@ def fits_role(ctx: ClusterContext, node: str, lms: list[str]) -> bool:
 
 def off(lm: str) -> LMPlacement:
     return LMPlacement(lm=lm, mode="off", cpu_cores=0, vgpus=0)
-
-
-def allowed_modes(node: NodeInfo, service: ServiceInfo) -> list[Mode]:
-    """Modes the hardware allows for this LM on this node (besides off)."""
-    modes: list[Mode] = []
-    if node.spec.role != "worker":
-        return modes
-    if node.spec.has_gpu and service.spec.min_vram_gib <= node.spec.total_vram_gib:
-        modes.append("gpu")
-    if service.spec.runs_on == "cpu-or-gpu":
-        modes.append("cpu")
-    return modes
 
 
 def weights_summing_to_one(raw: dict[str, float], digits: int = 6) -> dict[str, float]:

@@ -12,8 +12,11 @@ Leader election gates everything: a replica first takes the Lease
   without deployers decides and publishes the macro policy and the routing
   only; node agents read the macro policy's role intent from the store).
 
-It lives in `lmedge.operator` because it composes the operator with the
-loop; `lmedge.controller` sits below the operator in the layering.
+This is the process's composition root (`lmedge.processes`): `main` connects
+the Kubernetes client and the store, registers the plugins and runs
+`run_controller`; `lmedge controller` only parses its flags into
+`ControllerSettings`. It composes the operator with the loop, both of which
+sit below it in the layering.
 
 When the Lease is lost both stop and `run_controller` returns 1, so the
 Deployment restarts the replica as a candidate; a replica that never acted
@@ -26,15 +29,22 @@ gateway reads it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from lmedge.api import MacroPolicy
-from lmedge.api.runconfig import RunConfig
-from lmedge.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings, WallClock
+from lmedge.api.runconfig import DEFAULT_PROFILE, RunConfig
+from lmedge.backends.kubernetes.backend import (
+    KubernetesBackend,
+    KubernetesSettings,
+    WallClock,
+    load_context,
+)
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.leader import LeaseElector
 from lmedge.controller.assembly import PolicyChoice, PolicyPlugins, build_plugins
@@ -42,9 +52,11 @@ from lmedge.controller.gctune import quiet_gc
 from lmedge.controller.loop import ControlLoop
 from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.errors import LmedgeError
-from lmedge.store import RunInfo, Store
+from lmedge.processes import configure_logging, stop_on_signals
+from lmedge.processes.plugins import register_plugins
+from lmedge.store import RunInfo, Store, open_store
 
-__all__ = ["ControllerSettings", "OperatorThread", "run_controller"]
+__all__ = ["ControllerSettings", "OperatorThread", "main", "run_controller"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +71,7 @@ class ControllerSettings:
     """
 
     backend: KubernetesSettings
-    policy: PolicyChoice = field(default_factory=lambda: PolicyChoice(profile="rr"))
+    policy: PolicyChoice = field(default_factory=lambda: PolicyChoice(profile=DEFAULT_PROFILE))
     lease_namespace: str = "lmedge-system"
     lease_name: str = "lmedge-controller"
     identity: str | None = None
@@ -76,14 +88,7 @@ class ControllerSettings:
         Stored with the run; node agents and gateways read it from there, so
         this replica's flags are the only place these settings are given.
         """
-        b = self.backend
-        return RunConfig(
-            slot_s=b.slot_s,
-            epoch_slots=b.epoch_slots,
-            tau_s=b.tau_s,
-            lam=b.lam,
-            policy=self.policy.config(self.seed),
-        )
+        return RunConfig(loop=self.backend.loop, policy=self.policy.config(self.seed))
 
 
 class OperatorThread:
@@ -180,7 +185,8 @@ def run_controller(
     """Lead, then operate and run the loop until `stop`, the slot budget or a lost Lease.
 
     Returns the process exit code: 0 after a clean stop, 1 when leadership
-    was lost or the operator died.
+    was lost or the operator died. The plugin catalog must be filled
+    (`register_plugins`, as `main` does).
     """
     stop = stop or threading.Event()
     elector = LeaseElector(
@@ -236,9 +242,9 @@ def run_controller(
         log.info("controller leading run %s with %s", run_id, plugins.name)
         first = 0
         if resumed is not None:
-            first = clock.slot(backend_settings.slot_s) + 1
+            first = clock.slot(backend_settings.loop.slot_s) + 1
             _resume_policy(loop, store, run_id, first)
-            clock.sleep_until(first * backend_settings.slot_s)
+            clock.sleep_until(first * backend_settings.loop.slot_s)
         slot = first
         try:
             with quiet_gc():  # the objects set up so far are never walked again
@@ -265,3 +271,41 @@ def run_controller(
             operator.stop()
         elector.release()
     return code
+
+
+def with_worker_gateways(kube: KubeClient, backend: KubernetesSettings) -> KubernetesSettings:
+    """`backend` with the gateway of every worker there now, from `gateway_url_template`.
+
+    A gateway given by name (`gateways`) wins over the template. Reading the
+    cluster here also makes an unreachable API server an error at start.
+    """
+    ctx, _ = load_context(kube, KubernetesSettings(namespace=backend.namespace))
+    urls = dict(backend.gateways)
+    if backend.gateway_url_template:
+        for node in ctx.workers:
+            urls.setdefault(node.name, backend.gateway_url_template.format(node=node.name))
+    return dataclasses.replace(backend, gateways=urls)
+
+
+def main(settings: ControllerSettings, *, kubeconfig: Path | None, store: str | None) -> int:
+    """The `lmedge controller` process: connect, then lead and run until SIGTERM/SIGINT.
+
+    `kubeconfig` None: in-cluster, else `$KUBECONFIG` or `~/.kube/config`;
+    `store` None: `$LMEDGE_STORE`, else `./.lmedge/store`. Returns the exit
+    code of `run_controller`.
+    """
+    configure_logging()
+    register_plugins()
+    settings.run_config()  # an unknown policy name is one error line before anything connects
+    kube = KubeClient.connect(kubeconfig)
+    try:
+        settings = dataclasses.replace(
+            settings, backend=with_worker_gateways(kube, settings.backend)
+        )
+        opened = open_store(store)
+        try:
+            return run_controller(settings, kube, opened, stop=stop_on_signals())
+        finally:
+            opened.close()
+    finally:
+        kube.close()

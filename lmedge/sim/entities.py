@@ -1,0 +1,197 @@
+"""The emulated cluster's entities: nodes, model pods and requests in flight.
+
+Plain state, no behaviour of the engine: a `NodeSim` holds its per-LM FIFO
+queues of prompt sets (`Job`), at most one pod (`Instance`) per LM, its GPU
+slot occupancy and its utilization integrals; a `Job` is one request (a set
+of K prompts for one LM) and the stage it is in. What moves them (arrivals,
+service, deadlines) is `engine.py`; how fast a pod serves is `contention.py`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Literal
+
+from lmedge.api.observations import NodeInfo
+from lmedge.sim.trace import RequestSpec
+
+# the stage a request (`Job.state`) is in
+UPLINK, QUEUED, SERVING, DOWNLINK, DONE = range(5)
+Mode = Literal["gpu", "cpu"]
+
+
+class Job:
+    """One request in flight: a set of K prompts for one LM."""
+
+    __slots__ = (
+        "cls",
+        "conflict",
+        "deadline",
+        "dest",
+        "done",
+        "down_since",
+        "downlink_s",
+        "id",
+        "infer_s",
+        "inst",
+        "lm",
+        "mode",
+        "origin",
+        "prompts",
+        "queue_s",
+        "serve_since",
+        "slot",
+        "state",
+        "submit",
+        "uplink_s",
+        "wait_since",
+    )
+
+    def __init__(
+        self, rid: str, r: RequestSpec, dest: str, model: str, submit: float, deadline: float
+    ) -> None:
+        self.id = rid
+        self.slot = r.slot
+        self.origin = r.origin
+        self.cls = r.lm  # the request class the workload generated
+        self.lm = model  # the LM that serves it: its queue, pod and profile
+        self.prompts = r.prompts
+        self.dest = dest
+        self.submit = submit
+        self.deadline = deadline
+        self.done = 0
+        self.state = UPLINK
+        self.uplink_s = 0.0
+        self.queue_s = 0.0
+        self.infer_s = 0.0
+        self.downlink_s = 0.0
+        self.wait_since = 0.0
+        self.serve_since = 0.0
+        self.down_since = 0.0
+        self.conflict = False
+        self.mode: Literal["gpu", "cpu", "none"] = "none"
+        self.inst: Instance | None = None
+
+
+class Instance:
+    """A model pod on one node."""
+
+    __slots__ = (
+        "base_s",
+        "binding",
+        "cores",
+        "job",
+        "lm",
+        "memory",
+        "mode",
+        "rate",
+        "ready",
+        "ready_at",
+        "since",
+        "token",
+        "vgpus",
+        "vram",
+        "work_left",
+    )
+
+    def __init__(
+        self,
+        lm: str,
+        mode: Mode,
+        cores: float,
+        vgpus: int,
+        binding: list[tuple[int, int]],
+        base_s: float,
+        memory: float,
+        vram: float,
+    ) -> None:
+        self.lm = lm
+        self.mode: Mode = mode
+        self.cores = cores
+        self.vgpus = vgpus
+        self.binding = binding
+        self.base_s = base_s
+        self.memory = memory
+        self.vram = vram
+        self.ready = False
+        self.ready_at = 0.0
+        self.job: Job | None = None
+        self.work_left = 0.0
+        self.rate = 0.0
+        self.since = 0.0
+        self.token = 0
+
+
+class NodeSim:
+    """One node: its queues, pods, GPU slot occupancy and utilization integrals."""
+
+    def __init__(self, info: NodeInfo, lms: list[str]) -> None:
+        self.name = info.name
+        self.info = info
+        self.spec = info.spec
+        self.queues: dict[str, deque[Job]] = {lm: deque() for lm in lms}
+        # Q_ni kept incrementally: remaining prompts of the jobs queued or in service here
+        self.waiting: dict[str, int] = dict.fromkeys(lms, 0)
+        self.instances: dict[str, Instance] = {}
+        n_gpu = len(self.spec.gpus)
+        self.slots_used = [0] * n_gpu
+        self.busy_slots = [0] * n_gpu
+        self.busy_pods = [0] * n_gpu
+        self.t_last = 0.0
+        self.cpu_level = 0.0
+        self.int_cpu = 0.0
+        self.int_gpu = [0.0] * n_gpu
+        # (time, int_cpu, int_gpu) at the last read, per reader (snapshot, telemetry)
+        self.marks: dict[str, tuple[float, float, list[float], tuple[float, list[float]]]] = {}
+
+    @property
+    def cores_used(self) -> float:
+        return sum(i.cores for i in self.instances.values())
+
+    @property
+    def memory_used(self) -> float:
+        return sum(i.memory for i in self.instances.values())
+
+    @property
+    def vram_used(self) -> float:
+        return sum(i.vram for i in self.instances.values())
+
+    @property
+    def pending(self) -> bool:
+        return any(not i.ready for i in self.instances.values())
+
+    def integrate(self, now: float) -> None:
+        dt = now - self.t_last
+        if dt > 0:
+            self.int_cpu += self.cpu_level * dt
+            for g, b in enumerate(self.busy_pods):
+                if b:
+                    self.int_gpu[g] += dt
+        self.t_last = now
+
+    def window(self, reader: str, now: float) -> tuple[float, list[float]]:
+        """Mean busy CPU cores and per-GPU busy fraction since this reader's last call.
+
+        A second call at the same instant repeats the last window (so two
+        readers in one slot see one picture); before any time has passed it
+        is the instantaneous state.
+        """
+        self.integrate(now)
+        last = self.marks.get(reader)
+        if last is not None and now <= last[0]:
+            return last[3]
+        t0, c0, g0 = last[:3] if last is not None else (0.0, 0.0, [0.0] * len(self.int_gpu))
+        dt = now - t0
+        if dt <= 0:
+            result = (self.cpu_level, [1.0 if b else 0.0 for b in self.busy_pods])
+        else:
+            result = (
+                (self.int_cpu - c0) / dt,
+                [(g - g_0) / dt for g, g_0 in zip(self.int_gpu, g0, strict=True)],
+            )
+        self.marks[reader] = (now, self.int_cpu, list(self.int_gpu), result)
+        return result
+
+    def backlog(self, lm: str) -> int:
+        """Q_ni: prompts of `lm` waiting or in service here."""
+        return self.waiting[lm]

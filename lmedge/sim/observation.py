@@ -1,0 +1,144 @@
+"""What the emulated cluster reports: node snapshots, telemetry and request records.
+
+Pure: each function reads the engine's entities at a given virtual time and
+builds the `lmedge.api` objects a real cluster's nodes and gateways would
+report. Nodes that are down are left out by the caller; deciding what a
+request's outcome is stays with the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from lmedge.api.base import built
+from lmedge.api.observations import InstanceState, NodeState, Snapshot
+from lmedge.api.records import NOT_STREAMED, NodeTelemetry, RequestOutcome, RequestRecord
+from lmedge.sim.entities import Job, NodeSim
+from lmedge.sim.trace import RequestSpec
+
+
+def snapshot(nodes: Iterable[NodeSim], lms: Iterable[str], slot: int, now: float) -> Snapshot:
+    """The slot's `Snapshot` of `nodes`, with a backlog entry for each of `lms` (those in force)."""
+    lms = list(lms)
+    states = [node_state(n, now, lms) for n in nodes]
+    return built(Snapshot, {"slot": slot, "time_s": now, "nodes": states})
+
+
+def node_state(node: NodeSim, now: float, lms: list[str]) -> NodeState:
+    cpu, gpus = node.window("snapshot", now)
+    spec = node.spec
+    waiting = node.waiting
+    return built(
+        NodeState,
+        {
+            "name": node.name,
+            "backlog": {lm: waiting[lm] for lm in lms},
+            "instances": [
+                built(
+                    InstanceState,
+                    {
+                        "lm": i.lm,
+                        "mode": i.mode,
+                        "cpu_cores": i.cores,
+                        "vgpus": i.vgpus,
+                        "status": "ready" if i.ready else "pending",
+                    },
+                )
+                for i in node.instances.values()
+            ],
+            "free_cpu_cores": max(0.0, spec.cpu_cores - node.cores_used),
+            "free_memory_gib": max(0.0, spec.memory_gib - node.memory_used),
+            "free_vgpus": max(0, spec.total_vgpus - sum(node.slots_used)),
+            "free_vram_gib": max(0.0, spec.total_vram_gib - node.vram_used),
+            "gpu_util": _clip(sum(gpus) / len(gpus)) if gpus else 0.0,
+            "cpu_util": _clip(cpu / spec.cpu_cores),
+        },
+    )
+
+
+def telemetry(nodes: Iterable[NodeSim], now: float) -> list[NodeTelemetry]:
+    """One `NodeTelemetry` per node: utilization since the last telemetry read."""
+    out: list[NodeTelemetry] = []
+    for node in nodes:
+        cpu, gpus = node.window("telemetry", now)
+        spec = node.spec
+        vram = [0.0] * len(spec.gpus)
+        for i in node.instances.values():
+            for g, s in i.binding:
+                vram[g] += i.vram * s / max(i.vgpus, 1)
+        out.append(
+            NodeTelemetry(
+                node=node.name,
+                time_s=now,
+                cpu_util=_clip(cpu / spec.cpu_cores),
+                memory_util=_clip(node.memory_used / spec.memory_gib),
+                gpu_util=[_clip(g) for g in gpus],
+                vram_used_gib=vram,
+                source="emulator",
+                extra={
+                    "backlog_prompts": float(sum(node.backlog(lm) for lm in node.queues)),
+                    "instances": float(len(node.instances)),
+                },
+            )
+        )
+    return out
+
+
+def job_record(job: Job, outcome: RequestOutcome) -> RequestRecord:
+    """The record of a request that reached the cluster, ended with `outcome`."""
+    return built(
+        RequestRecord,
+        {
+            "id": job.id,
+            "run": "",
+            "lm": job.cls,
+            "model": None if job.lm == job.cls else job.lm,
+            "origin": job.origin,
+            "destination": job.dest,
+            "prompts": job.prompts,
+            "prompts_done": job.done,
+            "slot": job.slot,
+            "submit_s": job.submit,
+            "uplink_s": job.uplink_s,
+            "queue_s": job.queue_s,
+            "inference_s": job.infer_s,
+            "downlink_s": job.downlink_s,
+            "outcome": outcome,
+            "conflict": job.conflict,
+            "mode": job.mode,
+            "error": None,
+            **NOT_STREAMED,
+        },
+    )
+
+
+def refusal_record(rid: str, r: RequestSpec, at: float, outcome: RequestOutcome) -> RequestRecord:
+    """The record of a request ended at once at its origin, unserved (latency 0)."""
+    return built(
+        RequestRecord,
+        {
+            "id": rid,
+            "run": "",
+            "lm": r.lm,
+            "model": None,
+            "origin": r.origin,
+            "destination": r.origin,
+            "prompts": r.prompts,
+            "prompts_done": 0,
+            "slot": r.slot,
+            "submit_s": at,
+            "uplink_s": 0.0,
+            "queue_s": 0.0,
+            "inference_s": 0.0,
+            "downlink_s": 0.0,
+            "outcome": outcome,
+            "conflict": False,
+            "mode": "none",
+            "error": None,
+            **NOT_STREAMED,
+        },
+    )
+
+
+def _clip(x: float) -> float:
+    return 0.0 if x < 0 else 1.0 if x > 1 else x
