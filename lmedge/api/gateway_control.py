@@ -11,13 +11,20 @@ beside or below the data plane in the layering and may not import it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from lmedge.api.base import WireModel
 from lmedge.api.decisions import RoutingMap
 from lmedge.api.resources import Modality
 
-__all__ = ["LocalModels", "ModelEndpoint", "RoutingUpdate"]
+__all__ = ["LocalModels", "ModelEndpoint", "PodProtocol", "RoutingUpdate"]
+
+#: How the gateway talks to a model pod: `pipeline` is `lmedge model-server`
+#: (`/infer`, `/infer/stream`); `openai` an engine that speaks the OpenAI API
+#: itself (llama.cpp, vLLM: `/v1/chat/completions`, `/v1/completions`).
+PodProtocol = Literal["pipeline", "openai"]
 
 
 class RoutingUpdate(WireModel):
@@ -60,8 +67,13 @@ class RoutingUpdate(WireModel):
 
 
 class ModelEndpoint(WireModel):
+    """One model pod serving on the node: its LM, base URL and the protocol it speaks."""
+
     lm: str = Field(min_length=1, max_length=63)
     url: str = Field(min_length=1, max_length=512, pattern=r"^https?://")
+    protocol: PodProtocol = Field(
+        default="pipeline", description="pipeline (lmedge model-server) or openai (an engine)."
+    )
 
 
 class LocalModels(WireModel):

@@ -86,3 +86,20 @@ class InferResult(WireModel):
     inference_s: float = Field(ge=0)
     mode: Literal["gpu", "cpu"]
     resumed_from: int = Field(default=0, ge=0, description="Prompts already done when called.")
+
+
+class StreamChunk(WireModel):
+    """One server-sent event of a model server's `/infer/stream` (one prompt, text out).
+
+    Pieces of generated text (`text`) arrive as the model decodes them; the last
+    event has `done` True, the token counts of the model's tokenizer and the
+    compute time; an event with `error` ends a stream that failed after it began.
+    """
+
+    text: str = ""
+    done: bool = False
+    error: str | None = None
+    prompt_tokens: int | None = Field(default=None, ge=0)
+    completion_tokens: int | None = Field(default=None, ge=0)
+    inference_s: float | None = Field(default=None, ge=0)
+    mode: Literal["gpu", "cpu"] | None = None

@@ -12,9 +12,14 @@ from lmedge.api.base import WireModel
 #: (or failed on the way); `rejected`: refused at once by admission control,
 #: without being queued anywhere; `node_lost`: queued or in flight at a node
 #: that went away (deleted, NotReady, cordoned or drained) and not re-dispatched;
-#: `lm_removed`: its LMService was deleted before it was served. Only `success`
-#: counts as delta_q = 1; every other outcome is a failure in every metric.
-RequestOutcome = Literal["success", "timeout", "rejected", "node_lost", "lm_removed"]
+#: `lm_removed`: its LMService was deleted before it was served; `failed`: a
+#: streamed request whose engine failed or refused it (a malformed stream, an
+#: engine that died, a prompt too long for its context); `cancelled`: a streamed
+#: request whose client disconnected before its end. Only `success` counts as
+#: delta_q = 1; every other outcome is a failure in every metric.
+RequestOutcome = Literal[
+    "success", "timeout", "rejected", "node_lost", "lm_removed", "failed", "cancelled"
+]
 
 
 class RequestRecord(WireModel):
@@ -30,6 +35,13 @@ class RequestRecord(WireModel):
     the node that answered it, `mode` is none, `conflict` is False (it reached
     no destination) and its stage times are what the refusal took (0 in the
     emulator). It is a failure like a timeout in every metric.
+
+    A streamed request (`stream: true`) also has token-level fields: `ttft_s`
+    (submit to the first token at the origin), `tpot_s` (mean time per output
+    token after the first), `input_tokens` / `output_tokens`, and the split of
+    `inference_s` into `prefill_s` (to the first token) and `decode_s` (the
+    rest), so uplink + queue + prefill + decode + downlink is its latency.
+    They are None for prompt sets and for records written before streaming.
     """
 
     id: str
@@ -58,6 +70,22 @@ class RequestRecord(WireModel):
         default=None,
         description="Why it failed when not by the deadline, e.g. an unreachable destination.",
     )
+    ttft_s: float | None = Field(
+        default=None, ge=0, description="Streamed: time to the first token at the origin, s."
+    )
+    tpot_s: float | None = Field(
+        default=None, ge=0, description="Streamed: mean time per output token after the first, s."
+    )
+    input_tokens: int | None = Field(default=None, ge=0, description="Streamed: prompt tokens.")
+    output_tokens: int | None = Field(
+        default=None, ge=0, description="Streamed: generated tokens (engine usage, else chunks)."
+    )
+    prefill_s: float | None = Field(
+        default=None, ge=0, description="Streamed: the part of inference_s to the first token."
+    )
+    decode_s: float | None = Field(
+        default=None, ge=0, description="Streamed: the part of inference_s after the first token."
+    )
 
     @property
     def latency_s(self) -> float:
@@ -67,6 +95,13 @@ class RequestRecord(WireModel):
     @property
     def done_s(self) -> float:
         return self.submit_s + self.latency_s
+
+
+#: The token-level fields of a record that was not streamed (every emulator
+#: record), for code that builds records naming every field (`api.base.built`).
+NOT_STREAMED: dict[str, None] = dict.fromkeys(
+    ("ttft_s", "tpot_s", "input_tokens", "output_tokens", "prefill_s", "decode_s")
+)
 
 
 class NodeTelemetry(WireModel):

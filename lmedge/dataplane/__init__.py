@@ -6,9 +6,14 @@ LM's local model pod (`lmedge.modelserver`), and its result returns to the
 origin, which stores a `RequestRecord` with the uplink, queue (including cold
 start), inference and downlink times.
 
+A request with `stream: true` goes the same way piece by piece (server-sent
+events at every hop) and its record adds TTFT, TPOT, tokens and the prefill /
+decode split of inference.
+
 Modules, from the core outwards: `routing` (the map as one node sees it),
-`queues` (destination side), `timing` (stage split and record), `gateway`
+`queues` (destination side), `timing` (stage split and record), `sse` (the
+event format), `engines` (one adapter per model-pod protocol), `gateway`
 (both roles, no web framework), `records` (the store sink), `metrics`
-(Prometheus), `openai` (OpenAI-compatible shapes), `clients` (httpx), `app`
-(FastAPI). Only `clients` imports httpx.
+(Prometheus), `openai` (OpenAI-compatible shapes and chunks), `clients`
+(httpx), `app` (FastAPI). Only `clients` imports httpx.
 """

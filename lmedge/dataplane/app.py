@@ -7,7 +7,9 @@ Endpoints:
 * controller and node agent: `PUT /control/routing` (the slot's routing map,
   pushed each slot as in the paper's FastAPI broadcast), `PUT /control/models`
   (the model pods serving here), `GET /control/status`;
-* peer gateways: `POST /internal/forward`;
+* peer gateways: `POST /internal/forward`, `POST /internal/stream` (a
+  streamed prompt: the destination's `StreamStart` / `StreamText` /
+  `StreamEnd` events as server-sent events);
 * operations: `GET /metrics` (Prometheus), `GET /healthz`, `GET /readyz`.
 
 Why push and not poll: the routing map is decided once per slot and must be in
@@ -23,18 +25,30 @@ size and must be JSON; errors come back in the OpenAI shape
 `{"error": {"message", "type", "code"}}` so the OpenAI SDK shows them. A set
 the slot's map refuses (admission control) is answered 429 at once, code
 `rejected`, with `Retry-After` = seconds left in the map's slot.
+
+Streams (`stream: true` on chat and completions): the request is validated
+and admitted first (errors and the 429 as above, before any SSE), then the
+handler waits for the first piece (queue and prefill), still able to answer
+a plain error (400 for an input the engine refused, 502 / 504 as for a set)
+and watching for the client leaving; from the first piece on, the answer is
+`text/event-stream` in the OpenAI chunk format (`lmedge.dataplane.openai`)
+and a failure is a final error event. A client that disconnects at any point
+closes the stream, which cancels it upstream and records it `cancelled`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lmedge.dataplane import openai as oa
@@ -46,7 +60,14 @@ from lmedge.dataplane.auth import (
     user_guard,
 )
 from lmedge.dataplane.bodies import BodyGuard
-from lmedge.dataplane.gateway import DuplicateRequestId, Gateway, Rejected, UnknownLM
+from lmedge.dataplane.gateway import (
+    DuplicateRequestId,
+    Gateway,
+    OpenedStream,
+    Rejected,
+    UnknownLM,
+)
+from lmedge.dataplane.sse import format_event
 from lmedge.dataplane.wire import (
     ForwardRequest,
     ForwardResult,
@@ -55,6 +76,9 @@ from lmedge.dataplane.wire import (
     PromptSetRequest,
     PromptSetResult,
     RoutingUpdate,
+    StreamEnd,
+    StreamForward,
+    StreamText,
 )
 from lmedge.errors import UserError
 
@@ -137,8 +161,33 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
     async def prompt_sets(body: PromptSetRequest) -> PromptSetResult:
         return await gateway.submit(body.lm, body.prompts, body.id)
 
+    async def stream(
+        kind: Literal["chat", "completion"],
+        body: oa.ChatCompletionRequest | oa.CompletionRequest,
+        request: Request,
+    ) -> Response:
+        prompt, messages = oa.stream_prompt(body, gateway.check_lm(body.model))
+        opened = gateway.open_stream(body.model, prompt, messages)  # Rejected: the 429
+        first = await _first(opened, request)
+        if first is None:  # the client left before the first piece
+            return Response(status_code=499)
+        headers = _stream_headers(opened)
+        if isinstance(first, StreamEnd) and first.outcome != "success":
+            response = _stream_failed(opened.id, first)
+            response.headers.update(headers)
+            return response
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        writer = oa.ChunkWriter(kind, opened.id, opened.model)
+        return StreamingResponse(
+            _chunks(writer, first, opened, include),
+            media_type="text/event-stream",
+            headers={**headers, "Cache-Control": "no-cache"},
+        )
+
     @app.post("/v1/chat/completions", tags=["openai"], dependencies=user)
-    async def chat(body: oa.ChatCompletionRequest) -> JSONResponse:
+    async def chat(body: oa.ChatCompletionRequest, request: Request) -> Response:
+        if body.stream:
+            return await stream("chat", body, request)
         prompts = oa.chat_prompts(body, gateway.check_lm(body.model))
         result = await gateway.submit(body.model, prompts)
         return _served(result) or JSONResponse(
@@ -146,7 +195,9 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
         )
 
     @app.post("/v1/completions", tags=["openai"], dependencies=user)
-    async def completions(body: oa.CompletionRequest) -> JSONResponse:
+    async def completions(body: oa.CompletionRequest, request: Request) -> Response:
+        if body.stream:
+            return await stream("completion", body, request)
         prompts = oa.completion_prompts(body, gateway.check_lm(body.model))
         result = await gateway.submit(body.model, prompts)
         return _served(result) or JSONResponse(
@@ -178,7 +229,100 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
     async def forward(body: ForwardRequest) -> ForwardResult:
         return await gateway.accept(body)
 
+    @app.post("/internal/stream", tags=["internal"], dependencies=peers)
+    async def forward_stream(body: StreamForward) -> StreamingResponse:
+        gateway.check_stream(body)
+        return StreamingResponse(_events(gateway, body), media_type="text/event-stream")
+
     return app
+
+
+async def _first(opened: OpenedStream, request: Request) -> StreamText | StreamEnd | None:
+    """The stream's first piece (or its end), or None when the client leaves first.
+
+    Until the first piece nothing is sent, so uvicorn would not notice a client
+    that left while the stream waits in a queue; this watches for it, and
+    cancels the stream (which frees its place) when it happens.
+    """
+    first = asyncio.ensure_future(anext(opened.events))
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({first, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if first.done():
+        return first.result()
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    await opened.events.aclose()
+    return None
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _chunks(
+    writer: oa.ChunkWriter, first: StreamText | StreamEnd, opened: OpenedStream, include: bool
+) -> AsyncGenerator[bytes, None]:
+    """The OpenAI chunks of a stream that has begun, ending with `[DONE]`."""
+    try:
+        for chunk in writer.start():
+            yield _data(chunk)
+        event = first
+        while isinstance(event, StreamText):
+            yield _data(writer.text(event.text))
+            event = await anext(opened.events)
+        if event.outcome == "success":
+            usage = None
+            if event.completion_tokens is not None and event.prompt_tokens is not None:
+                usage = {
+                    "prompt_tokens": event.prompt_tokens,
+                    "completion_tokens": event.completion_tokens,
+                    "total_tokens": event.prompt_tokens + event.completion_tokens,
+                }
+            for chunk in writer.end(event.finish_reason or "stop", usage, include):
+                yield _data(chunk)
+        else:
+            why = event.error or f"missed its deadline at {event.destination}"
+            kind = "timeout" if event.outcome == "timeout" and not event.error else "upstream_error"
+            yield _data(oa.stream_error(f"request {opened.id} failed: {why}", kind, event.outcome))
+        yield b"data: [DONE]\n\n"
+    finally:
+        await opened.events.aclose()  # the client left mid-stream: cancel upstream, record
+
+
+def _data(chunk: dict[str, Any]) -> bytes:
+    return format_event(json.dumps(chunk, separators=(",", ":")))
+
+
+async def _events(gateway: Gateway, body: StreamForward) -> AsyncGenerator[bytes, None]:
+    """A destination's stream events as SSE, for the origin gateway."""
+    events = gateway.accept_stream(body)
+    try:
+        async for event in events:
+            yield format_event(event.model_dump_json())
+    finally:
+        await events.aclose()
+
+
+def _stream_headers(opened: OpenedStream) -> dict[str, str]:
+    return {
+        "x-lmedge-request-id": opened.id,
+        "x-lmedge-destination": opened.destination,
+        "x-lmedge-model": opened.model,
+    }
+
+
+def _stream_failed(rid: str, end: StreamEnd) -> JSONResponse:
+    """The answer for a stream that ended before its first piece (nothing sent yet)."""
+    if end.invalid:
+        return _error(400, end.error or "the model refused the request", "invalid_request_error")
+    if end.outcome == "timeout" and not end.error:
+        return _error(504, f"request {rid} missed its deadline at {end.destination}", "timeout")
+    return _error(502, f"request {rid} failed: {end.error}", "upstream_error", end.outcome)
 
 
 def _model(result: PromptSetResult) -> str:

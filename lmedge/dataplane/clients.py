@@ -9,22 +9,40 @@ unreachable or not-ready pods -> `ModelUnavailable` (retried), other refusals
 The pool waits for a free connection instead of failing (`pool=None`): the
 request's own deadline bounds the wait, and 2,000 concurrent sets must queue,
 not error.
+
+Streams (`stream_pod`, `forward_stream`) are read line by line as they
+arrive, never buffered whole, and are not retried: a pod or peer that fails
+after the first byte fails the stream (`ModelFailed` / `PeerUnavailable`).
+Closing the iterator early closes the connection, which the pod or peer sees
+as its client leaving (it stops generating and frees the pod).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
 from lmedge.api.inference import InferRequest, InferResult
+from lmedge.dataplane.engines import EngineCall, Finish, Piece, PodStreamProtocol
 from lmedge.dataplane.queues import ModelFailed, ModelUnavailable
-from lmedge.dataplane.wire import ForwardRequest, ForwardResult
-from lmedge.errors import PeerUnavailable
+from lmedge.dataplane.sse import MalformedStream, SseDecoder
+from lmedge.dataplane.wire import (
+    ForwardRequest,
+    ForwardResult,
+    StreamEnd,
+    StreamForward,
+    StreamStart,
+    StreamText,
+    stream_event,
+)
+from lmedge.errors import BadRequest, PeerUnavailable
 from lmedge.tokens import BearerToken
 
 __all__ = ["HttpClients", "PeerUnavailable"]
@@ -162,6 +180,97 @@ class HttpClients:
         except ValidationError as exc:
             raise ModelFailed(f"model server at {url} sent a malformed result") from exc
 
+    async def stream_pod(
+        self, url: str, protocol: PodStreamProtocol, call: EngineCall, timeout_s: float
+    ) -> AsyncGenerator[Piece | Finish, None]:
+        """Stream one prompt from a model pod: its pieces, then its `Finish`.
+
+        Before the first byte: an unreachable or not-ready pod raises
+        `ModelUnavailable` (the caller may retry), a pod refusing the input
+        (4xx: a prompt too long for its context) `BadRequest` with the pod's
+        reason, another status `ModelFailed`. After it: a broken connection or
+        a malformed stream raises `ModelFailed`.
+        """
+        path, body = protocol.request(call)
+        target = url.rstrip("/") + path
+        async with self._models.client() as client:
+            try:
+                async with client.stream(
+                    "POST", target, json=body, timeout=self._timeout(timeout_s)
+                ) as response:
+                    if response.status_code in (502, 503, 504):
+                        raise ModelUnavailable(
+                            f"model server at {url} not ready ({response.status_code})"
+                        )
+                    if response.status_code != 200:
+                        reason = _reason((await response.aread()).decode(errors="replace"))
+                        if 400 <= response.status_code < 500:
+                            raise BadRequest(f"the model refused the request: {reason}")
+                        raise ModelFailed(f"{response.status_code}: {reason}")
+                    reader = protocol.reader()
+                    decoder = SseDecoder()
+                    try:
+                        async for line in response.aiter_lines():
+                            event = decoder.line(line)
+                            piece = reader.event(event) if event is not None else None
+                            if piece is not None:
+                                yield piece
+                        last = decoder.end()
+                        if last is not None:
+                            reader.event(last)
+                    except httpx.HTTPError as exc:
+                        raise ModelFailed(
+                            f"stream from the model server at {url} broke: {_describe(exc)}"
+                        ) from exc
+                    yield reader.finish()
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                raise ModelUnavailable(f"model server at {url}: {_describe(exc)}") from exc
+            except httpx.HTTPError as exc:
+                raise ModelFailed(f"model server at {url}: {_describe(exc)}") from exc
+
+    async def forward_stream(
+        self, base_url: str, request: StreamForward, timeout_s: float
+    ) -> AsyncGenerator[StreamStart | StreamText | StreamEnd, None]:
+        """Hand a streamed prompt to the destination's gateway and yield its events.
+
+        Ends with the destination's `StreamEnd`; `PeerUnavailable` when the
+        peer cannot be reached, refuses, breaks off or sends a malformed event.
+        """
+        target = base_url.rstrip("/") + "/internal/stream"
+        async with self._peers.client() as client:
+            try:
+                async with client.stream(
+                    "POST",
+                    target,
+                    content=request.model_dump_json(),
+                    headers={"Content-Type": "application/json"},
+                    timeout=self._timeout(timeout_s),
+                ) as response:
+                    if response.status_code != 200:
+                        text = (await response.aread()).decode(errors="replace")
+                        raise PeerUnavailable(
+                            f"gateway at {base_url} answered {response.status_code}: {text[:200]}"
+                        )
+                    decoder = SseDecoder()
+                    async for line in response.aiter_lines():
+                        event = decoder.line(line)
+                        if event is None:
+                            continue
+                        try:
+                            parsed = stream_event(event.data)
+                        except ValueError as exc:  # pydantic's ValidationError included
+                            raise PeerUnavailable(
+                                f"gateway at {base_url} sent a malformed stream event"
+                            ) from exc
+                        yield parsed
+                        if isinstance(parsed, StreamEnd):
+                            return
+            except (httpx.HTTPError, MalformedStream) as exc:
+                raise PeerUnavailable(
+                    f"stream from the gateway at {base_url} broke: {_describe(exc)}"
+                ) from exc
+        raise PeerUnavailable(f"gateway at {base_url} ended the stream before its end event")
+
     async def _post(
         self,
         pool: _ShardedClient,
@@ -193,6 +302,21 @@ class HttpClients:
     async def aclose(self) -> None:
         await self._peers.aclose()
         await self._models.aclose()
+
+
+def _reason(text: str) -> str:
+    """The message of an error body: OpenAI's `error.message`, FastAPI's `detail`, or the text."""
+    try:
+        body: Any = json.loads(text)
+    except ValueError:
+        return text[:200]
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])[:500]
+        if isinstance(body.get("detail"), str):
+            return str(body["detail"])[:500]
+    return text[:200]
 
 
 def _describe(exc: Exception) -> str:

@@ -16,6 +16,18 @@ node's requests for the LM, `submit` records the set with outcome `rejected`
 (no queue, no forwarding) and raises `Rejected`, which the HTTP layer turns
 into a 429 with `Retry-After` (what is left of the map's slot).
 
+Streams (`open_stream` at the origin, `accept_stream` at the destination) take
+the same route: admission and routing when opened (a refusal raises
+`Rejected` before any byte), then the destination's events (`StreamStart`
+when its pod is taken, `StreamText` pieces, one `StreamEnd`) pass through the
+origin piece by piece. The destination queues a stream like a set
+(`LMQueues.lease`) and streams from its pod through the pod's protocol
+adapter (`lmedge.dataplane.engines`). The origin writes the record when the
+stream ends: `success`, `failed` (the engine refused it or broke off, a peer
+broke off), `timeout`, or `cancelled` when its consumer closed it (the client
+left), which closes the upstream and so frees the destination's pod. Streams
+are not held for a first routing map: with none they are served locally.
+
 The HTTP layer (`lmedge.dataplane.app`) only parses and renders. Clock, peers'
 client, model client and sink are injected, so unit tests drive this class
 with plain fakes.
@@ -24,13 +36,14 @@ with plain fakes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol, TypeVar
 
@@ -39,27 +52,48 @@ from lmedge.api.inference import Prompt
 from lmedge.api.observations import ServiceInfo
 from lmedge.api.records import RequestOutcome, RequestRecord
 from lmedge.api.resources import Modality
+from lmedge.dataplane.engines import EngineCall, Finish, Piece, pod_protocol
 from lmedge.dataplane.metrics import GatewayMetrics
-from lmedge.dataplane.queues import LMQueues, LocalModels, ModelCaller
+from lmedge.dataplane.queues import ENGINE_MODE, LMQueues, LocalModels, ModelCaller, PodLease
 from lmedge.dataplane.records import RecordSink
 from lmedge.dataplane.routing import RoutingTable
-from lmedge.dataplane.timing import build_record, record_total, split_stages
+from lmedge.dataplane.timing import (
+    StreamClock,
+    build_record,
+    record_total,
+    split_stages,
+    stream_record,
+)
 from lmedge.dataplane.wire import (
     ForwardRequest,
     ForwardResult,
     GatewayStatus,
     PromptSetResult,
     RoutingUpdate,
+    StreamEnd,
+    StreamForward,
+    StreamStart,
+    StreamText,
 )
 from lmedge.dataplane.wire import (
     LocalModels as LocalModelsMessage,
 )
-from lmedge.errors import ConfigError, DuplicateRequestId, Rejected, TransientError, UnknownLM
+from lmedge.errors import (
+    BadRequest,
+    ConfigError,
+    DuplicateRequestId,
+    ModelFailed,
+    ModelUnavailable,
+    Rejected,
+    TransientError,
+    UnknownLM,
+)
 
 __all__ = [
     "DuplicateRequestId",
     "Gateway",
     "GatewaySettings",
+    "OpenedStream",
     "PeerCaller",
     "Rejected",
     "UnknownLM",
@@ -85,6 +119,23 @@ class PeerCaller(Protocol):
     async def forward(
         self, base_url: str, request: ForwardRequest, timeout_s: float
     ) -> ForwardResult: ...
+
+    def forward_stream(
+        self, base_url: str, request: StreamForward, timeout_s: float
+    ) -> AsyncGenerator[StreamStart | StreamText | StreamEnd, None]:
+        """The destination's stream events, ending with its `StreamEnd`; `PeerUnavailable`."""
+        ...
+
+
+@dataclass(frozen=True)
+class OpenedStream:
+    """A stream admitted at the origin: its id, the LM serving it, and its events
+    (`StreamText` pieces, then one `StreamEnd`). Closing `events` early cancels it."""
+
+    id: str
+    model: str
+    destination: str
+    events: AsyncGenerator[StreamText | StreamEnd, None]
 
 
 @dataclass(frozen=True)
@@ -211,6 +262,7 @@ class Gateway:
             on_depth=self.metrics.set_depth,
         )
         self._peers = peers
+        self._models = models
         self._sink = sink
         self._monotonic = monotonic
         self._wall = wall
@@ -289,7 +341,7 @@ class Gateway:
         unknown = sorted(set(urls) - set(self.settings.services))
         if unknown:
             raise UnknownLM(f"unknown LM(s): {', '.join(unknown)}")
-        self.local.replace(urls)
+        self.local.replace(urls, {m.lm: m.protocol for m in message.models})
         return self.local.active()
 
     def status(self) -> GatewayStatus:
@@ -547,6 +599,214 @@ class Gateway:
             ended=lambda outcome, why: self._lost(forward, self.node, outcome, why),
         )
 
+    # -- streams ------------------------------------------------------------------
+
+    def open_stream(
+        self, lm: str, prompt: Prompt, messages: list[dict[str, Any]] | None = None
+    ) -> OpenedStream:
+        """Admit and route one streamed prompt submitted here; its events come later.
+
+        Raises `UnknownLM`, or `Rejected` (after recording it) when the map refuses it.
+        """
+        self.check_lm(lm)
+        rid = uuid.uuid4().hex
+        start = self._monotonic()
+        anchor = self.routing.run_started_at or self._started_at
+        submit_s = self._wall() - anchor
+        slot, run = self.routing.slot, self.routing.run
+        if self.routing.rejects(lm):
+            self._refuse(rid, lm, 1, slot, run, anchor)
+        destination = self.choose(lm)
+        model = self.serving_model(lm)
+        tau = self._tau()
+        forward = StreamForward(id=rid, lm=model, origin=self.node, prompt=prompt,
+                                messages=messages, sent_at=self._wall(), budget_s=tau)  # fmt: skip
+
+        def record(clock: StreamClock, end: StreamEnd, estimated: bool) -> None:
+            self._finish(
+                stream_record(
+                    request_id=rid,
+                    run=run,
+                    lm=lm,
+                    origin=self.node,
+                    slot=slot,
+                    submit_s=submit_s,
+                    sent_at=forward.sent_at,
+                    tau_s=tau,
+                    clock=clock,
+                    end=end,
+                    estimated=estimated,
+                    model=None if model == lm else model,
+                )
+            )
+
+        events = self._origin_events(destination, forward, start, record)
+        return OpenedStream(id=rid, model=model, destination=destination, events=events)
+
+    async def _origin_events(
+        self,
+        destination: str,
+        forward: StreamForward,
+        start: float,
+        record: Callable[[StreamClock, StreamEnd, bool], None],
+    ) -> AsyncGenerator[StreamText | StreamEnd, None]:
+        """The destination's pieces and end, passed on as they arrive; the record at the end."""
+        first: float | None = None
+        last: float | None = None
+        pieces = 0
+        began: StreamStart | None = None
+
+        def clock() -> StreamClock:
+            return StreamClock(self._monotonic() - start, first, last, pieces)
+
+        def made_up(outcome: RequestOutcome, error: str) -> StreamEnd:
+            return StreamEnd(
+                destination=destination,
+                outcome=outcome,
+                error=error,
+                received_at=began.received_at if began else forward.sent_at,
+                queue_s=began.queue_s if began else 0.0,
+                conflict=began.conflict if began else False,
+            )
+
+        end: StreamEnd | None = None
+        try:
+            async with contextlib.aclosing(self._upstream(destination, forward)) as upstream:
+                async for event in upstream:
+                    if isinstance(event, StreamStart):
+                        began = event
+                    elif isinstance(event, StreamText):
+                        now = self._monotonic() - start
+                        first = now if first is None else first
+                        last = now
+                        pieces += 1
+                        yield event
+                    else:
+                        end = event
+                        break
+        except TransientError as exc:  # the peer broke off or could not be reached
+            end = made_up("failed", str(exc))
+            record(clock(), end, True)
+        except (asyncio.CancelledError, GeneratorExit):
+            record(clock(), made_up("cancelled", "the client closed the stream"), True)
+            raise
+        except Exception as exc:  # a bug must not lose the record or hang the client
+            log.exception("stream %s for %s failed in the gateway", forward.id, forward.lm)
+            end = made_up("failed", f"gateway error: {type(exc).__name__}: {exc}")
+            record(clock(), end, True)
+        else:
+            end = end or made_up("failed", f"the stream from {destination} ended without its end")
+            record(clock(), end, False)
+        yield end
+
+    def _upstream(
+        self, destination: str, forward: StreamForward
+    ) -> AsyncGenerator[StreamStart | StreamText | StreamEnd, None]:
+        if destination == self.node:
+            return self.accept_stream(forward)
+        url = self.settings.peer_url(destination)
+        if url is None:
+            return _one(self._stream_undelivered(forward, destination, "no address"))
+        return self._peers.forward_stream(url, forward, forward.budget_s + self.settings.grace_s)
+
+    def _stream_undelivered(self, forward: StreamForward, destination: str, why: str) -> StreamEnd:
+        return StreamEnd(destination=destination, outcome="failed", error=why,
+                         received_at=forward.sent_at, queue_s=0.0)  # fmt: skip
+
+    def check_stream(self, forward: StreamForward) -> None:
+        """Refuse (`UnknownLM`) a stream for an LM this node does not serve, before any byte."""
+        if forward.lm not in self.settings.services:
+            self.check_lm(forward.lm)
+            raise UnknownLM(f"{forward.lm!r} is a request class, not an LM this node can queue")
+
+    async def accept_stream(
+        self, forward: StreamForward
+    ) -> AsyncGenerator[StreamStart | StreamText | StreamEnd, None]:
+        """Serve a stream forwarded here (or submitted here and routed locally).
+
+        Waits its turn in the LM's queue, then streams from the pod; ends with a
+        `StreamEnd` saying how it went. Closing it early (the origin or the
+        client left) closes the pod's stream and frees the pod.
+        """
+        self.check_stream(forward)
+        arrived = self._monotonic()
+        received_at = self._wall()
+        lease = await self.queues.lease(forward)
+        if lease is None:
+            yield StreamEnd(destination=self.node, outcome="timeout", received_at=received_at,
+                            queue_s=self._monotonic() - arrived)  # fmt: skip
+            return
+        deadline = arrived + forward.budget_s
+        taken = self._monotonic()
+        first: float | None = None
+        pieces = 0
+        finish = Finish()
+        outcome: RequestOutcome = "success"
+        error: str | None = None
+        invalid = False
+        try:
+            yield StreamStart(destination=self.node, received_at=lease.received_at,
+                              queue_s=lease.queue_s, conflict=lease.conflict)  # fmt: skip
+            call = EngineCall(id=forward.id, lm=forward.lm, prompt=forward.prompt,
+                              messages=forward.messages,
+                              budget_s=max(deadline - self._monotonic(), 1e-6))  # fmt: skip
+            async with contextlib.aclosing(self._pod_stream(lease, call, deadline)) as pod:
+                async for item in pod:
+                    if isinstance(item, Finish):
+                        finish = item
+                        continue
+                    first = self._monotonic() if first is None else first
+                    pieces += 1
+                    yield StreamText(text=item.text)
+                    if self._monotonic() > deadline:
+                        outcome, error = "timeout", None
+                        break
+        except BadRequest as exc:
+            outcome, error, invalid = "failed", str(exc), True
+        except ModelFailed as exc:
+            outcome, error = "failed", f"model server for {forward.lm} failed: {exc}"
+        except ModelUnavailable as exc:
+            outcome, error = "failed", f"model server for {forward.lm} unavailable: {exc}"
+        finally:
+            lease.release()
+        now = self._monotonic()
+        yield StreamEnd(
+            destination=self.node,
+            outcome=outcome,
+            error=error,
+            invalid=invalid,
+            received_at=lease.received_at,
+            queue_s=lease.queue_s,
+            prefill_s=(first if first is not None else now) - taken,
+            decode_s=now - first if first is not None else 0.0,
+            conflict=lease.conflict,
+            mode=finish.mode or ("none" if first is None else ENGINE_MODE),
+            prompt_tokens=finish.prompt_tokens,
+            completion_tokens=(
+                finish.completion_tokens if finish.completion_tokens is not None else pieces
+            ),
+            finish_reason=finish.finish_reason,
+        )
+
+    async def _pod_stream(
+        self, lease: PodLease, call: EngineCall, deadline: float
+    ) -> AsyncGenerator[Piece | Finish, None]:
+        """The pod's stream; a pod not ready yet is retried until the deadline (cold start)."""
+        protocol = pod_protocol(lease.protocol)
+        while True:
+            left = deadline - self._monotonic()
+            stream = self._models.stream_pod(lease.url, protocol, call, left + self.queues.grace_s)
+            try:
+                async with contextlib.aclosing(stream):
+                    async for item in stream:
+                        yield item
+                return
+            except ModelUnavailable:
+                # Raised before the first byte only: nothing was passed on yet.
+                if deadline - self._monotonic() <= self.queues.retry_interval_s:
+                    raise
+                await asyncio.sleep(self.queues.retry_interval_s)
+
     # -- shutdown -------------------------------------------------------------------
 
     def stop_waiting(self) -> int:
@@ -619,3 +879,7 @@ def _unanswered(
         outputs=[],
         error=error,
     )
+
+
+async def _one(end: StreamEnd) -> AsyncGenerator[StreamStart | StreamText | StreamEnd, None]:
+    yield end

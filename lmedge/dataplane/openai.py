@@ -4,10 +4,19 @@ Only what the four LM kinds need: chat completions (text, and image-to-text
 through `image_url` content parts carrying `data:` URLs), legacy completions,
 image generations (`b64_json`), and the model list. A request becomes one
 prompt set: `n` copies of the chat prompt, each element of a completions
-prompt list, or `n` images. Streaming is refused with a clear 400, and so are
-remote image URLs: the gateway never fetches from the internet on a user's
-behalf. Request models ignore fields they do not use (temperature, user, ...)
-so the official SDK works unchanged.
+prompt list, or `n` images. Remote image URLs are refused with a clear 400:
+the gateway never fetches from the internet on a user's behalf. Request models
+ignore fields they do not use (temperature, user, ...) so the official SDK
+works unchanged; `stream_options` is checked strictly (an unknown option is a
+422 naming it).
+
+Streaming (`stream: true`, chat and completions): one prompt per request (`n`
+> 1, or a list of several prompts, is a 400), answered as OpenAI chunks
+(`ChunkWriter`): for chat a first chunk with the assistant role, then one
+chunk per piece of text, a last chunk with `finish_reason`, with
+`stream_options.include_usage` one more chunk with no choices and the usage,
+then `data: [DONE]`. A failure after the stream began is one `{"error": ...}`
+event (what the OpenAI SDK raises as an `APIError`) before `[DONE]`.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from lmedge.errors import BadRequest
 __all__ = [
     "BadRequest",
     "ChatCompletionRequest",
+    "ChunkWriter",
     "CompletionRequest",
     "ImageGenerationRequest",
     "chat_prompts",
@@ -36,6 +46,8 @@ __all__ = [
     "image_prompts",
     "image_response",
     "model_list",
+    "stream_error",
+    "stream_prompt",
     "usage",
 ]
 
@@ -63,6 +75,14 @@ class ImagePart(_Lenient):
 ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
+class StreamOptions(BaseModel):
+    """`stream_options`: only `include_usage`; anything else is refused by name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+
+
 class ChatMessage(_Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
@@ -75,6 +95,7 @@ class ChatCompletionRequest(_Lenient):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
     n: int = Field(default=1, ge=1, le=MAX_PROMPTS)
     stream: bool | None = False
+    stream_options: StreamOptions | None = None
 
 
 class CompletionRequest(_Lenient):
@@ -85,6 +106,7 @@ class CompletionRequest(_Lenient):
     prompt: str | list[str]
     max_tokens: int | None = Field(default=None, ge=1, le=4096)
     stream: bool | None = False
+    stream_options: StreamOptions | None = None
 
 
 class ImageGenerationRequest(_Lenient):
@@ -95,9 +117,9 @@ class ImageGenerationRequest(_Lenient):
     size: str | None = None
 
 
-def _no_stream(stream: bool | None) -> None:
-    if stream:
-        raise BadRequest("streaming is not supported by the lmedge gateway; set stream to false")
+def _stream_options(req: ChatCompletionRequest | CompletionRequest) -> None:
+    if req.stream_options is not None and not req.stream:
+        raise BadRequest("stream_options is only allowed when stream is true")
 
 
 def _image_data(url: str) -> str:
@@ -117,7 +139,7 @@ def _image_data(url: str) -> str:
 
 def chat_prompts(req: ChatCompletionRequest, modality: Modality) -> list[Prompt]:
     """The prompt set of a chat request: message texts joined, at most one image."""
-    _no_stream(req.stream)
+    _stream_options(req)
     if modality not in ("text-to-text", "image-to-text"):
         raise BadRequest(f"{req.model} is a {modality} service; use the matching endpoint")
     texts: list[str] = []
@@ -148,7 +170,7 @@ def chat_prompts(req: ChatCompletionRequest, modality: Modality) -> list[Prompt]
 
 
 def completion_prompts(req: CompletionRequest, modality: Modality) -> list[Prompt]:
-    _no_stream(req.stream)
+    _stream_options(req)
     if modality != "text-to-text":
         raise BadRequest(f"{req.model} is a {modality} service; completions need text-to-text")
     texts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
@@ -238,3 +260,73 @@ def model_list(services: dict[str, Modality]) -> dict[str, Any]:
             for name, kind in sorted(services.items())
         ],
     }
+
+
+def stream_prompt(
+    req: ChatCompletionRequest | CompletionRequest, modality: Modality
+) -> tuple[Prompt, list[dict[str, Any]] | None]:
+    """The one prompt of a streamed request, and a chat's messages as sent (for an
+    engine that applies its own chat template); None for a completion."""
+    if isinstance(req, ChatCompletionRequest):
+        if req.n != 1:
+            raise BadRequest(
+                f"n must be 1 when stream is true (got {req.n}): one stream, one choice"
+            )
+        prompts = chat_prompts(req, modality)
+        messages = [m.model_dump(mode="json", exclude_none=True) for m in req.messages]
+        return prompts[0], messages
+    prompts = completion_prompts(req, modality)
+    if len(prompts) != 1:
+        raise BadRequest(
+            f"prompt lists {len(prompts)} prompts; a streamed completion takes exactly one"
+        )
+    return prompts[0], None
+
+
+class ChunkWriter:
+    """The OpenAI chunks of one streamed answer (chat or completion), as dicts."""
+
+    def __init__(self, kind: Literal["chat", "completion"], rid: str, model: str) -> None:
+        self.kind = kind
+        self.id = f"chatcmpl-{rid}" if kind == "chat" else f"cmpl-{rid}"
+        self.model = model
+        self.created = int(time.time())
+
+    def _chunk(self, choices: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
+        kind = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "choices": choices, **more}  # fmt: skip
+
+    def _choice(
+        self, text: str | None, finish_reason: str | None, role: bool = False
+    ) -> dict[str, Any]:
+        if self.kind == "completion":
+            return {
+                "index": 0,
+                "text": text or "",
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
+        delta: dict[str, Any] = {"role": "assistant"} if role else {}
+        if text is not None:
+            delta["content"] = text
+        return {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+
+    def start(self) -> list[dict[str, Any]]:
+        """What goes before the first piece: the assistant role, for chat."""
+        return [self._chunk([self._choice("", None, role=True)])] if self.kind == "chat" else []
+
+    def text(self, text: str) -> dict[str, Any]:
+        return self._chunk([self._choice(text, None)])
+
+    def end(
+        self, finish_reason: str, usage: dict[str, int] | None, include_usage: bool
+    ) -> list[dict[str, Any]]:
+        """The last chunk, and with `include_usage` the usage chunk (no choices)."""
+        last = self._chunk([self._choice(None if self.kind == "chat" else "", finish_reason)])
+        return [last, self._chunk([], usage=usage)] if include_usage else [last]
+
+
+def stream_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+    """The event that ends a stream that failed after it began."""
+    return {"error": {"message": message, "type": kind, "code": code}}

@@ -12,6 +12,12 @@ no prompt after it, so partial results come back with the prompts finished.
 
 Pod restarts: an unreachable or not-yet-ready pod is retried with the same set
 id until the deadline; the model server resumes at the first unfinished prompt.
+
+Streams (`lease`) wait in the same FIFO queue as sets: at the head, once the
+LM is active, the worker hands the stream a `PodLease` (the pod's URL and
+protocol) and waits until the stream releases it (it ended, failed, or its
+client left), so a pod still serves one request at a time. A stream whose
+client left while it was queued is skipped when its turn comes.
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
-from lmedge.api.inference import InferRequest, InferResult
-from lmedge.dataplane.wire import ForwardRequest, ForwardResult
-from lmedge.errors import ModelFailed, ModelUnavailable
+from lmedge.api.gateway_control import PodProtocol
+from lmedge.api.inference import InferRequest, InferResult, Output
+from lmedge.dataplane.engines import EngineCall, Finish, Piece, PodStreamProtocol, pod_protocol
+from lmedge.dataplane.wire import ForwardRequest, ForwardResult, StreamForward
+from lmedge.errors import BadRequest, ModelFailed, ModelUnavailable
 
 __all__ = [
     "LMQueues",
@@ -34,36 +42,59 @@ __all__ = [
     "ModelCaller",
     "ModelFailed",
     "ModelUnavailable",
+    "PodLease",
 ]
 
 log = logging.getLogger(__name__)
 
+#: The `mode` recorded for work on an OpenAI-speaking engine, which does not say
+#: whether it runs on a GPU: the engines lmedge deploys (llama.cpp, vLLM) are
+#: scheduled onto GPUs.
+ENGINE_MODE: Literal["gpu"] = "gpu"
+
 
 class ModelCaller(Protocol):
-    """Calls a model server's `/infer` (the httpx client in production)."""
+    """Calls a model pod (the httpx client in production): `/infer` for a set, and
+    one prompt streamed through the pod's protocol adapter."""
 
     async def infer(self, url: str, request: InferRequest, timeout_s: float) -> InferResult: ...
+
+    def stream_pod(
+        self, url: str, protocol: PodStreamProtocol, call: EngineCall, timeout_s: float
+    ) -> AsyncGenerator[Piece | Finish, None]:
+        """Pieces, then a `Finish`; `ModelUnavailable` / `BadRequest` / `ModelFailed`."""
+        ...
 
 
 class LocalModels:
     """LM -> model-server URL for the pods now serving on this node.
 
     An LM is *active* here exactly when it has a URL. Waiters are woken when
-    the set changes.
+    the set changes. Each pod speaks a protocol (`pipeline` unless registered
+    otherwise).
     """
 
     def __init__(self, urls: dict[str, str] | None = None) -> None:
         self._urls: dict[str, str] = dict(urls or {})
+        self._protocols: dict[str, PodProtocol] = {}
         self._changed = asyncio.Event()
 
-    def replace(self, urls: dict[str, str]) -> None:
+    def replace(
+        self, urls: dict[str, str], protocols: dict[str, PodProtocol] | None = None
+    ) -> None:
+        """Serve `urls` from now on; `protocols` None keeps each kept LM's protocol."""
+        kept = self._protocols if protocols is None else protocols
         self._urls = dict(urls)
+        self._protocols = {lm: p for lm, p in kept.items() if lm in urls}
         # Wake every waiter; each re-checks its own LM.
         self._changed.set()
         self._changed = asyncio.Event()
 
     def url(self, lm: str) -> str | None:
         return self._urls.get(lm)
+
+    def protocol(self, lm: str) -> PodProtocol:
+        return self._protocols.get(lm, "pipeline")
 
     def active(self) -> list[str]:
         return sorted(self._urls)
@@ -81,6 +112,35 @@ class _Job:
     received_at: float
     conflict: bool
     future: asyncio.Future[ForwardResult]
+
+    @property
+    def deadline(self) -> float:
+        return self.arrived + self.request.budget_s
+
+
+@dataclass(frozen=True)
+class PodLease:
+    """A stream's turn on its LM's pod: where the pod is, and what the queue took.
+
+    `release` must be called when the stream is over (idempotent).
+    """
+
+    url: str
+    protocol: PodProtocol
+    received_at: float
+    queue_s: float
+    conflict: bool
+    release: Callable[[], None]
+
+
+@dataclass
+class _StreamJob:
+    request: StreamForward
+    arrived: float
+    received_at: float
+    conflict: bool
+    future: asyncio.Future[PodLease | None]
+    released: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def deadline(self) -> float:
@@ -105,7 +165,7 @@ class LMQueues:
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     on_depth: Callable[[str, int], None] | None = None
-    _queues: dict[str, asyncio.Queue[_Job]] = field(default_factory=dict)
+    _queues: dict[str, asyncio.Queue[_Job | _StreamJob]] = field(default_factory=dict)
     _workers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def depth(self) -> dict[str, int]:
@@ -122,15 +182,37 @@ class LMQueues:
             conflict=self.models.url(request.lm) is None,
             future=loop.create_future(),
         )
-        queue = self._queues.get(request.lm)
-        if queue is None:
-            queue = self._queues[request.lm] = asyncio.Queue()
-            self._workers[request.lm] = asyncio.create_task(
-                self._drain(request.lm, queue), name=f"lm-queue-{request.lm}"
-            )
-        queue.put_nowait(job)
-        self._report(request.lm)
+        self._enqueue(job)
         return await job.future
+
+    async def lease(self, request: StreamForward) -> PodLease | None:
+        """Queue a stream for its LM's pod; its lease when its turn comes, None if its
+        deadline passed first. Cancelling the wait (the client left) gives up its place."""
+        loop = asyncio.get_running_loop()
+        job = _StreamJob(
+            request=request,
+            arrived=self.monotonic(),
+            received_at=self.wall(),
+            conflict=self.models.url(request.lm) is None,
+            future=loop.create_future(),
+        )
+        self._enqueue(job)
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            # Granted just as the waiter was cancelled: hand the pod back.
+            if job.future.done() and not job.future.cancelled() and job.future.result():
+                job.released.set()
+            raise
+
+    def _enqueue(self, job: _Job | _StreamJob) -> None:
+        lm = job.request.lm
+        queue = self._queues.get(lm)
+        if queue is None:
+            queue = self._queues[lm] = asyncio.Queue()
+            self._workers[lm] = asyncio.create_task(self._drain(lm, queue), name=f"lm-queue-{lm}")
+        queue.put_nowait(job)
+        self._report(lm)
 
     async def close(self) -> None:
         """Stop the workers; sets still queued are answered as failed."""
@@ -142,16 +224,22 @@ class LMQueues:
         for queue in self._queues.values():
             while not queue.empty():
                 job = queue.get_nowait()
-                if not job.future.done():
+                if isinstance(job, _StreamJob):
+                    if not job.future.done():
+                        job.future.set_result(None)
+                elif not job.future.done():
                     job.future.set_result(self._failed(job, "gateway shutting down"))
         self._workers.clear()
 
     # -- worker -------------------------------------------------------------------
 
-    async def _drain(self, lm: str, queue: asyncio.Queue[_Job]) -> None:
+    async def _drain(self, lm: str, queue: asyncio.Queue[_Job | _StreamJob]) -> None:
         while True:
             job = await queue.get()
             self._report(lm)
+            if isinstance(job, _StreamJob):
+                await self._hand_over(job)
+                continue
             try:
                 result = await self._run(job)
             except asyncio.CancelledError:
@@ -176,14 +264,85 @@ class LMQueues:
                 continue
             call = InferRequest(id=req.id, lm=req.lm, prompts=req.prompts, budget_s=left)
             try:
-                answer = await self.caller.infer(url, call, left + self.grace_s)
+                if self.models.protocol(req.lm) == "openai":
+                    answer = await self._run_on_engine(url, call, left)
+                else:
+                    answer = await self.caller.infer(url, call, left + self.grace_s)
             except ModelUnavailable as exc:
                 log.debug("model %s at %s not available: %s", req.lm, url, exc)
                 await asyncio.sleep(min(self.retry_interval_s, max(left, 0.0)))
                 continue
-            except ModelFailed as exc:
+            except (ModelFailed, BadRequest) as exc:
                 return self._failed(job, f"model server for {req.lm} failed: {exc}")
             return self._finish(job, answer)
+
+    async def _run_on_engine(self, url: str, call: InferRequest, left: float) -> InferResult:
+        """A set on an OpenAI-speaking engine: its prompts one by one, each a completion
+        streamed and joined (no chat template: a set's prompts are plain text); no
+        prompt starts after the budget, as on a model server."""
+        began = self.monotonic()
+        outputs: list[Output] = []
+        for index, prompt in enumerate(call.prompts):
+            spent = self.monotonic() - began
+            if spent >= left:
+                break
+            one = EngineCall(id=f"{call.id}-{index}", lm=call.lm, prompt=prompt)
+            pieces: list[str] = []
+            finish = Finish()
+            stream = self.caller.stream_pod(
+                url, pod_protocol("openai"), one, left - spent + self.grace_s
+            )
+            async for item in stream:
+                if isinstance(item, Finish):
+                    finish = item
+                else:
+                    pieces.append(item.text)
+            outputs.append(
+                Output(
+                    text="".join(pieces),
+                    prompt_tokens=finish.prompt_tokens,
+                    completion_tokens=finish.completion_tokens,
+                )
+            )
+        return InferResult(
+            id=call.id,
+            lm=call.lm,
+            outputs=outputs,
+            complete=len(outputs) == len(call.prompts),
+            inference_s=self.monotonic() - began,
+            mode=ENGINE_MODE,
+        )
+
+    async def _hand_over(self, job: _StreamJob) -> None:
+        """Give a stream its pod when the LM is active, and wait for it to be released."""
+        lm = job.request.lm
+        try:
+            while not job.future.done():  # done: the client left while queued
+                left = job.deadline - self.monotonic()
+                url = self.models.url(lm)
+                if left <= 0:
+                    job.future.set_result(None)
+                elif url is None:
+                    await self.models.wait_changed(left)
+                else:
+                    job.future.set_result(
+                        PodLease(
+                            url=url,
+                            protocol=self.models.protocol(lm),
+                            received_at=job.received_at,
+                            queue_s=max(self.monotonic() - job.arrived, 0.0),
+                            conflict=job.conflict,
+                            release=job.released.set,
+                        )
+                    )
+                    # The stream's own deadline ends it; the bound only guards the queue.
+                    bound = max(job.deadline - self.monotonic(), 0.0) + self.grace_s
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(job.released.wait(), bound)
+        except asyncio.CancelledError:
+            if not job.future.done():
+                job.future.set_result(None)
+            raise
 
     def _finish(self, job: _Job, answer: InferResult | None) -> ForwardResult:
         elapsed = self.monotonic() - job.arrived

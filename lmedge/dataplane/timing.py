@@ -14,14 +14,25 @@ Who measures what (paper Fig. 4, T2.3-T2.12):
 * downlink is what remains of the round trip.
 
 The four stages therefore always add up to the latency the origin observed, and
-for a timed-out set to exactly tau (the contract of `RequestRecord`). This
-module is pure: no clock, no I/O.
+for a timed-out set to exactly tau (the contract of `RequestRecord`).
+
+A stream (`stream_record`) is split the same way, and its inference is split
+further into prefill (the destination's time from taking the pod to the first
+piece) and decode (the rest), scaled together when the total cuts inference.
+TTFT is the origin's time from submit to the first piece arriving, TPOT the
+origin's time from the first to the last piece over the tokens after the
+first. Tokens are the engine's usage, or the pieces counted when the engine
+reports none. A stream that ended without the destination's last event (its
+client left, the peer broke off) has prefill and decode estimated at the
+origin: to the first piece, and after it. This module is pure: no clock, no I/O.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lmedge.api.records import RequestOutcome, RequestRecord
-from lmedge.dataplane.wire import ForwardResult, StageTimes
+from lmedge.dataplane.wire import ForwardResult, StageTimes, StreamEnd
 
 
 def split_stages(
@@ -114,4 +125,85 @@ def build_record(
         conflict=result.conflict,
         mode=result.mode,
         error=error if error is not None else result.error,
+    )
+
+
+@dataclass(frozen=True)
+class StreamClock:
+    """What the origin saw of one stream, on its monotonic clock (seconds since submit).
+
+    `first` / `last`: when the first and last pieces arrived (None: none did);
+    `ended`: when it ended; `pieces`: text pieces received.
+    """
+
+    ended: float
+    first: float | None = None
+    last: float | None = None
+    pieces: int = 0
+
+
+def stream_record(
+    *,
+    request_id: str,
+    run: str,
+    lm: str,
+    origin: str,
+    slot: int,
+    submit_s: float,
+    sent_at: float,
+    tau_s: float,
+    clock: StreamClock,
+    end: StreamEnd,
+    estimated: bool,
+    model: str | None = None,
+) -> RequestRecord:
+    """The record of one streamed prompt as the origin stores it.
+
+    `end` is the destination's last event, or one the origin made up (`estimated`)
+    when none came; then prefill and decode are the origin's estimates.
+    """
+    total = record_total(rtt_s=clock.ended, outcome=end.outcome, error=end.error, tau_s=tau_s)
+    uplink = max(end.received_at - sent_at, 0.0)
+    prefill, decode = end.prefill_s, end.decode_s
+    if estimated:
+        before = max(uplink + end.queue_s, 0.0)
+        prefill = max((clock.first if clock.first is not None else clock.ended) - before, 0.0)
+        decode = clock.ended - clock.first if clock.first is not None else 0.0
+    times = split_stages(
+        total_s=total,
+        sent_at=sent_at,
+        received_at=end.received_at,
+        queue_s=end.queue_s,
+        inference_s=prefill + decode,
+    )
+    share = prefill / (prefill + decode) if prefill + decode > 0 else 1.0
+    tokens = end.completion_tokens if end.completion_tokens is not None else clock.pieces
+    tpot = None
+    if clock.first is not None and clock.last is not None and tokens > 1:
+        tpot = (clock.last - clock.first) / (tokens - 1)
+    return RequestRecord(
+        id=request_id,
+        run=run,
+        lm=lm,
+        model=model,
+        origin=origin,
+        destination=end.destination,
+        prompts=1,
+        prompts_done=1 if end.outcome == "success" else 0,
+        slot=slot,
+        submit_s=max(submit_s, 0.0),
+        uplink_s=times.uplink_s,
+        queue_s=times.queue_s,
+        inference_s=times.inference_s,
+        downlink_s=times.downlink_s,
+        outcome=end.outcome,
+        conflict=end.conflict,
+        mode=end.mode,
+        error=end.error,
+        ttft_s=clock.first,
+        tpot_s=tpot,
+        input_tokens=end.prompt_tokens,
+        output_tokens=tokens,
+        prefill_s=times.inference_s * share,
+        decode_s=times.inference_s * (1 - share),
     )

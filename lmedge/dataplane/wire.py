@@ -9,9 +9,9 @@ the node agent, which send them, may not import the data plane.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from lmedge.api.base import WireModel
 from lmedge.api.gateway_control import LocalModels, ModelEndpoint, RoutingUpdate
@@ -28,6 +28,12 @@ __all__ = [
     "PromptSetResult",
     "RoutingUpdate",
     "StageTimes",
+    "StreamEnd",
+    "StreamEvent",
+    "StreamForward",
+    "StreamStart",
+    "StreamText",
+    "stream_event",
 ]
 
 _ID = r"^[A-Za-z0-9._-]+$"
@@ -106,3 +112,73 @@ class GatewayStatus(WireModel):
     routes: int
     active: list[str]
     queue_depth: dict[str, int]
+
+
+class StreamForward(WireModel):
+    """`POST /internal/stream`: one streamed prompt handed to the destination's gateway.
+
+    As `ForwardRequest`, for one prompt. `messages` are the chat messages as the
+    user sent them (an OpenAI-speaking engine applies its own chat template to
+    them); None for a completion. A pipeline pod gets `prompt`, where the
+    messages' texts are already joined.
+    """
+
+    id: str = Field(min_length=1, max_length=128, pattern=_ID)
+    lm: str = Field(min_length=1, max_length=63)
+    origin: str = Field(min_length=1, max_length=63)
+    prompt: Prompt
+    messages: list[dict[str, Any]] | None = Field(default=None, max_length=256)
+    sent_at: float = Field(ge=0)
+    budget_s: float = Field(gt=0)
+
+
+class StreamStart(WireModel):
+    """The destination took the LM's pod for the stream: what the queue took."""
+
+    type: Literal["start"] = "start"
+    destination: str
+    received_at: float = Field(ge=0, description="Destination wall clock on arrival, Unix s.")
+    queue_s: float = Field(ge=0)
+    conflict: bool
+
+
+class StreamText(WireModel):
+    """A piece of generated text, as the engine sent it."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class StreamEnd(WireModel):
+    """The last event of a stream from a destination: how it ended and what it measured.
+
+    `prefill_s` is from taking the pod to the first piece, `decode_s` from the
+    first piece to the end. `completion_tokens` is the engine's count, or the
+    pieces received when the engine reports none. `invalid`: the engine refused
+    the input before generating (a prompt too long for its context).
+    """
+
+    type: Literal["end"] = "end"
+    destination: str
+    outcome: RequestOutcome
+    error: str | None = None
+    invalid: bool = False
+    received_at: float = Field(ge=0)
+    queue_s: float = Field(ge=0)
+    prefill_s: float = Field(default=0.0, ge=0)
+    decode_s: float = Field(default=0.0, ge=0)
+    conflict: bool = False
+    mode: Literal["gpu", "cpu", "none"] = "none"
+    prompt_tokens: int | None = Field(default=None, ge=0)
+    completion_tokens: int | None = Field(default=None, ge=0)
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+StreamEvent = Annotated[StreamStart | StreamText | StreamEnd, Field(discriminator="type")]
+
+_STREAM_EVENT: TypeAdapter[StreamStart | StreamText | StreamEnd] = TypeAdapter(StreamEvent)
+
+
+def stream_event(data: str) -> StreamStart | StreamText | StreamEnd:
+    """Parse one event of `/internal/stream` (pydantic `ValidationError` if malformed)."""
+    return _STREAM_EVENT.validate_json(data)

@@ -8,6 +8,16 @@
   progress directory every set would fail, so such a pod must never look
   ready: the directory is probed with a real write before the weights load
   and at every readiness check;
+* `POST /infer/stream`: run one prompt (an `InferRequest` of exactly one),
+  answering server-sent events of `lmedge.api.inference.StreamChunk` as the
+  backend produces text: `data: {"text": ...}` pieces, then one with `done`
+  and the token counts and compute time, or one with `error` if the backend
+  fails after the first piece. A prompt the model cannot take (too long for
+  its context, no image) is refused with 422 before any event. A stream takes
+  the pod like a set does (one at a time); a client that disconnects stops
+  the generation at the next piece and frees the pod. Streams keep no
+  progress file: a stream cut by a restart cannot be resumed (its client
+  already holds the first pieces), the gateway records it as failed;
 * `GET /metrics`: prompts run, prompt time, sets by outcome.
 
 Weights load in a thread after the server starts listening, so the readiness
@@ -17,22 +27,24 @@ probe, not the liveness probe, covers the slow part.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from lmedge.api.inference import InferRequest, InferResult
+from lmedge.api.inference import InferRequest, InferResult, Output, Prompt, StreamChunk
 from lmedge.modelserver.backends import Backend
 from lmedge.modelserver.progress import ProgressLog
 
@@ -132,6 +144,21 @@ class ModelServer:
         with self._running:
             return self._run_set(request)
 
+    def stream_prompt(
+        self, prompt: Prompt, cancel: threading.Event
+    ) -> Generator[Output, None, None]:
+        """The backend's pieces for one prompt; stops at the next piece once `cancel` is set."""
+        with self._running:
+            pieces = self.backend.stream(prompt)
+            try:
+                for piece in pieces:
+                    yield piece
+                    if cancel.is_set():
+                        return
+            finally:
+                pieces.close()  # stop generating now
+            self.metrics.prompts.labels(lm=self.lm).inc()
+
     def _run_set(self, request: InferRequest) -> InferResult:
         start = time.monotonic()
         log_ = ProgressLog(self.progress_dir, request.id, list(request.prompts), fsync=self.fsync)
@@ -213,8 +240,7 @@ def create_app(server: ModelServer, *, load_in_background: bool = True) -> FastA
             generate_latest(server.metrics.registry), media_type="text/plain; version=0.0.4"
         )
 
-    @app.post("/infer", response_model=InferResult)
-    async def infer(body: InferRequest) -> JSONResponse | InferResult:
+    def refusal(body: InferRequest) -> JSONResponse | None:
         if not server.ready.is_set():
             return JSONResponse(
                 {"detail": server.load_error or "model is loading"}, status_code=503
@@ -223,6 +249,31 @@ def create_app(server: ModelServer, *, load_in_background: bool = True) -> FastA
             return JSONResponse(
                 {"detail": f"this pod serves {server.lm!r}, not {body.lm!r}"}, status_code=404
             )
+        return None
+
+    @app.post("/infer/stream")
+    async def infer_stream(body: InferRequest) -> Response:
+        refused = refusal(body)
+        if refused is not None:
+            return refused
+        if len(body.prompts) != 1:
+            return JSONResponse(
+                {"detail": f"a stream runs exactly one prompt, got {len(body.prompts)}"},
+                status_code=422,
+            )
+        events = _stream_events(server, body.prompts[0])
+        first = await anext(events)  # the first piece, or why there is none
+        if isinstance(first, JSONResponse):
+            await events.aclose()
+            return first
+        # Only bytes follow the first item.
+        return StreamingResponse(cast(AsyncIterator[bytes], events), media_type="text/event-stream")
+
+    @app.post("/infer", response_model=InferResult)
+    async def infer(body: InferRequest) -> JSONResponse | InferResult:
+        refused = refusal(body)
+        if refused is not None:
+            return refused
         async with server.busy:
             try:
                 return await asyncio.to_thread(server.run_set, body)
@@ -236,3 +287,77 @@ def create_app(server: ModelServer, *, load_in_background: bool = True) -> FastA
                 )
 
     return app
+
+
+_END = object()
+
+
+async def _stream_events(
+    server: ModelServer, prompt: Prompt
+) -> AsyncGenerator[JSONResponse | bytes | None, None]:
+    """Take the pod, run `prompt` in a thread, and yield its SSE events.
+
+    The first item is None when the first piece is there (the stream can start)
+    or the error response to send instead; then the events as bytes. The pod
+    is held until this generator ends, is closed, or is cancelled (the client
+    left): the generating thread stops at its next piece.
+    """
+    loop = asyncio.get_running_loop()
+    pieces: asyncio.Queue[object] = asyncio.Queue()
+    cancel = threading.Event()
+
+    def put(item: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed under a late piece
+            loop.call_soon_threadsafe(pieces.put_nowait, item)
+
+    def produce() -> None:
+        began = time.perf_counter()
+        try:
+            for piece in server.stream_prompt(prompt, cancel):
+                put(piece)
+        except Exception as exc:
+            put(exc)
+        put((_END, time.perf_counter() - began))
+
+    async with server.busy:
+        worker = threading.Thread(target=produce, name="model-stream", daemon=True)
+        worker.start()
+        try:
+            item = await pieces.get()
+            if isinstance(item, ValueError):  # a prompt the model cannot take
+                yield JSONResponse({"detail": str(item)}, status_code=422)
+                return
+            if isinstance(item, Exception):
+                log.error("%s: stream failed before its first piece: %s", server.lm, item)
+                yield JSONResponse({"detail": f"{type(item).__name__}: {item}"}, status_code=500)
+                return
+            yield None
+            last = Output()
+            while True:
+                if isinstance(item, Exception):
+                    log.error("%s: stream failed: %s", server.lm, item)
+                    yield _sse(StreamChunk(error=f"{type(item).__name__}: {item}"))
+                    return
+                if isinstance(item, tuple) and item[0] is _END:
+                    yield _sse(
+                        StreamChunk(
+                            done=True,
+                            prompt_tokens=last.prompt_tokens,
+                            completion_tokens=last.completion_tokens,
+                            inference_s=item[1],
+                            mode=server.backend.mode,
+                        )
+                    )
+                    return
+                if isinstance(item, Output):
+                    if item.text:
+                        yield _sse(StreamChunk(text=item.text))
+                    if item.prompt_tokens is not None or item.completion_tokens is not None:
+                        last = item
+                item = await pieces.get()
+        finally:
+            cancel.set()
+
+
+def _sse(chunk: StreamChunk) -> bytes:
+    return b"data: " + chunk.model_dump_json(exclude_defaults=True).encode() + b"\n\n"

@@ -9,6 +9,12 @@
 
 Every backend loads its weights from a local path (baked into the image by its
 Dockerfile, as the paper pre-caches them); none downloads from a hub.
+
+`Backend.stream` yields a prompt's output piece by piece (for `/infer/stream`):
+text pieces as the model decodes them, then one last `Output` with no text and
+the token counts. Closing the iterator stops the generation. Backends that do
+not produce text token by token (BLIP, Stable Diffusion) yield their whole
+output as one piece.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import hashlib
 import struct
 import time
 import zlib
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -38,13 +45,20 @@ BACKENDS: dict[str, Modality | None] = {
 
 
 class Backend(Protocol):
-    """One loaded model. `load` is slow (weights to memory); `run` serves one prompt."""
+    """One loaded model. `load` is slow (weights to memory); `run` serves one prompt;
+    `stream` serves one prompt piece by piece (see the module docstring).
+
+    Both raise `ValueError` for a prompt the model cannot take (no image, a
+    prompt plus `max_tokens` longer than the model's context).
+    """
 
     mode: Literal["gpu", "cpu"]
 
     def load(self) -> None: ...
 
     def run(self, prompt: Prompt) -> Output: ...
+
+    def stream(self, prompt: Prompt) -> Generator[Output, None, None]: ...
 
 
 def png_bytes(width: int, height: int, rgb: bytes) -> bytes:
@@ -71,21 +85,29 @@ class StubBackend:
     Text modalities answer `"<lm>: <digest of the prompt>"`; text-to-image
     answers an 8x8 PNG whose colour is the digest. Its "tokenizer" counts
     whitespace-separated words, so token counts are reported as a real
-    server's are.
+    server's are. `stream` yields the same text in `STREAM_PIECES` pieces
+    (the name, then the digest four hex digits at a time), `seconds` spread
+    over them. `context_tokens` (None: unlimited) bounds prompt words plus
+    `max_tokens`, as a real model's context does.
     """
 
     lm: str
     modality: Modality
     seconds: float = 0.0
     mode: Literal["gpu", "cpu"] = "cpu"
+    context_tokens: int | None = None
+
+    #: Pieces of one streamed text output.
+    STREAM_PIECES = 5
 
     def load(self) -> None:
         return None
 
     def run(self, prompt: Prompt) -> Output:
+        self._check(prompt)
         if self.seconds > 0:
             time.sleep(self.seconds)
-        digest = hashlib.sha256(f"{prompt.text}\x00{prompt.image or ''}".encode()).digest()
+        digest = self._digest(prompt)
         if self.modality == "text-to-image":
             png = png_bytes(8, 8, digest[:3] * 64)
             return Output(image=base64.b64encode(png).decode())
@@ -95,6 +117,38 @@ class StubBackend:
             prompt_tokens=len(prompt.text.split()),
             completion_tokens=len(text.split()),
         )
+
+    def stream(self, prompt: Prompt) -> Generator[Output, None, None]:
+        if self.modality == "text-to-image":
+            yield self.run(prompt)
+            return
+        self._check(prompt)
+        hexes = self._digest(prompt).hex()[:16]
+        pieces = [
+            f"{self.lm}:",
+            *(f"{' ' if i == 0 else ''}{hexes[i : i + 4]}" for i in (0, 4, 8, 12)),
+        ]
+        for piece in pieces:
+            if self.seconds > 0:
+                time.sleep(self.seconds / len(pieces))
+            yield Output(text=piece)
+        text = "".join(pieces)
+        yield Output(prompt_tokens=len(prompt.text.split()), completion_tokens=len(text.split()))
+
+    def _check(self, prompt: Prompt) -> None:
+        if self.context_tokens is None:
+            return
+        used = len(prompt.text.split()) + (prompt.max_tokens or 0)
+        if used > self.context_tokens:
+            raise ValueError(
+                f"the prompt ({len(prompt.text.split())} tokens) plus max_tokens "
+                f"({prompt.max_tokens or 0}) exceed the model's context "
+                f"of {self.context_tokens} tokens"
+            )
+
+    @staticmethod
+    def _digest(prompt: Prompt) -> bytes:
+        return hashlib.sha256(f"{prompt.text}\x00{prompt.image or ''}".encode()).digest()
 
 
 def load_backend(

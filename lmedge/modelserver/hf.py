@@ -6,12 +6,19 @@ missing file fails at start instead of reaching for a hub. On GPU the weights
 are spread over the pod's vGPUs with `device_map="auto"` (paper §V-C);
 `low_cpu_mem_usage` keeps the peak memory near the model size (paper §V-B).
 Decoding is greedy, so a prompt gives the same output on every run.
+
+Streaming (`stream`): GPT-2 family text comes through transformers'
+`TextIteratorStreamer`, `generate` running in a thread; closing the iterator
+stops that thread at the next token (a stopping criterion). BLIP and Stable
+Diffusion answer in one piece.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import threading
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -79,14 +86,76 @@ class TextGenerationBackend(_HFBackend):
             self._model.to(self.device)
         self._model.eval()
 
-    def run(self, prompt: Prompt) -> Output:
+    def _inputs(self, prompt: Prompt) -> tuple[Any, int]:
+        """The tokenized prompt and its new-token limit; `ValueError` past the context."""
         tok = self._tokenizer
         text = prompt.text or tok.bos_token or " "
         inputs = tok(text, return_tensors="pt").to(self._model.device)
+        limit = prompt.max_tokens or self.max_new_tokens
+        config = self._model.config
+        context = getattr(config, "n_positions", None) or getattr(
+            config, "max_position_embeddings", None
+        )
+        used = int(inputs["input_ids"].shape[1])
+        if context and used + limit > context:
+            raise ValueError(
+                f"the prompt ({used} tokens) plus max_tokens ({limit}) exceed "
+                f"the model's context of {context} tokens"
+            )
+        return inputs, limit
+
+    def stream(self, prompt: Prompt) -> Generator[Output, None, None]:
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        tok = self._tokenizer
+        inputs, limit = self._inputs(prompt)
+        stop = threading.Event()
+
+        class _Stop(StoppingCriteria):
+            def __call__(self, *_: Any, **__: Any) -> bool:
+                return stop.is_set()
+
+        streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
+        counted: list[int] = []
+        failed: list[Exception] = []
+
+        def generate() -> None:
+            try:
+                with torch.inference_mode():
+                    out = self._model.generate(
+                        **inputs,
+                        max_new_tokens=limit,
+                        do_sample=False,
+                        pad_token_id=tok.eos_token_id,
+                        streamer=streamer,
+                        stopping_criteria=StoppingCriteriaList([_Stop()]),
+                    )
+                counted.append(len(out[0]) - int(inputs["input_ids"].shape[1]))
+            except Exception as exc:  # ends the stream instead of leaving its reader waiting
+                failed.append(exc)
+                streamer.end()  # type: ignore[no-untyped-call]
+
+        worker = threading.Thread(target=generate, name="generate", daemon=True)
+        worker.start()
+        try:
+            for piece in streamer:
+                if piece:
+                    yield Output(text=piece)
+        finally:
+            stop.set()
+            worker.join()
+        if failed:
+            raise RuntimeError(f"generation failed: {failed[0]}") from failed[0]
+        used = int(inputs["input_ids"].shape[1])
+        yield Output(prompt_tokens=used, completion_tokens=counted[0] if counted else None)
+
+    def run(self, prompt: Prompt) -> Output:
+        tok = self._tokenizer
+        inputs, limit = self._inputs(prompt)
         with torch.inference_mode():
             out = self._model.generate(
                 **inputs,
-                max_new_tokens=prompt.max_tokens or self.max_new_tokens,
+                max_new_tokens=limit,
                 do_sample=False,
                 pad_token_id=tok.eos_token_id,
             )
@@ -137,6 +206,9 @@ class ImageToTextBackend(_HFBackend):
             completion_tokens=max(len(out[0]) - used, 0),
         )
 
+    def stream(self, prompt: Prompt) -> Generator[Output, None, None]:
+        yield self.run(prompt)
+
 
 class TextToImageBackend(_HFBackend):
     """Stable Diffusion text-to-image; answers a base64 PNG."""
@@ -175,3 +247,6 @@ class TextToImageBackend(_HFBackend):
         buffer = io.BytesIO()
         result.images[0].save(buffer, format="PNG")
         return Output(image=base64.b64encode(buffer.getvalue()).decode())
+
+    def stream(self, prompt: Prompt) -> Generator[Output, None, None]:
+        yield self.run(prompt)

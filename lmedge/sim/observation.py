@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from lmedge.api.base import built
 from lmedge.api.observations import InstanceState, NodeState, Snapshot
-from lmedge.api.records import NodeTelemetry, RequestOutcome, RequestRecord
+from lmedge.api.records import NOT_STREAMED, NodeTelemetry, RequestOutcome, RequestRecord
 from lmedge.sim.entities import Job, NodeSim
 from lmedge.sim.trace import RequestSpec
 
@@ -107,6 +107,7 @@ def job_record(job: Job, outcome: RequestOutcome) -> RequestRecord:
             "conflict": job.conflict,
             "mode": job.mode,
             "error": None,
+            **NOT_STREAMED,
         },
     )
 
@@ -134,6 +135,7 @@ def refusal_record(rid: str, r: RequestSpec, at: float, outcome: RequestOutcome)
             "conflict": False,
             "mode": "none",
             "error": None,
+            **NOT_STREAMED,
         },
     )
 

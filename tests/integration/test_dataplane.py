@@ -202,9 +202,9 @@ def test_openai_sdk_works_unchanged(cluster: Cluster) -> None:
 
     with pytest.raises(openai.NotFoundError, match="unknown LM 'gpt-9'"):
         client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
-    with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
+    with pytest.raises(openai.BadRequestError, match="n must be 1 when stream is true"):
         client.chat.completions.create(
-            model="lm1", messages=[{"role": "user", "content": "x"}], stream=True
+            model="lm1", messages=[{"role": "user", "content": "x"}], stream=True, n=2
         )
     with pytest.raises(openai.BadRequestError, match="text-to-image"):
         client.images.generate(model="lm1", prompt="x")

@@ -383,3 +383,29 @@ def test_text_to_image_backend_on_tiny_stable_diffusion(tmp_path: Path) -> None:
     )
     png = base64.b64decode(output["image"])
     assert png.startswith(b"\x89PNG")
+
+
+@needs_torch
+@pytest.mark.slow
+def test_text_generation_streams_what_it_generates(tmp_path: Path) -> None:
+    """`/infer/stream` on tiny GPT-2: the pieces add up to `/infer`'s text; a prompt
+    plus max_tokens past the context (128 positions) is a 422 before any event."""
+    weights = tiny_gpt2(tmp_path / "gpt2")
+    backend = load_backend(
+        "text-generation", lm="lm1", modality="text-to-text", model_path=weights, device="cpu"
+    )
+    server = ModelServer("lm1", backend, tmp_path / "progress")
+    prompt = {"text": "the edge node", "max_tokens": 6}
+    with TestClient(create_app(server, load_in_background=False)) as client:
+        whole = client.post("/infer", json={"id": "w", "lm": "lm1", "prompts": [prompt]}).json()
+        response = client.post("/infer/stream", json={"id": "s", "lm": "lm1", "prompts": [prompt]})
+        long = {"text": "the edge node", "max_tokens": 200}
+        too_long = client.post("/infer/stream", json={"id": "l", "lm": "lm1", "prompts": [long]})
+    assert response.status_code == 200 and response.headers["content-type"].startswith(
+        "text/event-stream"
+    )
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line]
+    assert events[-1]["done"]
+    assert events[-1]["completion_tokens"] == whole["outputs"][0]["completion_tokens"]
+    assert "".join(e.get("text", "") for e in events) == whole["outputs"][0]["text"]
+    assert too_long.status_code == 422 and "context of 128" in too_long.json()["detail"]

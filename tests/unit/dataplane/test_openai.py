@@ -46,7 +46,8 @@ def test_chat_image_part_becomes_prompt_image() -> None:
 @pytest.mark.parametrize(
     ("content", "modality", "kw", "message"),
     [
-        ("hi", "text-to-text", {"stream": True}, "streaming is not supported"),
+        ("hi", "text-to-text", {"stream_options": {"include_usage": True}},
+         "only allowed when stream is true"),
         ("hi", "text-to-image", {}, "use the matching endpoint"),
         ("hi", "image-to-text", {}, "exactly one image_url"),
         ([{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}],
@@ -57,8 +58,8 @@ def test_chat_image_part_becomes_prompt_image() -> None:
          "image-to-text", {}, "data: URL"),
         ("", "text-to-text", {}, "no text"),
     ],
-    ids=["stream", "wrong-kind", "missing-image", "image-to-text-lm", "remote-url", "bad-base64",
-         "empty"],
+    ids=["stream-options-without-stream", "wrong-kind", "missing-image", "image-to-text-lm",
+         "remote-url", "bad-base64", "empty"],
 )  # fmt: skip
 def test_chat_rejections(
     content: object, modality: str, kw: dict[str, object], message: str
