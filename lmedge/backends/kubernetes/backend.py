@@ -191,6 +191,13 @@ def _progress_dir(root: Path, lm: str) -> None:
         raise LmedgeError(f"cannot create the progress directory {root / lm}: {exc}") from exc
 
 
+def _gpu_vram_gib(ctx: ClusterContext, node: str) -> float | None:
+    """vRAM of `node`'s first GPU (a vLLM pod's share is of one GPU); None if unknown."""
+    if not ctx.has_node(node) or not ctx.node(node).spec.gpus:
+        return None
+    return ctx.node(node).spec.gpus[0].vram_gib
+
+
 def actuate(
     kube: KubeClient,
     placement: Placement,
@@ -226,9 +233,10 @@ def actuate(
             namespace,
             owners.get(target.lm),
             service_account=service_account,
+            gpu_vram_gib=_gpu_vram_gib(ctx, placement.node),
         )
         try:
-            if progress_root is not None:
+            if progress_root is not None and services[target.lm].spec.engine.kind == "pipeline":
                 _progress_dir(progress_root, target.lm)
             kube.create_pod(manifest)
             created.add(target.lm)

@@ -8,22 +8,33 @@ of (mode, cores, vGPUs), so a resize is a new pod (created after the old one
 is deleted) and re-applying the same placement yields the same names: nothing
 changes, which makes actuation idempotent.
 
+The container depends on the LMService's `engine.kind` (`engine_container`):
+`pipeline` runs lmedge's model server (`images/model-server`) with its
+progress directory; `llama.cpp` and `vllm` run the OpenAI-compatible server
+of the image (llama-server, the vLLM OpenAI server) on the same port, with
+flags derived from the token profile (`llama_cpp_args`, `vllm_args`), the
+weights baked into the image or in the LMService's claim, mounted read-only.
+
 The manifest is exactly what the node agent's admission policy admits
 (charts/lmedge/templates/admission-policy.yaml): the model-pod labels, an
 owner reference to the LMService, the LMService's image run through its own
-entrypoint (args only, no `command`), a service account without a token, no
-host namespaces or ports, no privilege, non-root, and no volume but the LM's
-progress directory on the host. Change both together.
+entrypoint (args only, no `command`, in the shape the builder for the
+LMService's engine emits), a service account without a token, no host
+namespaces or ports, no privilege, non-root, no environment but vLLM's HOME,
+and no volume but the LM's progress directory on the host (pipeline) or the
+LMService's own claim, read-only (token engines). Change both together.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lmedge.api import LMPlacement, LMServiceSpec, Placement, ServiceInfo
+from lmedge.api.engines import MODEL_MOUNT, kv_capacity_tokens, kv_pool_gib
 
 GPU_RESOURCE = "nvidia.com/gpu"
 LABEL_LM = "lmedge.io/lm"
@@ -36,8 +47,16 @@ MODEL_PORT = 8000
 #: Host directory holding one progress subdirectory per LM; the model image's
 #: entrypoint uses the same path inside the container (images/model-server).
 PROGRESS_HOST_PATH = "/var/lib/lmedge/progress"
-#: The model-server image's user (images/model-server/Dockerfile).
+#: The model-server image's user (images/model-server/Dockerfile); every model pod runs as it.
 MODEL_UID = 10001
+#: llama.cpp's `--n-gpu-layers` for "every layer on the GPU".
+ALL_LAYERS = 999
+#: vLLM's own default `--gpu-memory-utilization`, used when the GPU's vRAM is unknown.
+VLLM_DEFAULT_UTILIZATION = 0.9
+#: $HOME of a vLLM pod (see `_vllm`); the admission policy admits this one variable.
+VLLM_HOME = "/tmp"
+#: Startup probes (5 s apart) a token engine has to load its weights: 10 minutes.
+STARTUP_PROBES = 120
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,9 @@ def placement_hash(p: LMPlacement, spec: LMServiceSpec | None = None) -> str:
     key = f"{p.mode}/{p.cpu_cores:g}/{p.vgpus}"
     if spec is not None:
         key += f"/{spec.model}/{spec.modality}/{spec.image}/{spec.deployment_memory_gib:g}"
+        if spec.engine.kind != "pipeline":
+            # Its server flags come from the engine spec (pipeline keys stay as they were).
+            key += f"/{spec.min_vram_gib:g}/" + spec.engine.model_dump_json()
     return hashlib.sha256(key.encode()).hexdigest()[:6]
 
 
@@ -112,12 +134,15 @@ def model_pod(
     owner_uid: str | None = None,
     extra_labels: dict[str, str] | None = None,
     service_account: str | None = None,
+    gpu_vram_gib: float | None = None,
 ) -> dict[str, Any]:
     """The Pod manifest serving `service` on `node` with `placement`'s resources.
 
     `service_account` is the model pods' own account (the chart's
     `<release>-model`, which holds no permissions); None keeps the
-    namespace's `default` one. Either way no token is mounted.
+    namespace's `default` one. Either way no token is mounted. The container
+    is the engine's (`engine_container`); `gpu_vram_gib` is the vRAM of one of
+    the node's GPUs, which a vLLM pod's memory share is a fraction of.
     """
     spec = service.spec
     resources: dict[str, str] = {
@@ -154,29 +179,12 @@ def model_pod(
                 "blockOwnerDeletion": False,
             }
         ]
-    probe = {"periodSeconds": 2, "failureThreshold": 3}
+    container, volumes = engine_container(service, placement, gpu_vram_gib)
     container = {
         "name": "model-server",
         "image": spec.image,
-        # Flags for the image's entrypoint, which already runs `lmedge model-server`
-        # with the weights baked into the image and the progress directory.
-        "args": [
-            "--lm",
-            service.name,
-            "--modality",
-            spec.modality,
-            "--device",
-            "cuda" if placement.mode == "gpu" else "cpu",
-        ],
-        "ports": [{"name": "http", "containerPort": MODEL_PORT}],
+        **container,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, **probe},
-        "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "http"},
-            "initialDelaySeconds": 30,
-            **probe,
-        },
-        "volumeMounts": [{"name": "progress", "mountPath": PROGRESS_HOST_PATH}],
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "runAsNonRoot": True,
@@ -198,20 +206,183 @@ def model_pod(
         },
         "containers": [container],
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-        "volumes": [
-            {
-                "name": "progress",
-                # The node agent creates it owned by MODEL_UID when it has the
-                # host directory mounted (the chart's node agent does); else the
-                # kubelet creates it, root-owned, and the model server's
-                # readiness says it cannot write there.
-                "hostPath": {"path": progress_dir(service.name), "type": "DirectoryOrCreate"},
-            }
-        ],
+        "volumes": volumes,
     }
     if service_account:
         pod_spec["serviceAccountName"] = service_account
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+_PROBE = {"periodSeconds": 2, "failureThreshold": 3}
+_PORTS = [{"name": "http", "containerPort": MODEL_PORT}]
+
+
+def engine_container(
+    service: ServiceInfo, placement: LMPlacement, gpu_vram_gib: float | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The engine's part of the model container (args, ports, probes, mounts) and its volumes.
+
+    One builder per `engine.kind`; `model_pod` adds what every model pod has
+    (image, resources, security). What a builder emits is exactly what the
+    node agent's admission policy admits for that kind.
+    """
+    engine = service.spec.engine
+    if engine.kind == "llama.cpp":
+        return _llama_cpp(service, placement)
+    if engine.kind == "vllm":
+        return _vllm(service, placement, gpu_vram_gib)
+    return _pipeline(service, placement)
+
+
+def _pipeline(
+    service: ServiceInfo, placement: LMPlacement
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    container = {
+        # Flags for the image's entrypoint, which already runs `lmedge model-server`
+        # with the weights baked into the image and the progress directory.
+        "args": [
+            "--lm",
+            service.name,
+            "--modality",
+            service.spec.modality,
+            "--device",
+            "cuda" if placement.mode == "gpu" else "cpu",
+        ],
+        "ports": list(_PORTS),
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, **_PROBE},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "initialDelaySeconds": 30,
+            **_PROBE,
+        },
+        "volumeMounts": [{"name": "progress", "mountPath": PROGRESS_HOST_PATH}],
+    }
+    volumes = [
+        {
+            "name": "progress",
+            # The node agent creates it owned by MODEL_UID when it has the
+            # host directory mounted (the chart's node agent does); else the
+            # kubelet creates it, root-owned, and the model server's
+            # readiness says it cannot write there.
+            "hostPath": {"path": progress_dir(service.name), "type": "DirectoryOrCreate"},
+        }
+    ]
+    return container, volumes
+
+
+def _token_engine_parts(
+    service: ServiceInfo, args: list[str], env: list[dict[str, str]] | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Probes, port, env and the model claim shared by the token engines (both answer /health)."""
+
+    def health(**timing: int) -> dict[str, Any]:
+        return {"httpGet": {"path": "/health", "port": "http"}, **timing}
+
+    container: dict[str, Any] = {
+        "args": args,
+        "ports": list(_PORTS),
+        # Loading weights takes minutes for a large model: the startup probe
+        # holds liveness off until the server first answers.
+        "startupProbe": health(periodSeconds=5, failureThreshold=STARTUP_PROBES),
+        "readinessProbe": health(**_PROBE),
+        "livenessProbe": health(periodSeconds=10, failureThreshold=3),
+    }
+    if env:
+        container["env"] = env
+    volumes: list[dict[str, Any]] = []
+    weights = service.spec.engine.weights
+    if weights.claim_name is not None:
+        container["volumeMounts"] = [{"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True}]
+        volumes.append(
+            {
+                "name": "model",
+                "persistentVolumeClaim": {"claimName": weights.claim_name, "readOnly": True},
+            }
+        )
+    return container, volumes
+
+
+def llama_cpp_args(service: ServiceInfo, placement: LMPlacement) -> list[str]:
+    """llama-server's flags for a pod of `service` with `placement` (its image's entrypoint).
+
+    `--parallel` slots share `--ctx-size` tokens of KV equally, so each slot
+    gets a full `contextTokens` context: parallel = min(maxRunningSequences,
+    KV pool / contextTokens) (at least 1) and ctx-size = contextTokens x
+    parallel, which keeps the KV llama.cpp allocates inside the pool the
+    token profile budgets (`kv_capacity_tokens`). All layers on the GPU in
+    GPU mode, none in CPU mode; one thread per whole core of the placement.
+    """
+    tokens = service.spec.engine.tokens
+    assert tokens is not None  # EngineSpec requires it for llama.cpp
+    pool = kv_capacity_tokens(service.spec, "gpu" if placement.mode == "gpu" else "cpu")
+    parallel = max(1, min(tokens.max_running_sequences, pool // tokens.context_tokens))
+    threads = max(1, math.ceil(placement.cpu_cores - 1e-9))
+    return [
+        "--model", service.spec.engine.weights.path,
+        "--alias", service.name,
+        "--host", "0.0.0.0",
+        "--port", str(MODEL_PORT),
+        "--ctx-size", str(tokens.context_tokens * parallel),
+        "--parallel", str(parallel),
+        "--threads", str(threads),
+        "--n-gpu-layers", str(ALL_LAYERS if placement.mode == "gpu" else 0),
+        "--metrics",
+    ]  # fmt: skip
+
+
+def _llama_cpp(
+    service: ServiceInfo, placement: LMPlacement
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    return _token_engine_parts(service, llama_cpp_args(service, placement))
+
+
+def gpu_memory_utilization(spec: LMServiceSpec, gpu_vram_gib: float | None) -> float:
+    """vLLM's `--gpu-memory-utilization`: the share of one GPU the pod reserves.
+
+    (weights + KV pool) / the GPU's vRAM, the memory the deployers budget
+    for the pod (`minVramGib` when `kvCacheGib` is unset), rounded down to
+    three digits and at most 0.95 (CUDA context and activations need the
+    rest); vLLM's default 0.9 when the GPU's vRAM is unknown.
+    """
+    tokens = spec.engine.tokens
+    if tokens is None or gpu_vram_gib is None or gpu_vram_gib <= 0:
+        return VLLM_DEFAULT_UTILIZATION
+    held = tokens.weights_gib + kv_pool_gib(tokens, spec.min_vram_gib)
+    return max(0.001, min(0.95, math.floor(held / gpu_vram_gib * 1000) / 1000))
+
+
+def vllm_args(
+    service: ServiceInfo, placement: LMPlacement, gpu_vram_gib: float | None = None
+) -> list[str]:
+    """The vLLM OpenAI server's flags for a pod of `service` (its image's entrypoint).
+
+    `--max-num-seqs` = maxRunningSequences, `--max-model-len` = contextTokens;
+    on a GPU, `--gpu-memory-utilization` (`gpu_memory_utilization`), which
+    sizes vLLM's KV pool to the one the token profile budgets.
+    """
+    tokens = service.spec.engine.tokens
+    assert tokens is not None  # EngineSpec requires it for vllm
+    args = [
+        "--model", service.spec.engine.weights.path,
+        "--served-model-name", service.name,
+        "--host", "0.0.0.0",
+        "--port", str(MODEL_PORT),
+        "--max-num-seqs", str(tokens.max_running_sequences),
+        "--max-model-len", str(tokens.context_tokens),
+    ]  # fmt: skip
+    if placement.mode == "gpu":
+        util = gpu_memory_utilization(service.spec, gpu_vram_gib)
+        args += ["--gpu-memory-utilization", f"{util:.3f}"]
+    return args
+
+
+def _vllm(
+    service: ServiceInfo, placement: LMPlacement, gpu_vram_gib: float | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    # The image runs as MODEL_UID, which has no home directory in it: vLLM's
+    # and Triton's caches go under $HOME, so HOME is the writable /tmp.
+    env = [{"name": "HOME", "value": VLLM_HOME}]
+    return _token_engine_parts(service, vllm_args(service, placement, gpu_vram_gib), env)
 
 
 def progress_dir(lm: str, root: str = PROGRESS_HOST_PATH) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from lmedge.api import EdgeNodeSpec, GPUSpec, LMServiceSpec
@@ -93,3 +95,27 @@ def test_model_images_list_each_live_lmservice_image_and_uid() -> None:
         {"metadata": {"name": "lm3", "uid": "u3"}, "spec": {}},
     ]  # fmt: skip
     assert model_images(services) == {"lm1.image": "reg/lm1:1", "lm1.uid": "u1"}
+
+
+def test_model_images_list_a_token_engines_kind_weights_and_claim() -> None:
+    from lmedge.operator.logic import model_images
+
+    def svc(name: str, engine: dict[str, Any] | None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"image": f"img/{name}"}
+        if engine is not None:
+            spec["engine"] = engine
+        return {"metadata": {"name": name, "uid": f"u-{name}"}, "spec": spec}
+
+    data = model_images([
+        svc("p", None),
+        svc("l", {"kind": "llama.cpp", "model": {"claimName": "g", "path": "/models/m.gguf"}}),
+        svc("v", {"kind": "vllm"}),
+        svc("bad", {"kind": "vllm", "model": {"path": "/models/../x"}}),
+    ])  # fmt: skip
+
+    assert data == {
+        "bad.image": "img/bad", "bad.uid": "u-bad",
+        "l.claim": "g", "l.engine": "llama.cpp", "l.image": "img/l", "l.model": "/models/m.gguf",
+        "l.uid": "u-l", "p.image": "img/p", "p.uid": "u-p",
+        "v.engine": "vllm", "v.image": "img/v", "v.model": "/models/model.gguf", "v.uid": "u-v",
+    }  # fmt: skip
