@@ -230,6 +230,9 @@ class EngineSpec(SpecModel):
         return self.model if self.model is not None else ModelSource()
 
 
+#: How the gateway talks to a model pod: `pipeline` is `lmedge model-server`
+#: (`/infer`, `/infer/stream`); `openai` an engine that speaks the OpenAI API
+#: itself (llama.cpp, vLLM: `/v1/chat/completions`, `/v1/completions`).
 PodProtocol = Literal["pipeline", "openai"]
 
 

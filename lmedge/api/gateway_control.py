@@ -11,20 +11,14 @@ beside or below the data plane in the layering and may not import it.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from lmedge.api.base import WireModel
 from lmedge.api.decisions import RoutingMap
+from lmedge.api.engines import PodProtocol
 from lmedge.api.resources import Modality
 
 __all__ = ["LocalModels", "ModelEndpoint", "PodProtocol", "RoutingUpdate"]
-
-#: How the gateway talks to a model pod: `pipeline` is `lmedge model-server`
-#: (`/infer`, `/infer/stream`); `openai` an engine that speaks the OpenAI API
-#: itself (llama.cpp, vLLM: `/v1/chat/completions`, `/v1/completions`).
-PodProtocol = Literal["pipeline", "openai"]
 
 
 class RoutingUpdate(WireModel):

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lmedge.api import (
@@ -47,6 +47,7 @@ from lmedge.api import (
     NodeObservation,
     Placement,
 )
+from lmedge.api.engines import PodProtocol, pod_protocol
 from lmedge.backends.kubernetes.backend import KubernetesBackend
 from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
 from lmedge.controller.guard import DecisionGuard
@@ -225,7 +226,8 @@ class NodeAgent:
         except LmedgeError as exc:
             log.warning("cannot list pods for the gateway: %s", exc)
             return
-        gateways.push_models(self.node, serving_endpoints(pods))
+        endpoints = serving_endpoints(pods)
+        gateways.push_models(self.node, endpoints, pod_protocols(self.ctx, endpoints))
 
     def run(
         self,
@@ -265,6 +267,12 @@ class NodeAgent:
             while not stop.is_set() and clock.now() < slot * slot_s:
                 stop.wait(min(0.5, max(0.0, slot * slot_s - clock.now())))
         return None
+
+
+def pod_protocols(ctx: ClusterContext, lms: Iterable[str]) -> dict[str, PodProtocol]:
+    """What each LM's pod speaks, from its LMService's engine (an LM no longer known: none)."""
+    known = set(ctx.lm_names)
+    return {lm: pod_protocol(ctx.service(lm).spec.engine.kind) for lm in lms if lm in known}
 
 
 def serving_endpoints(pods: list[ObservedPod]) -> dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from lmedge.api import LMPlacement, LoopConstants, RequestRecord, Route, RoutingMap
+from lmedge.api import ClusterContext, LMPlacement, LoopConstants, RequestRecord, Route, RoutingMap
 from lmedge.api.manifests import load_resources
 from lmedge.backends.kubernetes.backend import (
     KubernetesBackend,
@@ -362,3 +362,18 @@ def test_wall_clock_counts_from_its_start() -> None:
     clock.sleep_until(before + 0.2)
     # the guarantee: it never returns before the time asked for
     assert clock.now() >= before + 0.2
+
+
+def test_a_token_engine_pod_is_registered_as_speaking_openai() -> None:
+    """The node agent tells its gateway which pods speak OpenAI, from each LMService's engine."""
+    from lmedge.nodeagent.agent import pod_protocols
+
+    _, engine_services = load_resources(EXAMPLES.parent / "llama-cpp")
+    chat = engine_services[0]
+    ctx = ClusterContext(nodes=NODES, services=[SVC["lm1"], chat])
+    protocols = pod_protocols(ctx, ["lm1", chat.name, "gone"])
+    assert protocols == {"lm1": "pipeline", chat.name: "openai"}
+    body = LocalModels.model_validate(
+        models_body({"lm1": "http://10.0.0.1:8000", chat.name: "http://10.0.0.2:8000"}, protocols)
+    )
+    assert {m.lm: m.protocol for m in body.models} == {"lm1": "pipeline", chat.name: "openai"}
