@@ -134,7 +134,11 @@ def _serve_run(
                 run=run,
                 clock=backend.wall_clock.now,
             )
-        agent = NodeAgent(node, backend, plugin, store=store, telemetry=collector)
+        from lmedge.nodeagent.telemetry import EngineScraper
+
+        # The token engines' /metrics are read from the pods themselves: no exporter needed.
+        engines = EngineScraper(clock=backend.wall_clock.now)
+        agent = NodeAgent(node, backend, plugin, store=store, telemetry=collector, engines=engines)
         log.info(
             "node agent on %s: deployer %s, run %s, started %s",
             node, name, run,
