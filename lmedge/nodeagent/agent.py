@@ -68,6 +68,8 @@ class SlotReport:
     slot: int
     decision: Decision[Placement]
     actuation: ActuationResult
+    #: The token engines' telemetry the deployer saw (None: none read).
+    engines: list[EngineTelemetry] | None = None
 
 
 def latest_macro(store: Store | None, run: str) -> MacroPolicy | None:
@@ -185,7 +187,7 @@ class NodeAgent:
             self._collect_telemetry(engines)
         if actuation.errors:
             log.warning("slot %d on %s: %s", slot, self.node, "; ".join(actuation.errors))
-        return SlotReport(slot, decision, actuation)
+        return SlotReport(slot, decision, actuation, engines)
 
     def _drain(self, slot: int) -> SlotReport:
         why = self.backend.live.view().down.get(self.node) or "its EdgeNode was deleted"
