@@ -8,6 +8,10 @@ Two sources (paper §V-D1):
 * a Prometheus server that already scrapes them, queried with
   prometheus-api-client, when one is configured.
 
+The token engines' own pages (llama.cpp server, vLLM) are read by
+`EngineScraper` from each engine pod's `/metrics` (parsed by
+`lmedge.nodeagent.engines`) and put into the node's snapshot as `engines`.
+
 CPU utilisation comes from the `node_cpu_seconds_total` counters: the busy
 share of the CPU seconds elapsed since the previous scrape of the node, or
 since boot on the first scrape. Memory utilisation is `1 - MemAvailable /
