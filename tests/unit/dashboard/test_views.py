@@ -7,11 +7,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.api.records import NodeTelemetry
 from lmedge.dashboard import views
-from lmedge.dashboard.app import _local
+from lmedge.dashboard.app import _local, create_app
 from lmedge.dashboard.views import NotFound, find_reports, is_live, load_report, report_file
 from lmedge.store import RunInfo, open_store
 
@@ -94,3 +95,9 @@ def test_the_cluster_view_keeps_the_fullest_kv_cache_per_node_and_slot(tmp_path:
         cs = views.cluster_state(store, "r", None)
     assert cs.kv_usage == {("w1", 0): pytest.approx(0.7)}
     assert cs.kv_slots == [0]
+    with (
+        open_store(str(tmp_path / "db"), read_only=True) as store,
+        TestClient(create_app(store)) as client,
+    ):
+        page = client.get("/runs/r/cluster")
+    assert page.status_code == 200 and 'id="chart-kv"' in page.text
