@@ -226,6 +226,46 @@ ROWS: list[tuple[str, list[Panel]]] = [
             ),
         ],
     ),
+    (
+        "Token engines (llama.cpp, vLLM; read by the node agents)",
+        [
+            (
+                "KV-cache usage by node and LM",
+                "percentunit",
+                [
+                    (
+                        'max by (node, lm) (lmedge_engine_kv_cache_usage_ratio{lm=~"$lm"})',
+                        "{{node}} {{lm}}",
+                    )
+                ],
+                "Share of each engine pod's KV-cache pool in use (llamacpp:kv_cache_usage_ratio, "
+                "vllm:kv_cache_usage_perc); a full cache queues new sequences.",
+            ),
+            (
+                "Running and waiting sequences by node and LM",
+                "short",
+                [
+                    (
+                        'max by (node, lm, state) (lmedge_engine_sequences{lm=~"$lm"})',
+                        "{{node}} {{lm}} {{state}}",
+                    )
+                ],
+                "Running: in the batch (llamacpp:requests_processing, vllm:num_requests_running); "
+                "waiting: queued at the engine (llamacpp:requests_deferred, vllm:num_requests_waiting).",
+            ),
+            (
+                "Token throughput by node, LM and phase",
+                "short",
+                [
+                    (
+                        'max by (node, lm, phase) (lmedge_engine_tokens_per_second{lm=~"$lm"})',
+                        "{{node}} {{lm}} {{phase}}",
+                    )
+                ],
+                "Tokens/s over the last slot from the engines' prompt and generation token counters.",
+            ),
+        ],
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ prompt describes its own node only.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -254,6 +255,23 @@ def render_planning(
     return system, "\n".join(lines)
 
 
+def engines_sentence(states: Iterable[NodeState]) -> str | None:
+    """The token engines' KV cache and queues in one sentence; None when no node reports any.
+
+    None keeps a prompt exactly as it is without token engines (pipeline LMs).
+    """
+    parts = [
+        f"{st.name}/{e.lm} KV "
+        + (f"{e.kv_cache_usage:.0%}" if e.kv_cache_usage is not None else "n/a")
+        + f", {e.running} running, {e.waiting} waiting"
+        for st in states
+        for e in st.engines or ()
+    ]
+    if not parts:
+        return None
+    return "Token engines (node/LM: KV cache in use, sequences): " + "; ".join(parts) + "."
+
+
 def render_slot(view: SlotView) -> tuple[str, str]:
     """(system, user) prompts for the scheduler: top-k candidates per LM, then the pairs."""
     output = (
@@ -278,6 +296,9 @@ def render_slot(view: SlotView) -> tuple[str, str]:
             for c in cands[:TOP_K]
         )
         lines.append(f"- {lm}: {shown}")
+    engines = engines_sentence(view.states.values())
+    if engines:
+        lines.append(engines)
     prompts = {(a.origin, a.lm): a.prompts for a in view.arrivals}
     pairs = ", ".join(
         f"{o}/{lm}({prompts.get((o, lm), 0)})->{dest}"
@@ -335,6 +356,9 @@ def render_node(obs: NodeObservation, reference: Placement) -> tuple[str, str]:
         f" {st.gpu_util:.0%}, CPU {st.cpu_util:.0%}."
         + (" A pod is still starting: adding resources now is voided." if st.pending else ""),
     ]
+    engines = engines_sentence([st])
+    if engines:
+        lines.append(engines)
     for sv in obs.services:
         inst = st.instance(sv.name)
         run = (

@@ -16,6 +16,7 @@ from lmedge.api import hosting
 from lmedge.api.base import WireModel
 from lmedge.api.constants import SLOT_S, TAU_S, LoopConstants
 from lmedge.api.decisions import MacroPolicy, Mode, Placement
+from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.api.resources import EdgeNodeSpec, LMServiceSpec
 
 
@@ -188,6 +189,10 @@ class NodeState(WireModel):
     free_vram_gib: float = 0.0
     gpu_util: float = Field(default=0.0, ge=0, le=1)
     cpu_util: float = Field(default=0.0, ge=0, le=1)
+    engines: list[EngineTelemetry] | None = Field(
+        default=None,
+        description="Token-engine pods (KV cache, batch, tokens/s); None without any.",
+    )
 
     @property
     def pending(self) -> bool:

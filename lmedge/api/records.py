@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from lmedge.api.base import WireModel
+from lmedge.api.engine_telemetry import EngineTelemetry, kv_usage
 
 #: `success`: served within its deadline; `timeout`: not served by the deadline
 #: (or failed on the way); `rejected`: refused at once by admission control,
@@ -105,7 +106,12 @@ NOT_STREAMED: dict[str, None] = dict.fromkeys(
 
 
 class NodeTelemetry(WireModel):
-    """A snapshot of one node's resource use (from exporters or the emulator)."""
+    """A snapshot of one node's resource use (from exporters or the emulator).
+
+    `engines`: one entry per token-engine pod (llama.cpp, vLLM) on the node;
+    None when the node runs none or none was read yet, so snapshots of
+    pipeline-only nodes (and documents written before) read the same.
+    """
 
     run: str = ""
     node: str
@@ -116,3 +122,18 @@ class NodeTelemetry(WireModel):
     vram_used_gib: list[float] = Field(default_factory=list)
     source: Literal["emulator", "exporter", "prometheus"] = "emulator"
     extra: dict[str, float] = Field(default_factory=dict)
+    engines: list[EngineTelemetry] | None = Field(
+        default=None, description="Token-engine pods on the node; None without any."
+    )
+
+    @property
+    def kv_usage_max(self) -> float | None:
+        """The fullest KV cache of the node's engine pods (0..1); None without a reading."""
+        usage = kv_usage(self.engines)
+        return usage[0] if usage else None
+
+    @property
+    def kv_usage_mean(self) -> float | None:
+        """The mean KV-cache usage of the node's engine pods (0..1); None without a reading."""
+        usage = kv_usage(self.engines)
+        return usage[1] if usage else None

@@ -24,6 +24,7 @@ Each process has its own registry (as the gateways do), rendered with
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from typing import Any
 
 from prometheus_client import (
@@ -38,6 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from lmedge.api.decisions import Decision
+from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.errors import ConfigError
 from lmedge.store.buffer import BufferStats
 
@@ -52,6 +54,9 @@ FAMILIES = (
     "lmedge_controller_slot",
     "lmedge_controller_slot_duration_seconds",
     "lmedge_node_agent_last_slot",
+    "lmedge_engine_kv_cache_usage_ratio",
+    "lmedge_engine_sequences",
+    "lmedge_engine_tokens_per_second",
     "lmedge_store_pending_documents",
     "lmedge_store_spilled_documents",
     "lmedge_store_dropped_documents",
@@ -122,6 +127,28 @@ class ControlPlaneMetrics:
             ["node"],
             registry=self.registry,
         )
+        # A node agent's reading of its token engines (lmedge.api.engine_telemetry),
+        # labelled by node and LM: the chart scrapes the agents, not the model pods.
+        self.engine_kv = Gauge(
+            "lmedge_engine_kv_cache_usage_ratio",
+            "Share of a token engine's KV-cache pool in use (0..1), by node and LM.",
+            ["node", "lm"],
+            registry=self.registry,
+        )
+        self.engine_sequences = Gauge(
+            "lmedge_engine_sequences",
+            "Sequences of a token engine, by node, LM and state (running, waiting).",
+            ["node", "lm", "state"],
+            registry=self.registry,
+        )
+        self.engine_tokens = Gauge(
+            "lmedge_engine_tokens_per_second",
+            "Token throughput of a token engine over the last slot, by node, LM and phase "
+            "(prompt, generation).",
+            ["node", "lm", "phase"],
+            registry=self.registry,
+        )
+        self._engine_lms: dict[str, set[str]] = {}
         if store_stats is not None:
             self.registry.register(_BufferCollector(store_stats))
 
@@ -132,6 +159,35 @@ class ControlPlaneMetrics:
             self.decision_seconds.labels(agent=d.agent).observe(d.latency_s)
             if d.agent == "deployer" and d.node is not None:
                 self.node_last_slot.labels(node=d.node).set(d.slot)
+
+    def observe_engines(self, node: str, engines: Iterable[EngineTelemetry] | None) -> None:
+        """Set `node`'s engine series to this reading; LMs no longer read lose theirs."""
+        now: set[str] = set()
+        for e in engines or ():
+            now.add(e.lm)
+            if e.kv_cache_usage is not None:
+                self.engine_kv.labels(node=node, lm=e.lm).set(e.kv_cache_usage)
+            self.engine_sequences.labels(node=node, lm=e.lm, state="running").set(e.running)
+            self.engine_sequences.labels(node=node, lm=e.lm, state="waiting").set(e.waiting)
+            for phase, rate in (
+                ("prompt", e.prompt_tokens_per_s),
+                ("generation", e.generation_tokens_per_s),
+            ):
+                if rate is not None:
+                    self.engine_tokens.labels(node=node, lm=e.lm, phase=phase).set(rate)
+        for lm in self._engine_lms.get(node, set()) - now:
+            self._forget(node, lm)
+        self._engine_lms[node] = now
+
+    def _forget(self, node: str, lm: str) -> None:
+        series = [
+            (self.engine_kv, (node, lm)),
+            *((self.engine_sequences, (node, lm, s)) for s in ("running", "waiting")),
+            *((self.engine_tokens, (node, lm, p)) for p in ("prompt", "generation")),
+        ]
+        for gauge, labels in series:
+            with suppress(KeyError):  # never set (an engine without that reading)
+                gauge.remove(*labels)
 
     def observe_slot(self, slot: int, decide_s: float) -> None:
         """A slot finished: its index and how long its decisions took."""

@@ -311,6 +311,17 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
             chart_id="chart-backlog",
             column_label_every=max(1, len(cs.backlog_slots) // 20),
         )
+        kv = charts.Heatmap(
+            "KV-cache usage per node over slots (fullest token-engine pod in the slot)",
+            cs.nodes,
+            [str(s) for s in cs.kv_slots],
+            {(n, str(s)): v for (n, s), v in cs.kv_usage.items()},
+            "slot",
+            "node",
+            v_max=1.0,
+            chart_id="chart-kv",
+            column_label_every=max(1, len(cs.kv_slots) // 20),
+        )
         policy = charts.Heatmap(
             f"Macro policy of epoch {cs.policy_epoch}: routing weight, ● = role (hosts the LM)",
             cs.policy_lms,
@@ -330,6 +341,8 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
             figures={
                 "active": Markup(active.svg()),
                 "backlog": Markup(backlog.svg()),
+                # only where a node runs a token engine: pipeline runs keep their page
+                "kv": Markup(kv.svg()) if cs.kv_usage else None,
                 "policy": Markup(policy.svg()),
             },
         )

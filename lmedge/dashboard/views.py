@@ -234,6 +234,10 @@ class ClusterState:
     #: (node, slot) -> largest queue backlog seen in that slot, prompts.
     backlog: dict[tuple[str, int], float]
     backlog_slots: list[int]
+    #: (node, slot) -> fullest token-engine KV cache seen in that slot, 0..1;
+    #: empty when no node runs a token engine (llama.cpp, vLLM).
+    kv_usage: dict[tuple[str, int], float]
+    kv_slots: list[int]
     #: The macro policy shown: its epoch and (lm, node) -> routing weight, and roles.
     policy_epoch: int | None
     policy_epochs: list[int]
@@ -262,12 +266,15 @@ def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
             placements[value.node] = (d.slot, lms)
     telemetry = store.telemetry(run=run_id, limit=0)
     backlog: dict[tuple[str, int], float] = {}
+    kv: dict[tuple[str, int], float] = {}
     for t in telemetry:
-        if "backlog_prompts" not in t.extra:
-            continue
         key = (t.node, int(t.time_s // c.slot_s))
-        backlog[key] = max(backlog.get(key, 0.0), t.extra["backlog_prompts"])
-    nodes = sorted({n for n, _ in active} | {n for n, _ in backlog})
+        if "backlog_prompts" in t.extra:
+            backlog[key] = max(backlog.get(key, 0.0), t.extra["backlog_prompts"])
+        fullest = t.kv_usage_max
+        if fullest is not None:
+            kv[key] = max(kv.get(key, 0.0), fullest)
+    nodes = sorted({n for n, _ in active} | {n for n, _ in backlog} | {n for n, _ in kv})
     policies = store.decisions(agent="planner", run=run_id, limit=MAX_DEPLOYMENTS)
     epochs = sorted({d.epoch for d in policies})
     chosen: AnyDecision | None = None
@@ -299,6 +306,8 @@ def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
         slots=sorted({s for _, s in active}),
         backlog=backlog,
         backlog_slots=sorted({s for _, s in backlog}),
+        kv_usage=kv,
+        kv_slots=sorted({s for _, s in kv}),
         policy_epoch=chosen.epoch if chosen is not None else None,
         policy_epochs=epochs,
         policy_weights=weights,

@@ -47,12 +47,13 @@ from lmedge.api import (
     NodeObservation,
     Placement,
 )
-from lmedge.api.engines import PodProtocol, pod_protocol
+from lmedge.api.engine_telemetry import EngineTelemetry
+from lmedge.api.engines import TOKEN_ENGINES, PodProtocol, pod_protocol
 from lmedge.backends.kubernetes.backend import KubernetesBackend
 from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
 from lmedge.controller.guard import DecisionGuard
 from lmedge.errors import LmedgeError
-from lmedge.nodeagent.telemetry import TelemetryCollector
+from lmedge.nodeagent.telemetry import EngineScraper, EngineTarget, TelemetryCollector
 from lmedge.store import RunInfo, Store
 
 __all__ = ["NodeAgent", "SlotReport", "latest_macro"]
@@ -67,6 +68,8 @@ class SlotReport:
     slot: int
     decision: Decision[Placement]
     actuation: ActuationResult
+    #: The token engines' telemetry the deployer saw (None: none read).
+    engines: list[EngineTelemetry] | None = None
 
 
 def latest_macro(store: Store | None, run: str) -> MacroPolicy | None:
@@ -108,6 +111,7 @@ class NodeAgent:
         *,
         store: Store | None = None,
         telemetry: TelemetryCollector | None = None,
+        engines: EngineScraper | None = None,
     ) -> None:
         # A worker that is down now (cordoned, NotReady) still gets its agent:
         # it drains the node now and serves again once the node is back.
@@ -121,6 +125,8 @@ class NodeAgent:
         self.deployer = deployer
         self.store = store
         self.telemetry = telemetry
+        #: Reads the token engines' /metrics of this node's pods (None: not read).
+        self.engines = engines
         self.run_id = backend.settings.run
         #: The same guard as the controller loop's: call, validate, repair with
         #: the role priority, last-resort fallback, stamp.
@@ -144,6 +150,9 @@ class NodeAgent:
             return self._drain(slot)
         info = ctx.node(self.node)
         state = self.backend.node_snapshot(self.node)
+        engines = self._scrape_engines(ctx)
+        if engines is not None:
+            state = state.model_copy(update={"engines": engines})
         macro = latest_macro(self.store, self.run_id)
         # The stored policy may predate a change of the cluster (the controller
         # re-plans at once, but its policy reaches the store a moment later):
@@ -175,10 +184,10 @@ class NodeAgent:
                 self.store.record_decision(decision)
             except Exception:
                 log.exception("slot %d on %s: decision not handed to the store", slot, self.node)
-            self._collect_telemetry()
+            self._collect_telemetry(engines)
         if actuation.errors:
             log.warning("slot %d on %s: %s", slot, self.node, "; ".join(actuation.errors))
-        return SlotReport(slot, decision, actuation)
+        return SlotReport(slot, decision, actuation, engines)
 
     def _drain(self, slot: int) -> SlotReport:
         why = self.backend.live.view().down.get(self.node) or "its EdgeNode was deleted"
@@ -206,12 +215,44 @@ class NodeAgent:
             log.warning("slot %d on %s: %s", slot, self.node, "; ".join(actuation.errors))
         return SlotReport(slot, decision, actuation)
 
-    def _collect_telemetry(self) -> None:
-        """Scrape this node's exporters into the store; a silent exporter only logs."""
+    def _scrape_engines(self, ctx: ClusterContext) -> list[EngineTelemetry] | None:
+        """The token engines' telemetry of this node's serving pods (None: none read).
+
+        Only pods of a llama.cpp or vLLM LMService are read: a pipeline pod's
+        /metrics counts prompts, which the agents get from the gateway.
+        """
+        if self.engines is None:
+            return None
+        try:
+            pods = self.backend.kube.list_model_pods(self.backend.settings.namespace, self.node)
+        except LmedgeError as exc:
+            log.warning("engine telemetry of %s not read: %s", self.node, exc)
+            return None
+        targets = [
+            EngineTarget(lm=p.lm, pod=p.name, url=f"http://{p.ip}:{MODEL_PORT}/metrics")
+            for p in sorted(pods, key=lambda p: p.name)
+            if p.ready
+            and not p.deleting
+            and p.ip
+            and ctx.has_service(p.lm)
+            and ctx.service(p.lm).spec.engine.kind in TOKEN_ENGINES
+        ]
+        try:
+            return asyncio.run(self.engines.scrape(targets))
+        except Exception:  # a bug in reading a page must not stop the node
+            log.exception("engine telemetry of %s not read", self.node)
+            return None
+
+    def _collect_telemetry(self, engines: list[EngineTelemetry] | None) -> None:
+        """Scrape this node's exporters into the store, with `engines`.
+
+        A silent exporter only logs.
+        """
         if self.telemetry is None or self.store is None:
             return
         try:
-            asyncio.run(self.telemetry.collect_into(self.store))
+            by_node = {self.node: engines} if engines else None
+            asyncio.run(self.telemetry.collect_into(self.store, by_node))
         except (LmedgeError, OSError) as exc:
             log.warning("telemetry of %s not collected: %s", self.node, exc)
         except Exception:  # a malformed exporter page must not stop the node

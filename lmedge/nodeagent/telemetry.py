@@ -8,6 +8,10 @@ Two sources (paper §V-D1):
 * a Prometheus server that already scrapes them, queried with
   prometheus-api-client, when one is configured.
 
+The token engines' own pages (llama.cpp server, vLLM) are read by
+`EngineScraper` from each engine pod's `/metrics` (parsed by
+`lmedge.nodeagent.engines`) and put into the node's snapshot as `engines`.
+
 CPU utilisation comes from the `node_cpu_seconds_total` counters: the busy
 share of the CPU seconds elapsed since the previous scrape of the node, or
 since boot on the first scrape. Memory utilisation is `1 - MemAvailable /
@@ -23,16 +27,20 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from lmedge.api.engine_telemetry import EngineCounters, EngineTelemetry, engine_telemetry
 from lmedge.api.records import NodeTelemetry
+from lmedge.nodeagent.engines import engine_counters
+from lmedge.nodeagent.exposition import Samples, parse_exposition
 
 __all__ = [
+    "EngineScraper",
+    "EngineTarget",
     "ExporterTargets",
     "PrometheusTelemetry",
     "TelemetryCollector",
@@ -43,17 +51,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _MIB_PER_GIB = 1024.0
-#: Samples a node-exporter/dcgm-exporter text yields, by metric name: [(labels, value)].
-Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def parse_exposition(text: str) -> Samples:
-    """Every sample of a Prometheus exposition-format text, by sample name."""
-    samples: Samples = defaultdict(list)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[sample.name].append((dict(sample.labels), float(sample.value)))
-    return dict(samples)
 
 
 def _cpu_totals(samples: Samples) -> tuple[float, float] | None:
@@ -121,15 +118,28 @@ class TelemetryCollector:
     transport: httpx.AsyncBaseTransport | None = None
     _previous_cpu: dict[str, tuple[float, float]] = field(default_factory=dict)
 
-    async def collect(self) -> list[NodeTelemetry]:
-        """One snapshot per node whose node-exporter answered."""
+    async def collect(
+        self, engines: Mapping[str, list[EngineTelemetry]] | None = None
+    ) -> list[NodeTelemetry]:
+        """One snapshot per node whose node-exporter answered.
+
+        `engines`: node -> its engine pods' telemetry (`EngineScraper`), put
+        into that node's snapshot; a node without an entry gets None.
+        """
         async with httpx.AsyncClient(timeout=self.timeout_s, transport=self.transport) as client:
             results = await asyncio.gather(*(self._node(client, t) for t in self.targets))
-        return [r for r in results if r is not None]
+        snapshots = [r for r in results if r is not None]
+        for s in snapshots:
+            s.engines = (engines or {}).get(s.node)
+        return snapshots
 
-    async def collect_into(self, sink: TelemetrySink) -> list[NodeTelemetry]:
-        """Collect and store the snapshots; return them."""
-        snapshots = await self.collect()
+    async def collect_into(
+        self,
+        sink: TelemetrySink,
+        engines: Mapping[str, list[EngineTelemetry]] | None = None,
+    ) -> list[NodeTelemetry]:
+        """Collect (with `engines`, as `collect`) and store the snapshots; return them."""
+        snapshots = await self.collect(engines)
         if snapshots:
             await asyncio.to_thread(sink.record_telemetry, snapshots)
         return snapshots
@@ -138,7 +148,7 @@ class TelemetryCollector:
         self, client: httpx.AsyncClient, target: ExporterTargets
     ) -> NodeTelemetry | None:
         urls = [target.node_url] + ([target.dcgm_url] if target.dcgm_url else [])
-        texts = await asyncio.gather(*(self._get(client, u) for u in urls))
+        texts = await asyncio.gather(*(_get(client, u) for u in urls))
         node_text = texts[0]
         if node_text is None:
             return None
@@ -148,15 +158,6 @@ class TelemetryCollector:
             parse_exposition(node_text),
             parse_exposition(gpu_text) if gpu_text is not None else {},
         )
-
-    async def _get(self, client: httpx.AsyncClient, url: str) -> str | None:
-        try:
-            response = await client.get(url)
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            log.warning("telemetry: %s did not answer: %s", url, exc)
-            return None
-        return response.text
 
     def snapshot(self, node: str, host: Samples, gpus: Samples) -> NodeTelemetry:
         """A snapshot from parsed exporter samples (updates the CPU baseline)."""
@@ -194,6 +195,71 @@ class TelemetryCollector:
             source="exporter",
             extra=extra,
         )
+
+
+async def _get(client: httpx.AsyncClient, url: str) -> str | None:
+    try:
+        response = await client.get(url)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        log.warning("telemetry: %s did not answer: %s", url, exc)
+        return None
+    return response.text
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """One model pod's metrics page: `url` is `http://<pod IP>:<port>/metrics`."""
+
+    lm: str
+    pod: str
+    url: str
+
+
+@dataclass
+class EngineScraper:
+    """Reads the token engines' `/metrics` of one node's model pods, slot after slot.
+
+    Keeps each pod's previous reading, so throughput is over the interval
+    between two scrapes (`lmedge.api.engine_telemetry.engine_telemetry`).
+    A pod that does not answer, or whose page is malformed, is left out with
+    a logged warning; a pipeline pod's page (no engine prefix) is left out
+    silently. `timeout_s`: per page, seconds (default 2: the agent scrapes
+    before it decides, and a slot is 30 s).
+    """
+
+    timeout_s: float = 2.0
+    clock: Callable[[], float] = time.time
+    transport: httpx.AsyncBaseTransport | None = None
+    _previous: dict[str, EngineCounters] = field(default_factory=dict)
+
+    async def scrape(self, targets: Sequence[EngineTarget]) -> list[EngineTelemetry] | None:
+        """The telemetry of the engine pods among `targets`; None when there is none."""
+        texts: list[str | None] = []
+        if targets:
+            async with httpx.AsyncClient(
+                timeout=self.timeout_s, transport=self.transport
+            ) as client:
+                texts = await asyncio.gather(*(_get(client, t.url) for t in targets))
+        now = max(self.clock(), 0.0)
+        out: list[EngineTelemetry] = []
+        seen: dict[str, EngineCounters] = {}
+        for target, text in zip(targets, texts, strict=True):
+            if text is None:
+                continue
+            try:
+                counters = engine_counters(text, target.lm, pod=target.pod, time_s=now)
+            except ValueError as exc:
+                log.warning(
+                    "telemetry: %s (%s): unreadable metrics: %s", target.pod, target.url, exc
+                )
+                continue
+            if counters is None:
+                continue
+            out.append(engine_telemetry(counters, self._previous.get(target.pod)))
+            seen[target.pod] = counters
+        self._previous = seen  # a pod that is gone (or silent) starts afresh
+        return out or None
 
 
 #: PromQL per quantity; `instance` (node-exporter) / `Hostname` (dcgm) name the node.

@@ -24,7 +24,7 @@ from lmedge.backends.kubernetes.gateways import GatewayClient
 from lmedge.controller.assembly import PolicyChoice, build_node_deployer
 from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.errors import LmedgeError
-from lmedge.nodeagent.agent import NodeAgent, newer_run
+from lmedge.nodeagent.agent import NodeAgent, SlotReport, newer_run
 from lmedge.processes import configure_logging, stop_on_signals
 from lmedge.processes.plugins import register_plugins
 from lmedge.store import RunInfo, Store, open_store
@@ -87,6 +87,12 @@ def await_run(
     return None
 
 
+def observe(metrics: ControlPlaneMetrics, node: str, report: SlotReport) -> None:
+    """Count a slot's decision and export the engine telemetry its deployer saw."""
+    metrics.observe_decisions([report.decision])
+    metrics.observe_engines(node, report.engines)
+
+
 def _serve_run(
     found: RunInfo,
     settings: NodeAgentSettings,
@@ -134,7 +140,11 @@ def _serve_run(
                 run=run,
                 clock=backend.wall_clock.now,
             )
-        agent = NodeAgent(node, backend, plugin, store=store, telemetry=collector)
+        from lmedge.nodeagent.telemetry import EngineScraper
+
+        # The token engines' /metrics are read from the pods themselves: no exporter needed.
+        engines = EngineScraper(clock=backend.wall_clock.now)
+        agent = NodeAgent(node, backend, plugin, store=store, telemetry=collector, engines=engines)
         log.info(
             "node agent on %s: deployer %s, run %s, started %s",
             node, name, run,
@@ -143,7 +153,7 @@ def _serve_run(
         return agent.run(
             slots=settings.slots,
             stop=stop,
-            on_slot=(lambda r: metrics.observe_decisions([r.decision])) if metrics else None,
+            on_slot=(lambda r: observe(metrics, node, r)) if metrics else None,
             superseded=(lambda: newer_run(store, found)) if follow else None,
         )
     finally:

@@ -52,6 +52,7 @@ def node_state(node: NodeSim, now: float, lms: list[str]) -> NodeState:
             "free_vram_gib": max(0.0, spec.total_vram_gib - node.vram_used),
             "gpu_util": _clip(sum(gpus) / len(gpus)) if gpus else 0.0,
             "cpu_util": _clip(cpu / spec.cpu_cores),
+            "engines": None,
         },
     )
 

@@ -19,6 +19,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from lmedge.api.decisions import Decision, RoutingMap
+from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.api.records import RequestRecord
 from lmedge.controller.prometheus import FAMILIES, ControlPlaneMetrics
 from lmedge.dataplane.metrics import GatewayMetrics
@@ -54,6 +55,11 @@ def _exported() -> dict[str, set[str]]:
                               value=RoutingMap(routes=[]), outcome="replaced", slot=7)]
     )  # fmt: skip
     control.observe_slot(7, 0.2)
+    control.observe_engines(
+        "worker-1",
+        [EngineTelemetry(lm="lm1", kv_cache_usage=0.5, running=2, waiting=1,
+                         prompt_tokens_per_s=10.0, generation_tokens_per_s=20.0)],
+    )  # fmt: skip
     out: dict[str, set[str]] = {}
     registries: list[CollectorRegistry] = [gateway.registry, model.registry, control.registry]
     for registry in registries:
@@ -180,3 +186,17 @@ def test_a_taken_metrics_port_is_one_clear_error() -> None:
         port = held.getsockname()[1]
         with pytest.raises(ConfigError, match=rf"--metrics-port {port}: "):
             ControlPlaneMetrics().serve(port, addr="127.0.0.1")
+
+
+def test_engine_series_follow_the_latest_reading_of_each_node() -> None:
+    control = ControlPlaneMetrics()
+    engine = EngineTelemetry(lm="lm1", kv_cache_usage=0.5, running=2, waiting=1)
+    control.observe_engines("worker-1", [engine])
+    control.observe_engines("worker-2", [engine.model_copy(update={"kv_cache_usage": None})])
+    text = control.render().decode()
+    assert 'lmedge_engine_kv_cache_usage_ratio{lm="lm1",node="worker-1"} 0.5' in text
+    assert 'lmedge_engine_kv_cache_usage_ratio{lm="lm1",node="worker-2"}' not in text
+    assert 'lmedge_engine_sequences{lm="lm1",node="worker-2",state="waiting"} 1.0' in text
+    control.observe_engines("worker-1", None)
+    text = control.render().decode()
+    assert 'node="worker-1"' not in text and 'node="worker-2"' in text

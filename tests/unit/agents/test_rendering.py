@@ -7,6 +7,7 @@ from lmedge.agents.rendering import (
     TOP_K,
     SlotView,
     allowed_modes,
+    engines_sentence,
     render_node,
     render_planning,
     render_slot,
@@ -24,6 +25,7 @@ from lmedge.api import (
     NodeState,
     PlanningObservation,
 )
+from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.sim.scenario import Scenario
 
 
@@ -139,3 +141,24 @@ def test_the_deployer_prompt_states_the_modes_its_reply_schema_allows(
             allowed = [m for m in allowed_modes(ctx.service(lm), node) if m != "off"]
             assert said == (" or ".join(allowed) if allowed else "off only"), (node.name, lm)
             assert tuple(allowed) == ctx.modes(node.name, lm)
+
+
+def test_deployer_and_scheduler_prompts_mention_engine_telemetry_only_when_present(
+    ctx: ClusterContext,
+) -> None:
+    engines = [EngineTelemetry(lm="lm3", kv_cache_usage=0.83, running=5, waiting=4)]
+    plain = NodeState(name="worker-6", backlog={"lm3": 7})
+    obs = NodeObservation(
+        slot=3, epoch=0, node=ctx.node("worker-6"), services=ctx.services, roles=[], state=plain
+    )
+    _, without = render_node(obs, rule_placement(obs))
+    with_engines = obs.model_copy(update={"state": plain.model_copy(update={"engines": engines})})
+    _, user = render_node(with_engines, rule_placement(obs))
+    sentence = (
+        "Token engines (node/LM: KV cache in use, sequences):"
+        " worker-6/lm3 KV 83%, 5 running, 4 waiting."
+    )
+    assert "Token engines" not in without
+    assert user.replace(sentence + "\n", "") == without
+    assert engines_sentence([plain]) is None
+    assert engines_sentence([plain.model_copy(update={"engines": engines})]) == sentence

@@ -7,9 +7,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
-from lmedge.dashboard.app import _local
+from lmedge.api.engine_telemetry import EngineTelemetry
+from lmedge.api.records import NodeTelemetry
+from lmedge.dashboard import views
+from lmedge.dashboard.app import _local, create_app
 from lmedge.dashboard.views import NotFound, find_reports, is_live, load_report, report_file
+from lmedge.store import RunInfo, open_store
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -67,3 +72,32 @@ def test_only_a_reports_own_figures_are_served(tmp_path: Path) -> None:
             report_file(report, bad)
     with pytest.raises(NotFound, match="no report 'other'"):
         load_report("other", find_reports([root]))
+
+
+def test_the_cluster_view_keeps_the_fullest_kv_cache_per_node_and_slot(tmp_path: Path) -> None:
+    def snap(node: str, t: float, *kv: float | None) -> NodeTelemetry:
+        engines = [EngineTelemetry(lm=f"lm{i}", kv_cache_usage=v) for i, v in enumerate(kv)]
+        return NodeTelemetry(
+            run="r", node=node, time_s=t, cpu_util=0, memory_util=0, engines=engines or None
+        )
+
+    with open_store(str(tmp_path / "db")) as store:
+        store.record_run(RunInfo(id="r", scenario="testbed", policy="MA"))
+        store.record_telemetry(
+            [
+                snap("w1", 1.0, 0.2, 0.7),
+                snap("w1", 20.0, 0.4),  # same 30 s slot: the fuller one stays
+                snap("w1", 31.0, None),  # an engine without the gauge: no cell
+                snap("w2", 31.0),  # pipeline only
+            ]
+        )
+        store.flush()
+        cs = views.cluster_state(store, "r", None)
+    assert cs.kv_usage == {("w1", 0): pytest.approx(0.7)}
+    assert cs.kv_slots == [0]
+    with (
+        open_store(str(tmp_path / "db"), read_only=True) as store,
+        TestClient(create_app(store)) as client,
+    ):
+        page = client.get("/runs/r/cluster")
+    assert page.status_code == 200 and 'id="chart-kv"' in page.text

@@ -1,0 +1,149 @@
+"""Engine telemetry: parsing llama.cpp and vLLM /metrics pages, rates from counters,
+the scraper against mocked pods, and old telemetry documents still reading."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lmedge.api.engine_telemetry import EngineCounters, engine_telemetry, kv_usage
+from lmedge.api.observations import NodeState
+from lmedge.api.records import NodeTelemetry
+from lmedge.nodeagent.engines import engine_counters
+from lmedge.nodeagent.telemetry import EngineScraper, EngineTarget
+
+PAGES = Path(__file__).resolve().parents[2] / "fixtures" / "engines"
+
+
+def page(name: str) -> str:
+    return (PAGES / name).read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "kv", "running", "waiting", "prompt", "generated"),
+    [
+        ("llamacpp.txt", None, 3, 2, 1200.0, 3000.0),
+        ("llamacpp-kv.txt", 0.625, 1, 0, 500.0, 900.0),
+        ("vllm.txt", 0.83, 8, 4, 12000.0, 48000.0),
+        ("vllm-v0.txt", 0.97, 2, 7, 300.0, 600.0),
+    ],
+    ids=["llama.cpp-0.3.36", "llama.cpp-with-kv-gauge", "vllm-v1-two-ranks", "vllm-v0"],
+)
+def test_each_engine_page_reads_into_counters(
+    name: str, kv: float | None, running: int, waiting: int, prompt: float, generated: float
+) -> None:
+    c = engine_counters(page(name), "lm1", pod="lm1-w1-abc123", time_s=60.0)
+    assert c == EngineCounters(
+        lm="lm1",
+        pod="lm1-w1-abc123",
+        time_s=60.0,
+        kv_cache_usage=kv,
+        running=running,
+        waiting=waiting,
+        prompt_tokens_total=prompt,
+        generation_tokens_total=generated,
+    )
+
+
+def test_a_pipeline_pods_page_is_no_engine_page() -> None:
+    text = '# TYPE lmedge_model_prompts counter\nlmedge_model_prompts_total{lm="lm1"} 4.0\n'
+    assert engine_counters(text, "lm1", pod="p", time_s=0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("vllm:num_requests_running{ 5\n", "Prometheus text format"),
+        ("vllm:num_requests_running five\n", "Prometheus text format"),
+        (
+            page("vllm.txt").replace("vllm:num_requests_waiting{", "vllm:other{"),
+            "num_requests_waiting",
+        ),
+        ("llamacpp:requests_processing NaN\n", "not a finite number"),
+        (page("llamacpp.txt").replace("requests_deferred 2", "requests_deferred -1"), "waiting"),
+    ],
+    ids=["broken-labels", "not-a-number", "missing-gauge", "nan", "negative"],
+)
+def test_a_malformed_page_is_a_value_error_that_says_why(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        engine_counters(text, "lm1", pod="p", time_s=0.0)
+
+
+def reading(t: float, prompt: float, generated: float, kv: float | None = 0.5) -> EngineCounters:
+    return EngineCounters(
+        lm="lm1",
+        time_s=t,
+        kv_cache_usage=kv,
+        running=2,
+        waiting=1,
+        prompt_tokens_total=prompt,
+        generation_tokens_total=generated,
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "prompt_rate", "generation_rate"),
+    [
+        (None, reading(30, 100, 200), None, None),
+        (reading(0, 100, 200), reading(30, 400, 1100), 10.0, 30.0),
+        (reading(0, 900, 900), reading(30, 300, 600), 10.0, 20.0),
+        (reading(30, 100, 200), reading(30, 400, 1100), None, None),
+    ],
+    ids=["first-reading", "growth-over-interval", "counter-reset", "no-time-passed"],
+)
+def test_throughput_is_counter_growth_over_the_interval(
+    before: EngineCounters | None,
+    now: EngineCounters,
+    prompt_rate: float | None,
+    generation_rate: float | None,
+) -> None:
+    t = engine_telemetry(now, before)
+    assert (t.prompt_tokens_per_s, t.generation_tokens_per_s) == (prompt_rate, generation_rate)
+    assert (t.kv_cache_usage, t.running, t.waiting) == (0.5, 2, 1)
+
+
+def test_node_kv_usage_is_max_and_mean_over_pods_that_report_it() -> None:
+    engines = [
+        engine_telemetry(reading(0, 0, 0, kv), None).model_copy(update={"lm": lm})
+        for lm, kv in (("a", 0.2), ("b", 0.8), ("c", None))
+    ]
+    assert kv_usage(engines) == pytest.approx((0.8, 0.5))
+    snap = NodeTelemetry(node="w1", time_s=0, cpu_util=0, memory_util=0, engines=engines)
+    assert (snap.kv_usage_max, snap.kv_usage_mean) == pytest.approx((0.8, 0.5))
+    assert kv_usage(engines[2:]) is None and kv_usage(None) is None
+
+
+def test_documents_without_engines_still_read() -> None:
+    old = {"node": "w1", "time_s": 3.0, "cpu_util": 0.1, "memory_util": 0.2}
+    snap = NodeTelemetry.model_validate(old)
+    assert snap.engines is None and snap.kv_usage_max is None
+    assert NodeState.model_validate({"name": "w1"}).engines is None
+
+
+def test_the_scraper_reads_engine_pods_and_leaves_out_what_it_cannot() -> None:
+    pages = {
+        "/vllm/metrics": page("vllm.txt"),
+        "/pipeline/metrics": 'lmedge_model_prompts_total{lm="lm2"} 4.0\n',
+        "/broken/metrics": "vllm:num_requests_running{ 5\n",
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        text = pages.get(request.url.path)
+        return httpx.Response(200, text=text) if text else httpx.Response(503)
+
+    times = iter([30.0, 60.0, 90.0])
+    scraper = EngineScraper(clock=lambda: next(times), transport=httpx.MockTransport(answer))
+    targets = [
+        EngineTarget(lm, f"{lm}-pod", f"http://10.0.0.1:8000/{path}/metrics")
+        for lm, path in (("lm1", "vllm"), ("lm2", "pipeline"), ("lm3", "broken"), ("lm4", "down"))
+    ]
+    (first,) = asyncio.run(scraper.scrape(targets)) or []
+    assert (first.pod, first.kv_cache_usage, first.waiting) == ("lm1-pod", 0.83, 4)
+    assert first.generation_tokens_per_s is None
+    pages["/vllm/metrics"] = pages["/vllm/metrics"].replace("40000.0", "43000.0")
+    (second,) = asyncio.run(scraper.scrape(targets)) or []
+    assert second.generation_tokens_per_s == pytest.approx(100.0)
+    assert asyncio.run(scraper.scrape([])) is None
