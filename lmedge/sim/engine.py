@@ -74,6 +74,7 @@ import simpy
 from lmedge.api.base import built
 from lmedge.api.decisions import LMPlacement, Placement, RoutingMap
 from lmedge.api.engines import (
+    GIB,
     DecodePoint,
     ThroughputProfile,
     kv_capacity_tokens,
@@ -273,17 +274,16 @@ class Emulator:
             self.nodes[job.dest].waiting[job.lm] -= job.prompts - job.done
         if state == QUEUED:
             job.queue_s += now - job.wait_since
-        elif state == SERVING and job.inst is not None and job.inst.engine is not None:
-            inst = job.inst
-            engine = inst.engine
+        elif state == SERVING and (tok := job.inst) is not None and tok.engine is not None:
+            engine = tok.engine
             self._close_attempt(job, now)
             for seq in job.seqs:
                 if self._seq_job.pop(seq.rid, None) is not None:
                     engine.cancel(seq, now)
             job.seqs = []
             job.inst = None
-            del inst.jobs[job]
-            self._engine_changed(self.nodes[job.dest], inst)
+            del tok.jobs[job]
+            self._engine_changed(self.nodes[job.dest], tok)
         elif state == SERVING:
             job.infer_s += now - job.serve_since
             inst = job.inst
@@ -897,6 +897,15 @@ class Emulator:
     def telemetry(self) -> list[NodeTelemetry]:
         up = [n for n in self.nodes.values() if n.name not in self._down]
         return observation.telemetry(up, self.env.now)
+
+    def kv_gib_s(self) -> dict[str, float]:
+        """KV memory-time (GiB-seconds) so far of every node that ran a token engine."""
+        now = self.env.now
+        return {
+            n.name: n.kv_byte_s(now) / GIB
+            for n in self.nodes.values()
+            if n.kv_byte_s_done or any(i.engine is not None for i in n.instances.values())
+        }
 
     def run_until(self, t: float) -> None:
         if t > self.env.now:
