@@ -213,7 +213,10 @@ def run(
         "router": profile.router,
         "deployer": profile.deployer,
     }
-    summary = summarize(result, scenario=sc.name, seed=spec.seed, components=components)
+    kv = backend.emulator.kv_gib_s() if isinstance(backend, EmulatedBackend) else None
+    summary = summarize(
+        result, scenario=sc.name, seed=spec.seed, components=components, kv_gib_s=kv
+    )
     return RunOutcome(spec, sc, run_id, result, summary, timing_summary(result, wall))
 
 

@@ -59,8 +59,13 @@ def summarize(
     seed: int,
     components: dict[str, str] | None = None,
     window_slots: int = WINDOW_SLOTS,
+    kv_gib_s: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The deterministic summary of `result` (see the module docstring)."""
+    """The deterministic summary of `result` (see the module docstring).
+
+    A run with token-level records (token-engine LMs) also gets `tokens`
+    (`token_summary`); `kv_gib_s` is its per-node KV memory-time.
+    """
     ctx = result.context
     deadlines = {lm: ctx.deadline_s(lm) for lm in ctx.lm_names}
     records = result.measured_records()
@@ -156,7 +161,43 @@ def summarize(
             for i, e in enumerate(result.epochs)
         ],
     }
+    if any(r.output_tokens is not None for r in records):
+        summary["tokens"] = token_summary(records, kv_gib_s or {})
     return cast(dict[str, Any], rounded(summary))
+
+
+def token_summary(records: list[RequestRecord], kv_gib_s: dict[str, float]) -> dict[str, Any]:
+    """Per serving LM, TTFT and TPOT (mean, P50, P99) of its successful token-level
+    requests and their mean tokens; per node, KV memory-time (GiB-seconds)."""
+    by_lm: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if r.output_tokens is not None:
+            by_lm.setdefault(r.model or r.lm, []).append(r)
+    per_lm = []
+    for lm, rs in by_lm.items():
+        ok = [r for r in rs if r.outcome == "success" and r.ttft_s is not None]
+        ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
+        tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
+        per_lm.append(
+            {
+                "lm": lm,
+                "requests": len(rs),
+                "successes": len(ok),
+                "input_tokens_mean": statistics.fmean(r.input_tokens or 0 for r in rs),
+                "output_tokens_mean": statistics.fmean(r.output_tokens or 0 for r in rs),
+                **_stats("ttft_s", ttft),
+                **_stats("tpot_s", tpot),
+            }
+        )
+    return {"per_lm": per_lm, "kv_gib_s": dict(sorted(kv_gib_s.items()))}
+
+
+def _stats(name: str, xs: list[float]) -> dict[str, float | None]:
+    return {
+        f"{name}_mean": statistics.fmean(xs) if xs else None,
+        f"{name}_p50": _quantile(xs, 0.5),
+        f"{name}_p99": _quantile(xs, 0.99),
+    }
 
 
 def timing_summary(result: RunResult, wall_s: float) -> dict[str, Any]:

@@ -238,6 +238,14 @@ def _table(outcome: RunOutcome) -> Table:
         ("wall time (s)", f(t["wall_s"], 2)),
     ):
         table.add_row(label, "", value, "")
+    if "tokens" in s:  # token-engine LMs: TTFT / TPOT per LM, KV memory-time per node
+        table.add_section()
+        for x in s["tokens"]["per_lm"]:
+            ttft = "/".join(f(x[f"ttft_s_{k}"], 2) for k in ("mean", "p50", "p99"))
+            tpot = "/".join(f((x[f"tpot_s_{k}"] or 0) * 1000, 1) for k in ("mean", "p50", "p99"))
+            table.add_row(f"{x['lm']} TTFT s / TPOT ms (mean/p50/p99)", "", ttft, tpot)
+        kv = s["tokens"]["kv_gib_s"]  # per node in --json
+        table.add_row("KV memory-time, all nodes (GiB·s)", "", f(float(sum(kv.values())), 1), "")
     return table
 
 

@@ -20,7 +20,7 @@ def busy_rates(node: NodeSim, em: EmulationSpec) -> list[tuple[Instance, float]]
     Also sets the node's busy GPU slots and pods and its CPU level (the
     utilization integrals read them), so call it whenever the busy set changes.
     """
-    busy = [i for i in node.instances.values() if i.ready and i.job is not None]
+    busy = [i for i in node.instances.values() if i.busy]
     n_gpu = len(node.busy_slots)
     busy_slots = [0] * n_gpu
     busy_pods = [0] * n_gpu

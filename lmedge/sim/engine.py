@@ -73,6 +73,13 @@ import simpy
 
 from lmedge.api.base import built
 from lmedge.api.decisions import LMPlacement, Placement, RoutingMap
+from lmedge.api.engines import (
+    GIB,
+    DecodePoint,
+    ThroughputProfile,
+    kv_capacity_tokens,
+    throughput_profile,
+)
 from lmedge.api.interfaces import ActuationResult
 from lmedge.api.live import ContextChange
 from lmedge.api.observations import Arrival, ClusterContext, ServiceInfo, Snapshot
@@ -94,12 +101,19 @@ from lmedge.sim.entities import (
 )
 from lmedge.sim.network import Network
 from lmedge.sim.scenario import Scenario
-from lmedge.sim.servicemodel import cpu_base_seconds, lognormal_unit
+from lmedge.sim.servicemodel import amdahl, cpu_base_seconds, lognormal_unit
+from lmedge.sim.tokens.batching import BatchingEngine, TokenRequest
+from lmedge.sim.tokens.lengths import LengthSampler
 from lmedge.sim.trace import RequestSpec
 from lmedge.sim.workload import Workload
 
 COLD_STREAM = 2
 SERVICE_STREAM = 3
+#: Token lengths of token-engine requests: a stream of its own, so that pipeline
+#: scenarios draw exactly what they drew before token engines existed.
+TOKEN_STREAM = 4
+#: A context no length reaches: lengths are drawn unclipped, then clipped to the serving LM's.
+_UNCLIPPED = 2**40
 _OFFSET = attrgetter("offset_s")
 
 
@@ -140,6 +154,17 @@ class Emulator:
         self._default: dict[tuple[str, str], str] = {}
         self._hostable = self._hostable_pairs()
         self._records: list[RequestRecord] = []
+        # token engines (llama.cpp, vllm): lengths drawn per request class, sequences by id
+        wl = scenario.spec.workload
+        self._token_lms = {
+            s.name for s in self.timeline.all_services if s.spec.engine.tokens is not None
+        }
+        self._lengths = LengthSampler(wl.token_lengths, scenario.folder)
+        self._class_lengths = {
+            cls: LengthSampler(spec, scenario.folder) for cls, spec in wl.lm_token_lengths.items()
+        }
+        self._seq_job: dict[int, Job] = {}
+        self._next_seq = 0
         self.stats = {
             "submitted": 0,
             "rejected": 0,
@@ -202,8 +227,8 @@ class Emulator:
         self._strand_queue(node, lm, "lm_removed")
         inst = node.instances.get(lm)
         if inst is not None:
-            if inst.job is not None:
-                self._strand(inst.job, "lm_removed")
+            for job in _served(inst):
+                self._strand(job, "lm_removed")
             self._stop(node, inst)
 
     def _drop_node(self, node: NodeSim) -> None:
@@ -211,8 +236,8 @@ class Emulator:
         for lm in node.queues:
             self._strand_queue(node, lm, "node_lost")
         for inst in list(node.instances.values()):
-            if inst.job is not None:
-                self._strand(inst.job, "node_lost")
+            for job in _served(inst):
+                self._strand(job, "node_lost")
             self._stop(node, inst)
 
     def _replace(self, node: NodeSim, lm: str) -> None:
@@ -249,6 +274,16 @@ class Emulator:
             self.nodes[job.dest].waiting[job.lm] -= job.prompts - job.done
         if state == QUEUED:
             job.queue_s += now - job.wait_since
+        elif state == SERVING and (tok := job.inst) is not None and tok.engine is not None:
+            engine = tok.engine
+            self._close_attempt(job, now)
+            for seq in job.seqs:
+                if self._seq_job.pop(seq.rid, None) is not None:
+                    engine.cancel(seq, now)
+            job.seqs = []
+            job.inst = None
+            del tok.jobs[job]
+            self._engine_changed(self.nodes[job.dest], tok)
         elif state == SERVING:
             job.infer_s += now - job.serve_since
             inst = job.inst
@@ -353,12 +388,29 @@ class Emulator:
             # in force) changes only at slot boundaries, so one event per request
             # (its arrival at the destination) replaces a submit and an arrival.
             # In submit order, so that each deadline FIFO stays in deadline order.
+            rng = (
+                np.random.default_rng([self.seed, TOKEN_STREAM, slot]) if self._token_lms else None
+            )
             for r in sorted(self._requests(slot), key=_OFFSET):
-                self._submit(r, now + max(0.0, start + r.offset_s - now))
+                lengths = self._draw_lengths(rng, r) if rng is not None else None
+                self._submit(r, now + max(0.0, start + r.offset_s - now), lengths)
             slot += 1
             yield env.timeout(max(0.0, slot * self.slot_s - env.now))
 
-    def _submit(self, r: RequestSpec, at: float) -> None:
+    def _draw_lengths(self, rng: np.random.Generator, r: RequestSpec) -> list[tuple[int, int]]:
+        """The (input, output) tokens of `r`'s prompts, unclipped.
+
+        Drawn for every request of the slot in submit order, whatever its fate
+        and serving LM, so a request's lengths depend only on the seed, its
+        slot and the requests before it in the slot, not on the decisions.
+        """
+        sampler = self._class_lengths.get(r.lm, self._lengths)
+        inp, out = sampler.draw(rng, r.prompts, _UNCLIPPED)
+        return list(zip(inp.tolist(), out.tolist(), strict=True))
+
+    def _submit(
+        self, r: RequestSpec, at: float, lengths: list[tuple[int, int]] | None = None
+    ) -> None:
         """Submit `r` at time `at` (now or later in the slot): refuse it, or start its uplink."""
         env = self.env
         if r.origin in self._down:
@@ -384,6 +436,16 @@ class Emulator:
         tau = self.ctx.deadline_s(model)
         job = Job(self._request_id(r), r, dest, model, at, at + tau)
         self.stats["submitted"] += 1
+        tokens = self.services[model].spec.engine.tokens
+        if tokens is not None:
+            ctx_len = tokens.context_tokens
+            pairs = lengths or [(70, 215)] * r.prompts
+            clipped = [(min(i, ctx_len - 1), 0) for i, _ in pairs]
+            job.lengths = [
+                (i, min(o, ctx_len - i)) for (i, _), (_, o) in zip(clipped, pairs, strict=True)
+            ]
+            job.tok_in = sum(i for i, _ in job.lengths)
+            job.tok_out = sum(o for _, o in job.lengths)
         prof = self.services[model].spec.profile
         job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
         self._watch_deadline(job, tau)
@@ -423,7 +485,14 @@ class Emulator:
             self._rebalance(node)
 
     def _take_next(self, node: NodeSim, inst: Instance) -> bool:
-        """Give an idle ready pod the next job of its queue; True if it got one."""
+        """Give an idle ready pod the next job of its queue; True if it got one.
+
+        A token pod takes every queued job at once (its engine queues their
+        sequences) and reschedules itself: it answers False.
+        """
+        if inst.engine is not None:
+            self._feed(node, inst)
+            return False
         q = node.queues[inst.lm]
         while q and q[0].state != QUEUED:
             q.popleft()
@@ -468,6 +537,13 @@ class Emulator:
         job.infer_s += now - job.serve_since
         job.inst = None
         inst.job = None
+        self._respond(job, now)
+        node = self.nodes[job.dest]
+        if not self._take_next(node, inst):
+            self._rebalance(node)
+
+    def _respond(self, job: Job, now: float) -> None:
+        """`job` is served: its response starts back to the origin."""
         prof = self.services[job.lm].spec.profile
         job.downlink_s = self.network.delay(job.dest, job.origin, prof.response_kib * job.prompts)
         job.state = DOWNLINK
@@ -476,9 +552,108 @@ class Emulator:
             self.env.timeout(job.downlink_s).callbacks.append(partial(self._delivered, job))
         else:
             self._delivered(job)
-        node = self.nodes[job.dest]
-        if not self._take_next(node, inst):
+
+    # ----------------------------------------------------------- token engines
+    def _feed(self, node: NodeSim, inst: Instance) -> None:
+        """Hand every queued job of a ready token pod's LM to its engine, one sequence per prompt.
+
+        The time a job waited in the node's queue is queue time, and so is the
+        time its first sequence then waits for KV admission (`_close_attempt`).
+        """
+        engine = inst.engine
+        assert engine is not None
+        q = node.queues[inst.lm]
+        now = self.env.now
+        took = False
+        cap = engine.kv_capacity_tokens
+        while q:
+            job = q.popleft()
+            if job.state != QUEUED:
+                continue
+            took = True
+            job.state = SERVING
+            job.queue_s += now - job.wait_since
+            job.serve_since = now
+            job.mode = inst.mode
+            job.inst = inst
+            inst.jobs[job] = None
+            for i, o in job.lengths or ():
+                i = min(i, cap - 1)
+                seq = TokenRequest(self._next_seq, now, i, min(o, cap - i))
+                self._next_seq += 1
+                self._seq_job[seq.rid] = job
+                job.seqs.append(seq)
+                engine.submit(seq, now)
+        if took:
+            self._engine_changed(node, inst)
+
+    def _engine_changed(self, node: NodeSim, inst: Instance) -> None:
+        """After a token pod's engine changed: rebalance the node if it went busy or idle,
+        and schedule the engine's next event."""
+        engine = inst.engine
+        assert engine is not None
+        if engine.busy != inst.engine_busy:
+            inst.engine_busy = engine.busy
             self._rebalance(node)
+        self._schedule_engine(node, inst)
+
+    def _schedule_engine(self, node: NodeSim, inst: Instance) -> None:
+        assert inst.engine is not None
+        inst.token += 1
+        t = inst.engine.next_event_time()
+        if t is not None:
+            self.env.timeout(max(0.0, t - self.env.now)).callbacks.append(
+                partial(self._engine_event, node, inst, inst.token)
+            )
+
+    def _engine_event(self, node: NodeSim, inst: Instance, token: int, _ev: object = None) -> None:
+        """A token pod's engine step ended: finished sequences leave, the next step is scheduled."""
+        if token != inst.token or inst.engine is None or node.instances.get(inst.lm) is not inst:
+            return
+        now = self.env.now
+        for seq in inst.engine.advance(now):
+            self._seq_done(node, inst, seq, now)
+        self._engine_changed(node, inst)
+
+    def _seq_done(self, node: NodeSim, inst: Instance, seq: TokenRequest, now: float) -> None:
+        job = self._seq_job.pop(seq.rid, None)
+        if job is None:
+            return
+        job.done += 1
+        node.waiting[job.lm] -= 1
+        self.stats["prompts_done"] += 1
+        job.tpot_num += seq.finish_s - seq.first_token_s
+        job.tpot_den += max(0, seq.output_tokens - 1)
+        if job.done < job.prompts:
+            return
+        self._close_attempt(job, now)
+        job.seqs = []
+        job.inst = None
+        del inst.jobs[job]
+        # TTFT: submit to the first token at the origin (one link latency back)
+        job.ttft_s = job.first_s - job.submit + self.network.delay(job.dest, job.origin, 0.0)
+        self._respond(job, now)
+
+    def _close_attempt(self, job: Job, now: float) -> None:
+        """Split the time since `job` entered its pod's engine into queue (waiting for KV
+        admission), prefill (its first sequence's admission to its first token) and
+        decode (the rest); inference = prefill + decode over every attempt."""
+        admitted = [s.admitted_s for s in job.seqs if s.admitted_s == s.admitted_s]
+        if not admitted:
+            job.queue_s += now - job.serve_since
+        else:
+            a = min(admitted)
+            job.queue_s += a - job.serve_since
+            first = min(
+                (s.first_token_s for s in job.seqs if s.first_token_s <= now), default=math.inf
+            )
+            if first < math.inf:
+                job.prefill_s += first - a
+                job.decode_s += now - first
+                job.first_s = min(job.first_s, first)
+            else:
+                job.prefill_s += now - a
+        job.infer_s = job.prefill_s + job.decode_s
 
     def _delivered(self, job: Job, _ev: object = None) -> None:
         if job.state != DOWNLINK:
@@ -548,6 +723,11 @@ class Emulator:
         node.integrate(now)
         for i, rate in busy_rates(node, self.em):
             if rate == i.rate:
+                continue
+            if i.engine is not None:
+                i.engine.set_share(rate, now)
+                i.rate = rate
+                self._schedule_engine(node, i)
                 continue
             if i.rate > 0:
                 i.work_left = max(0.0, i.work_left - i.rate * (now - i.since))
@@ -636,6 +816,18 @@ class Emulator:
             svc.deployment_memory_gib,
             vram,
         )
+        tokens = svc.engine.tokens
+        if tokens is not None:
+            prof = throughput_profile(svc, node.spec, mode)
+            assert prof is not None  # hostability (`fits`) requires one
+            if mode == "cpu":
+                # the CPU profile is at defaultCpuCores: Amdahl-scaled as a pipeline pod's time
+                pf = self.em.cpu_parallel_fraction
+                prof = _scaled(prof, amdahl(p.cpu_cores, pf) / amdahl(svc.default_cpu_cores, pf))
+            inst.engine = BatchingEngine(
+                prof, kv_capacity_tokens(svc, mode), tokens.max_running_sequences, self.env.now
+            )
+            inst.kv_bytes = tokens.kv_bytes_per_token
         for g, s in binding:
             node.slots_used[g] += s
         node.instances[p.lm] = inst
@@ -653,6 +845,8 @@ class Emulator:
             self._rebalance(node)
 
     def _stop(self, node: NodeSim, inst: Instance) -> None:
+        if inst.engine is not None:
+            self._stop_engine(node, inst)
         job = inst.job
         if job is not None:
             # the in-flight prompt is lost and restarts; completed prompts stay done
@@ -671,6 +865,30 @@ class Emulator:
         del node.instances[inst.lm]
         self._rebalance(node)
 
+    def _stop_engine(self, node: NodeSim, inst: Instance) -> None:
+        """A token pod stops: its requests go back to the head of the queue, in order.
+
+        Finished sequences stay done; the others (admitted or waiting) start
+        over on the next pod; each admitted one counts as a prompt lost.
+        """
+        engine = inst.engine
+        assert engine is not None
+        now = self.env.now
+        node.kv_byte_s_done += engine.kv_token_s_at(now) * inst.kv_bytes
+        q = node.queues[inst.lm]
+        for job in reversed(list(inst.jobs)):
+            self._close_attempt(job, now)
+            left = [s for s in job.seqs if self._seq_job.pop(s.rid, None) is not None]
+            self.stats["prompts_lost"] += sum(1 for s in left if s.admitted_s == s.admitted_s)
+            job.lengths = [(s.input_tokens, s.output_tokens) for s in left]
+            job.seqs = []
+            job.state = QUEUED
+            job.wait_since = now
+            job.inst = None
+            q.appendleft(job)
+        inst.jobs.clear()
+        inst.engine_busy = False
+
     # ------------------------------------------------------------ observation
     def snapshot(self, slot: int) -> Snapshot:
         up = [n for n in self.nodes.values() if n.name not in self._down]
@@ -680,6 +898,33 @@ class Emulator:
         up = [n for n in self.nodes.values() if n.name not in self._down]
         return observation.telemetry(up, self.env.now)
 
+    def kv_gib_s(self) -> dict[str, float]:
+        """KV memory-time (GiB-seconds) so far of every node that ran a token engine."""
+        now = self.env.now
+        return {
+            n.name: n.kv_byte_s(now) / GIB
+            for n in self.nodes.values()
+            if n.kv_byte_s_done or any(i.engine is not None for i in n.instances.values())
+        }
+
     def run_until(self, t: float) -> None:
         if t > self.env.now:
             self.env.run(until=t)
+
+
+def _served(inst: Instance) -> list[Job]:
+    """The requests a pod is serving: its prompt set, or a token pod's engine's requests."""
+    if inst.job is not None:
+        return [inst.job]
+    return list(inst.jobs)
+
+
+def _scaled(prof: ThroughputProfile, factor: float) -> ThroughputProfile:
+    """`prof` with prefill and every decode point `factor` times as fast."""
+    return ThroughputProfile(
+        prefill_tokens_per_s=prof.prefill_tokens_per_s * factor,
+        decode=[
+            DecodePoint(running=d.running, tokens_per_s=d.tokens_per_s * factor)
+            for d in prof.decode
+        ],
+    )

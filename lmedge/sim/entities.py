@@ -9,10 +9,12 @@ service, deadlines) is `engine.py`; how fast a pod serves is `contention.py`.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Literal
 
 from lmedge.api.observations import NodeInfo
+from lmedge.sim.tokens.batching import BatchingEngine, TokenRequest
 from lmedge.sim.trace import RequestSpec
 
 # the stage a request (`Job.state`) is in
@@ -21,28 +23,43 @@ Mode = Literal["gpu", "cpu"]
 
 
 class Job:
-    """One request in flight: a set of K prompts for one LM."""
+    """One request in flight: a set of K prompts for one LM.
+
+    For a token-engine LM each prompt is one sequence (`lengths`: its input
+    and output tokens); `seqs` are those in the pod's engine now, and
+    `first_s`, `prefill_s`, `decode_s` what the token-level record reports.
+    """
 
     __slots__ = (
         "cls",
         "conflict",
         "deadline",
+        "decode_s",
         "dest",
         "done",
         "down_since",
         "downlink_s",
+        "first_s",
         "id",
         "infer_s",
         "inst",
+        "lengths",
         "lm",
         "mode",
         "origin",
+        "prefill_s",
         "prompts",
         "queue_s",
+        "seqs",
         "serve_since",
         "slot",
         "state",
         "submit",
+        "tok_in",
+        "tok_out",
+        "tpot_den",
+        "tpot_num",
+        "ttft_s",
         "uplink_s",
         "wait_since",
     )
@@ -71,16 +88,34 @@ class Job:
         self.conflict = False
         self.mode: Literal["gpu", "cpu", "none"] = "none"
         self.inst: Instance | None = None
+        self.lengths: list[tuple[int, int]] | None = None
+        self.seqs: list[TokenRequest] = []
+        self.first_s = math.inf
+        self.prefill_s = 0.0
+        self.decode_s = 0.0
+        self.tok_in = 0  # tokens of all K prompts (token engines; 0 for pipeline LMs)
+        self.tok_out = 0
+        self.tpot_num = 0.0  # sum over finished sequences of (last - first token) ...
+        self.tpot_den = 0  # ... and of (output tokens - 1): TPOT = num / den
+        self.ttft_s = 0.0
 
 
 class Instance:
-    """A model pod on one node."""
+    """A model pod on one node; a token-engine LM's pod also has its `engine`.
+
+    A token pod serves many requests at once, so its `job` stays None; it is
+    busy (contends for its GPU or CPU) while its engine runs a step.
+    """
 
     __slots__ = (
         "base_s",
         "binding",
         "cores",
+        "engine",
+        "engine_busy",
         "job",
+        "jobs",
+        "kv_bytes",
         "lm",
         "memory",
         "mode",
@@ -120,6 +155,15 @@ class Instance:
         self.rate = 0.0
         self.since = 0.0
         self.token = 0
+        self.engine: BatchingEngine | None = None
+        self.engine_busy = False
+        self.kv_bytes = 0  # KV bytes per token of a token engine
+        self.jobs: dict[Job, None] = {}  # a token pod's requests in its engine, in order
+
+    @property
+    def busy(self) -> bool:
+        """Ready and serving: a prompt set (pipeline) or an engine step (token engine)."""
+        return self.ready and (self.job is not None or self.engine_busy)
 
 
 class NodeSim:
@@ -143,6 +187,17 @@ class NodeSim:
         self.int_gpu = [0.0] * n_gpu
         # (time, int_cpu, int_gpu) at the last read, per reader (snapshot, telemetry)
         self.marks: dict[str, tuple[float, float, list[float], tuple[float, list[float]]]] = {}
+        #: KV byte-seconds of the token engines stopped here (live ones: `kv_byte_s`)
+        self.kv_byte_s_done = 0.0
+
+    def kv_byte_s(self, now: float) -> float:
+        """KV memory-time of this node's token engines so far (byte-seconds)."""
+        live = sum(
+            i.engine.kv_token_s_at(now) * i.kv_bytes
+            for i in self.instances.values()
+            if i.engine is not None
+        )
+        return self.kv_byte_s_done + live
 
     @property
     def cores_used(self) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from lmedge.api.base import built
+from lmedge.api.engines import GIB
 from lmedge.api.observations import InstanceState, NodeState, Snapshot
 from lmedge.api.records import NOT_STREAMED, NodeTelemetry, RequestOutcome, RequestRecord
 from lmedge.sim.entities import Job, NodeSim
@@ -79,9 +80,30 @@ def telemetry(nodes: Iterable[NodeSim], now: float) -> list[NodeTelemetry]:
                 extra={
                     "backlog_prompts": float(sum(node.backlog(lm) for lm in node.queues)),
                     "instances": float(len(node.instances)),
+                    **token_engine_state(node, now),
                 },
             )
         )
+    return out
+
+
+def token_engine_state(node: NodeSim, now: float) -> dict[str, float]:
+    """What a node's token-engine pods hold now; empty when it runs none.
+
+    `kv_usage`: KV tokens written / the pools' capacity (0..1) over its token
+    pods; `running_sequences` / `waiting_sequences`: admitted and queued in
+    their engines; `kv_gib_s`: KV memory-time so far (GiB-seconds, stopped
+    pods included).
+    """
+    engines = [i.engine for i in node.instances.values() if i.engine is not None]
+    if not engines and node.kv_byte_s_done == 0.0:
+        return {}
+    out = {"kv_gib_s": node.kv_byte_s(now) / GIB}
+    if engines:
+        cap = sum(e.kv_capacity_tokens for e in engines)
+        out["kv_usage"] = _clip(sum(e.kv_used_tokens for e in engines) / cap)
+        out["running_sequences"] = float(sum(e.running for e in engines))
+        out["waiting_sequences"] = float(sum(len(e.waiting) for e in engines))
     return out
 
 
@@ -108,9 +130,27 @@ def job_record(job: Job, outcome: RequestOutcome) -> RequestRecord:
             "conflict": job.conflict,
             "mode": job.mode,
             "error": None,
-            **NOT_STREAMED,
+            **(NOT_STREAMED if job.lengths is None else _token_fields(job, outcome)),
         },
     )
+
+
+def _token_fields(job: Job, outcome: RequestOutcome) -> dict[str, float | int | None]:
+    """A token-engine request's token-level fields: its tokens always; its times when served.
+
+    TTFT: submit to the first token of its first sequence at the origin; TPOT:
+    the mean over its sequences' output tokens after their first (sum of
+    last - first token over sum of output - 1); prefill + decode = inference.
+    """
+    served = outcome == "success"
+    return {
+        "ttft_s": job.ttft_s if served else None,
+        "tpot_s": (job.tpot_num / job.tpot_den if job.tpot_den else 0.0) if served else None,
+        "input_tokens": job.tok_in,
+        "output_tokens": job.tok_out,
+        "prefill_s": job.prefill_s if served else None,
+        "decode_s": job.decode_s if served else None,
+    }
 
 
 def refusal_record(rid: str, r: RequestSpec, at: float, outcome: RequestOutcome) -> RequestRecord:

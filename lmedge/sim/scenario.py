@@ -34,6 +34,7 @@ from lmedge.api.manifests import (
 from lmedge.api.observations import ClusterContext, NodeInfo, ServiceInfo
 from lmedge.errors import InfeasibleScenarioError, ManifestError
 from lmedge.sim.timeline import Timeline, compile_timeline, read_timeline, static_timeline
+from lmedge.sim.tokens.lengths import LognormalLengths, TokenLengthsSpec, read_length_trace
 from lmedge.sim.trace import RequestSpec, read_trace
 
 SCENARIO_FILE = "scenario.yaml"
@@ -204,6 +205,18 @@ class WorkloadSpec(SpecModel):
         default=None,
         description="A recorded trace (CSV or JSONL: slot, origin, lm, prompts, offset_s) "
         "relative to the scenario folder; replaces the generator.",
+    )
+    token_lengths: TokenLengthsSpec = Field(
+        default_factory=LognormalLengths,
+        description=(
+            "Input and output tokens of each prompt of a token-engine LM (llama.cpp, vllm): "
+            "lognormal (LMSYS-Chat-1M means, lmedge/sim/tokens/README.md) or a trace file. "
+            "Pipeline LMs ignore it."
+        ),
+    )
+    lm_token_lengths: dict[K8sName, TokenLengthsSpec] = Field(
+        default_factory=dict,
+        description="Per LM (or request class) token lengths, overriding tokenLengths.",
     )
 
 
@@ -396,6 +409,20 @@ def _check(s: Scenario, source: str) -> None:
                 raise ManifestError(
                     source, f"Scenario.workload.origins.{i}", f"{o!r} is not a worker"
                 )
+    wl = s.spec.workload
+    lengths = [("Scenario.workload.tokenLengths", wl.token_lengths)]
+    for cls, spec in wl.lm_token_lengths.items():
+        where = f"Scenario.workload.lmTokenLengths.{cls}"
+        if cls not in lm_names and cls not in wanted:
+            raise ManifestError(source, where, "neither an LMService nor a request class")
+        lengths.append((where, spec))
+    for where, spec in lengths:
+        if spec.kind == "trace":
+            if not (s.folder / spec.file).is_file():
+                raise ManifestError(
+                    source, f"{where}.file", f"no such file: {s.folder / spec.file}"
+                )
+            read_length_trace(s.folder / spec.file)
     trace = s.trace_path
     if trace is not None and not trace.is_file():
         raise ManifestError(source, "Scenario.workload.trace", f"no such file: {trace}")

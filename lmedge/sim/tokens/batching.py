@@ -22,6 +22,9 @@ from typing import Literal
 from lmedge.api.engines import ThroughputProfile
 
 Step = Literal["prefill", "decode"]
+#: Seconds of float rounding tolerated between the engine's clock and its driver's
+#: (a step ending at t is due at `now + (t - now)`, which may round below t).
+_EPS = 1e-9
 
 
 @dataclass(slots=True)
@@ -165,10 +168,61 @@ class BatchingEngine:
             self._admit()
             self._work = sum(r.input_tokens for r in self._batch) / self._prefill
         elif self._step == "decode":
-            cut = max(1, math.ceil(self._done / self._iter - 1e-9))
-            if cut < self._iters:
-                self._iters = cut
-                self._work = cut * self._iter
+            self._cut()
+
+    def cancel(self, req: TokenRequest, now_s: float) -> None:
+        """Take `req` out of the engine at `now_s` (its client gave up): its KV is freed.
+
+        Waiting, it leaves the queue; being prefilled, it leaves the batch
+        (a prefill under way keeps its length: the batch's work is not
+        undone); decoding, it leaves the span, whose iterations keep their
+        length until the next step. A freed reservation lets the queue's head
+        in at the end of the iteration in progress, as an arrival would.
+        """
+        self._sync(now_s)
+        if req in self.waiting:
+            self.waiting.remove(req)
+        elif req in self._batch:
+            self._batch.remove(req)
+            self._running -= 1
+            self._reserved -= req.kv_tokens
+            self._base -= req.input_tokens
+            if self._done == 0.0:
+                self._work = sum(r.input_tokens for r in self._batch) / self._prefill
+        else:
+            k = next((k for k, e in enumerate(self._decoding) if e[3] is req), -1)
+            if k < 0:
+                return
+            entry = self._decoding[k]
+            self._decoding[k] = self._decoding[-1]
+            self._decoding.pop()
+            heapq.heapify(self._decoding)
+            self._running -= 1
+            self._reserved -= req.kv_tokens
+            self._base -= req.input_tokens + 1 - entry[2]
+        if self._step == "decode" and not self._decoding:
+            self._start_step()  # nothing left to decode: an idle engine, or a prefill
+        elif self._step == "decode" and self.waiting and self._admissible(self.waiting[0]):
+            self._cut()
+
+    def kv_token_s_at(self, t_s: float) -> float:
+        """`kv_token_s` integrated to `t_s` (>= the engine's time) without moving the engine."""
+        dt = max(0.0, t_s - self.now_s)
+        n = len(self._decoding)
+        total = self.kv_token_s + (self._base + n * self._k) * dt
+        if self._step == "decode":
+            a = self._done
+            b = min(self._work, a + dt * self.share)
+            w = self._iter
+            total += n * w * (_floor_integral(b / w) - _floor_integral(a / w)) / self.share
+        return total
+
+    def _cut(self) -> None:
+        """End the decode span at the end of the iteration in progress."""
+        cut = max(1, math.ceil(self._done / self._iter - 1e-9))
+        if cut < self._iters:
+            self._iters = cut
+            self._work = cut * self._iter
 
     def set_share(self, share: float, now_s: float) -> None:
         """From `now_s` on, the engine runs at `share` of its uncontended speed."""
@@ -182,9 +236,9 @@ class BatchingEngine:
         finished: list[TokenRequest] = []
         while self._step is not None:
             end = self.now_s + (self._work - self._done) / self.share
-            if end > until_s:
+            if end > until_s + _EPS:
                 break
-            self._sync(end)
+            self._sync(max(end, self.now_s))
             self._done = self._work
             self._end_step(finished)
         self._sync(until_s)
@@ -211,10 +265,10 @@ class BatchingEngine:
     def _sync(self, t: float) -> None:
         """Move the clock to `t`, integrating the KV held (exact within a decode span)."""
         dt = t - self.now_s
-        if dt < 0:
+        if dt < -_EPS:
             raise ValueError(f"time runs backwards: {t} < {self.now_s}")
-        if dt == 0:
-            return
+        if dt <= 0:
+            return  # (a driver's clock may lag a step's end by rounding: _EPS)
         n = len(self._decoding)
         held = self._base + n * self._k
         self.kv_token_s += held * dt
