@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from lmedge.api.base import built
+from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.api.engines import GIB
 from lmedge.api.observations import InstanceState, NodeState, Snapshot
 from lmedge.api.records import NOT_STREAMED, NodeTelemetry, RequestOutcome, RequestRecord
@@ -53,7 +54,7 @@ def node_state(node: NodeSim, now: float, lms: list[str]) -> NodeState:
             "free_vram_gib": max(0.0, spec.total_vram_gib - node.vram_used),
             "gpu_util": _clip(sum(gpus) / len(gpus)) if gpus else 0.0,
             "cpu_util": _clip(cpu / spec.cpu_cores),
-            "engines": None,
+            "engines": engine_telemetry(node),
         },
     )
 
@@ -80,31 +81,46 @@ def telemetry(nodes: Iterable[NodeSim], now: float) -> list[NodeTelemetry]:
                 extra={
                     "backlog_prompts": float(sum(node.backlog(lm) for lm in node.queues)),
                     "instances": float(len(node.instances)),
-                    **token_engine_state(node, now),
+                    **memory_time(node, now),
                 },
+                engines=engine_telemetry(node),
             )
         )
     return out
 
 
-def token_engine_state(node: NodeSim, now: float) -> dict[str, float]:
-    """What a node's token-engine pods hold now; empty when it runs none.
+def engine_telemetry(node: NodeSim) -> list[EngineTelemetry] | None:
+    """The node's token-engine pods as the node agent reads real engines (None when it runs none).
 
-    `kv_usage`: KV tokens written / the pools' capacity (0..1) over its token
-    pods; `running_sequences` / `waiting_sequences`: admitted and queued in
-    their engines; `kv_gib_s`: KV memory-time so far (GiB-seconds, stopped
-    pods included).
+    KV usage is the tokens written over the pod's pool, running and waiting its
+    engine's batch and queue: the fields a llama.cpp or vLLM pod's metrics give
+    (`lmedge.nodeagent.engines`), so an agent sees the same observation in both
+    worlds. Token rates are None: the emulator keeps no engine counters.
     """
-    engines = [i.engine for i in node.instances.values() if i.engine is not None]
-    if not engines and node.kv_byte_s_done == 0.0:
+    engines = [
+        built(
+            EngineTelemetry,
+            {
+                "lm": i.lm,
+                "pod": "",
+                "kv_cache_usage": _clip(i.engine.kv_used_tokens / i.engine.kv_capacity_tokens),
+                "running": i.engine.running,
+                "waiting": len(i.engine.waiting),
+                "prompt_tokens_per_s": None,
+                "generation_tokens_per_s": None,
+            },
+        )
+        for i in node.instances.values()
+        if i.engine is not None
+    ]
+    return engines or None
+
+
+def memory_time(node: NodeSim, now: float) -> dict[str, float]:
+    """`kv_gib_s`: the node's KV memory-time so far (GiB-seconds, stopped pods included)."""
+    if node.kv_byte_s_done == 0.0 and not any(i.engine for i in node.instances.values()):
         return {}
-    out = {"kv_gib_s": node.kv_byte_s(now) / GIB}
-    if engines:
-        cap = sum(e.kv_capacity_tokens for e in engines)
-        out["kv_usage"] = _clip(sum(e.kv_used_tokens for e in engines) / cap)
-        out["running_sequences"] = float(sum(e.running for e in engines))
-        out["waiting_sequences"] = float(sum(len(e.waiting) for e in engines))
-    return out
+    return {"kv_gib_s": node.kv_byte_s(now) / GIB}
 
 
 def job_record(job: Job, outcome: RequestOutcome) -> RequestRecord:

@@ -116,3 +116,23 @@ def test_token_runs_are_deterministic_for_a_seed(make_scenario: Callable[..., Sc
     assert a == b
     assert all(r["outcome"] == "success" and r["output_tokens"] for r in a)
     assert [r["output_tokens"] for r in a] != [r["output_tokens"] for r in other]
+
+
+def test_the_snapshot_shows_the_engines_as_a_node_agent_reads_them(
+    token_scenario: Callable[..., Scenario],
+) -> None:
+    """Mid-run, one sequence decodes and one waits for KV: the deployer's observation and
+    the stored telemetry carry the same EngineTelemetry a real engine's metrics give."""
+    sc = token_scenario([(0, "w1", "t", 1, 5.0), (0, "w2", "t", 1, 5.05)], [(100, 11)])
+    be = EmulatedBackend(sc, seed=0)
+    place(be, "w1", ("t", "gpu", 2, 1))
+    route(be, 0, ("w1", "t", "w1"), ("w2", "t", "w1"))
+    be.clock.sleep_until(5.17)  # the first decodes (prefill ended at ~5.1), the second waits
+    states = {n.name: n for n in be.snapshot(0).nodes}
+    (engine,) = states["w1"].engines or []
+    assert (engine.lm, engine.running, engine.waiting) == ("t", 1, 1)
+    assert engine.kv_cache_usage is not None and 100 / 128 <= engine.kv_cache_usage <= 1
+    assert states["w2"].engines is None, "a node without a token engine reports none"
+    telemetry = {t.node: t for t in be.telemetry()}
+    assert telemetry["w1"].engines == [engine]
+    assert telemetry["w1"].kv_usage_max == engine.kv_cache_usage
