@@ -229,8 +229,14 @@ def test_reports_side_by_side(page: Any, dashboard: Dashboard, reports_root: Pat
         )
         images = section.locator("img")
         assert images.count() >= 3  # Fig. 6, 7 and 9
-        # every figure actually loads (served by the dashboard, offline)
-        assert images.evaluate_all("is => is.every(i => i.complete && i.naturalWidth > 0)")
+        # every figure actually loads (served by the dashboard, offline); they are
+        # lazy, so each is brought into view and waited for (a timeout fails the test)
+        for j in range(images.count()):
+            image = images.nth(j)
+            image.scroll_into_view_if_needed()
+            page.wait_for_function(
+                "i => i.complete && i.naturalWidth > 0", arg=image.element_handle()
+            )
     screenshot(page, "reports")
 
 
