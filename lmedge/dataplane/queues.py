@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from lmedge.api.gateway_control import PodProtocol
 from lmedge.api.inference import InferRequest, InferResult, Output
@@ -172,30 +172,22 @@ class LMQueues:
         """Sets waiting per LM (not counting the one running)."""
         return {lm: q.qsize() for lm, q in self._queues.items()}
 
+    def _arrival(self, lm: str) -> tuple[float, float, bool, asyncio.Future[Any]]:
+        """What every queued job starts with: arrival (monotonic and wall), whether its LM
+        has no pod here (a conflict), and the future its result is set on."""
+        conflict = self.models.url(lm) is None
+        return self.monotonic(), self.wall(), conflict, asyncio.get_running_loop().create_future()
+
     async def submit(self, request: ForwardRequest) -> ForwardResult:
         """Queue a set that arrived here and wait for its result."""
-        loop = asyncio.get_running_loop()
-        job = _Job(
-            request=request,
-            arrived=self.monotonic(),
-            received_at=self.wall(),
-            conflict=self.models.url(request.lm) is None,
-            future=loop.create_future(),
-        )
+        job = _Job(request, *self._arrival(request.lm))
         self._enqueue(job)
         return await job.future
 
     async def lease(self, request: StreamForward) -> PodLease | None:
         """Queue a stream for its LM's pod; its lease when its turn comes, None if its
         deadline passed first. Cancelling the wait (the client left) gives up its place."""
-        loop = asyncio.get_running_loop()
-        job = _StreamJob(
-            request=request,
-            arrived=self.monotonic(),
-            received_at=self.wall(),
-            conflict=self.models.url(request.lm) is None,
-            future=loop.create_future(),
-        )
+        job = _StreamJob(request, *self._arrival(request.lm))
         self._enqueue(job)
         try:
             return await job.future

@@ -65,20 +65,29 @@ def read_trace(
     return out
 
 
+def json_lines(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of a JSON-lines file's `text`.
+
+    A line that is not JSON, or not an object, is a `ManifestError` naming it.
+    """
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ManifestError(str(path), f"line {n}", f"not valid JSON: {exc.msg}") from exc
+        if not isinstance(obj, dict):
+            raise ManifestError(str(path), f"line {n}", "each line must be a JSON object")
+        rows.append((n, obj))
+    return rows
+
+
 def _rows(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
     rows: list[tuple[int, dict[str, Any]]] = []
     if path.suffix in (".jsonl", ".ndjson"):
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ManifestError(str(path), f"line {n}", f"not valid JSON: {exc.msg}") from exc
-            if not isinstance(obj, dict):
-                raise ManifestError(str(path), f"line {n}", "each line must be a JSON object")
-            rows.append((n, obj))
-        return rows
+        return json_lines(path, text)
     reader = csv.DictReader(text.splitlines())
     missing = [f for f in TRACE_FIELDS if f not in (reader.fieldnames or [])]
     if missing:

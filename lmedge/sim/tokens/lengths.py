@@ -16,7 +16,6 @@ yet read by a scenario: the emulator's integration is a later step.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Literal
@@ -26,6 +25,7 @@ from pydantic import Field
 
 from lmedge.api.base import PosFloat, SpecModel
 from lmedge.errors import ManifestError
+from lmedge.sim.trace import json_lines
 
 
 class LognormalLengths(SpecModel):
@@ -62,14 +62,8 @@ def read_length_trace(path: Path) -> np.ndarray:
     except OSError as exc:
         raise ManifestError(str(path), "", f"cannot read length trace: {exc.strerror}") from exc
     rows: list[tuple[int, int]] = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ManifestError(str(path), f"line {n}", f"not valid JSON: {exc.msg}") from exc
-        if not isinstance(row, dict) or set(row) != {"input_tokens", "output_tokens"}:
+    for n, row in json_lines(path, text):
+        if set(row) != {"input_tokens", "output_tokens"}:
             raise ManifestError(
                 str(path), f"line {n}", "each line must be {input_tokens: n, output_tokens: n}"
             )
