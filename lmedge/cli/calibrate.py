@@ -41,6 +41,7 @@ from lmedge.api import (
 from lmedge.api.live import ContextUpdate
 from lmedge.api.params_file import dump_params
 from lmedge.bench.runner import emulated_backend, resolve_scenario, settle_slots
+from lmedge.cli.console import ScenarioOpt
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.catalog import profile
 from lmedge.controller.loop import ControlLoop, RunResult
@@ -120,9 +121,7 @@ def _measured(result: RunResult) -> tuple[list[RequestRecord], list[Placement]]:
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     def calibrate(
-        scenario: str = typer.Option(
-            "testbed", "--scenario", "-f", help="Scenario folder, or a bundled example name."
-        ),
+        scenario: ScenarioOpt = "testbed",
         policy: str = typer.Option(
             "al", "--policy", "-p", help="Profile whose deployer is lyapunov (al, rl, ll, ...)."
         ),

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from lmedge.bench.calibration import PRE_POLICY, PRE_SLOTS, CheckSpec, Row, check, rows_json
 from lmedge.bench.runner import resolve_scenario
-from lmedge.cli.console import progress_bar
+from lmedge.cli.console import ScenarioOpt, progress_bar
 from lmedge.controller.catalog import profile
 from lmedge.errors import ConfigError
 from lmedge.processes.plugins import register_plugins
@@ -89,9 +89,7 @@ def _table(rows: list[Row], title: str) -> Table:
 def register(app: typer.Typer) -> None:
     @app.command("calibration-check")
     def calibration_check(
-        scenario: str = typer.Option(
-            "testbed", "--scenario", "-f", help="Scenario folder, or a bundled example name."
-        ),
+        scenario: ScenarioOpt = "testbed",
         seeds: str = typer.Option("1,2,3", help="Comma-separated seeds; requests are pooled."),
         slots: int = typer.Option(200, help="Slots of the rr, milp and ma runs."),
         pre_slots: int = typer.Option(PRE_SLOTS, help="Slots of the pre-benchmark run."),

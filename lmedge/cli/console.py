@@ -14,6 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 err = Console(stderr=True)
 
+# The scenario of every command that runs one (simulate, calibrate, calibration-check).
+ScenarioOpt = Annotated[
+    str,
+    typer.Option("--scenario", "-f", help="Scenario folder, or a bundled example name."),
+]
+
 # The options of every command that runs a grid of runs (bench, reproduce).
 WorkersOpt = Annotated[
     int | None,

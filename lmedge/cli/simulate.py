@@ -33,7 +33,7 @@ from lmedge.api.runconfig import DEFAULT_PROFILE
 from lmedge.bench.executors import executor_for
 from lmedge.bench.runner import RunData, RunOutcome, RunSpec, resolve_scenario, run
 from lmedge.bench.summary import dumps
-from lmedge.cli.console import AddressOpt, ExecutorOpt, WorkersOpt, err, progress_bar
+from lmedge.cli.console import AddressOpt, ExecutorOpt, ScenarioOpt, WorkersOpt, err, progress_bar
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.controller.catalog import PROFILES, profile
 from lmedge.errors import ConfigError
@@ -252,9 +252,7 @@ def _table(outcome: RunOutcome) -> Table:
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate(
-        scenario: str = typer.Option(
-            "testbed", "--scenario", "-f", help="Scenario folder, or a bundled example name."
-        ),
+        scenario: ScenarioOpt = "testbed",
         policy: str = typer.Option(
             DEFAULT_PROFILE,
             "--policy",

@@ -106,24 +106,12 @@ def build_record(
     `lm` is what the user named (an LM or a request class); `model` the LM
     that served a request class (None: `lm` itself).
     """
-    return RequestRecord(
-        id=request_id,
-        run=run,
-        lm=lm,
-        model=model,
-        origin=origin,
-        destination=result.destination,
+    return _record(
+        (request_id, run, lm, model, origin, slot, submit_s),
+        times,
+        result,
         prompts=prompts,
-        prompts_done=min(len(result.outputs), prompts),
-        slot=slot,
-        submit_s=max(submit_s, 0.0),
-        uplink_s=times.uplink_s,
-        queue_s=times.queue_s,
-        inference_s=times.inference_s,
-        downlink_s=times.downlink_s,
-        outcome=result.outcome,
-        conflict=result.conflict,
-        mode=result.mode,
+        done=min(len(result.outputs), prompts),
         error=error if error is not None else result.error,
     )
 
@@ -181,24 +169,12 @@ def stream_record(
     tpot = None
     if clock.first is not None and clock.last is not None and tokens > 1:
         tpot = (clock.last - clock.first) / (tokens - 1)
-    return RequestRecord(
-        id=request_id,
-        run=run,
-        lm=lm,
-        model=model,
-        origin=origin,
-        destination=end.destination,
+    return _record(
+        (request_id, run, lm, model, origin, slot, submit_s),
+        times,
+        end,
         prompts=1,
-        prompts_done=1 if end.outcome == "success" else 0,
-        slot=slot,
-        submit_s=max(submit_s, 0.0),
-        uplink_s=times.uplink_s,
-        queue_s=times.queue_s,
-        inference_s=times.inference_s,
-        downlink_s=times.downlink_s,
-        outcome=end.outcome,
-        conflict=end.conflict,
-        mode=end.mode,
+        done=1 if end.outcome == "success" else 0,
         error=end.error,
         ttft_s=clock.first,
         tpot_s=tpot,
@@ -206,4 +182,39 @@ def stream_record(
         output_tokens=tokens,
         prefill_s=times.inference_s * share,
         decode_s=times.inference_s * (1 - share),
+    )
+
+
+def _record(
+    who: tuple[str, str, str, str | None, str, int, float],
+    times: StageTimes,
+    ended: ForwardResult | StreamEnd,
+    *,
+    prompts: int,
+    done: int,
+    error: str | None,
+    **streamed: float | int | None,
+) -> RequestRecord:
+    """One origin record: `who` is (id, run, lm, model, origin, slot, submit_s)."""
+    request_id, run, lm, model, origin, slot, submit_s = who
+    return RequestRecord(
+        id=request_id,
+        run=run,
+        lm=lm,
+        model=model,
+        origin=origin,
+        destination=ended.destination,
+        prompts=prompts,
+        prompts_done=done,
+        slot=slot,
+        submit_s=max(submit_s, 0.0),
+        uplink_s=times.uplink_s,
+        queue_s=times.queue_s,
+        inference_s=times.inference_s,
+        downlink_s=times.downlink_s,
+        outcome=ended.outcome,
+        conflict=ended.conflict,
+        mode=ended.mode,
+        error=error,
+        **streamed,
     )

@@ -12,10 +12,14 @@ The store's location is not here: it has its own setting (`lmedge.store.location
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lmedge.errors import ConfigError
+
+#: A duration in seconds: positive and finite.
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 __all__ = ["HandlerSettings"]
 
@@ -54,18 +58,14 @@ class HandlerSettings(BaseModel):
         "empty: the ConfigMap's own. The chart keeps them apart, so a workload namespace "
         "deleted and made again does not take the admission parameter with it.",
     )
-    status_interval_s: float = Field(
+    status_interval_s: Seconds = Field(
         default=30.0,
-        gt=0,
-        allow_inf_nan=False,
         alias="LMEDGE_STATUS_INTERVAL_S",
         description="Seconds between LMService status refreshes (success ratio, latency, "
         "instances).",
     )
-    status_window_s: float = Field(
+    status_window_s: Seconds = Field(
         default=300.0,
-        gt=0,
-        allow_inf_nan=False,
         alias="LMEDGE_STATUS_WINDOW_S",
         description="Window of the success ratio and latency in an LMService's status, seconds.",
     )
