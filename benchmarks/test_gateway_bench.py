@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.processes import lmedge_process as _lmedge
+from benchmarks.processes import stop_processes
+from benchmarks.processes import wait_ready as _wait_ready
 from lmedge.api.decisions import Route, RoutingMap
 from lmedge.dataplane.gateway import Gateway, GatewaySettings
 from lmedge.dataplane.records import MemorySink
@@ -46,30 +47,6 @@ THROUGHPUT_CLIENTS = 64
 THROUGHPUT_S = 10.0
 #: Concurrency run: sets in flight at once.
 CONCURRENT = 2_000
-
-
-def _lmedge(*args: str, log: Path) -> subprocess.Popen[bytes]:
-    code = "import sys; from lmedge.cli import main; main(sys.argv[1:])"
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "LMEDGE_GATEWAY_TOKEN": "", "LMEDGE_CONTROL_TOKEN": ""},
-        )  # fmt: skip
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} not ready")
 
 
 class Cluster:
@@ -125,14 +102,7 @@ class Cluster:
 
     def stop(self) -> None:
         # Gateways first (SIGTERM: uvicorn drains, the sink flushes the store).
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_processes(self.procs)
 
 
 @pytest.fixture(scope="module")
