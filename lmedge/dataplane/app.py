@@ -269,9 +269,15 @@ async def _chunks(
 ) -> AsyncGenerator[bytes, None]:
     """The OpenAI chunks of a stream that has begun, ending with `[DONE]`."""
     try:
-        for chunk in writer.start():
-            yield _data(chunk)
-        event = first
+        # The opening chunks and the first text go out as one write: each write is a
+        # send on the socket, and the first token is what the client is waiting for.
+        head = b"".join(_data(chunk) for chunk in writer.start())
+        event: StreamText | StreamEnd = first
+        if isinstance(first, StreamText):
+            yield head + _data(writer.text(first.text))
+            event = await anext(opened.events)
+        else:
+            yield head
         while isinstance(event, StreamText):
             yield _data(writer.text(event.text))
             event = await anext(opened.events)

@@ -127,17 +127,20 @@ class HttpClients:
     ) -> None:
         timeout = httpx.Timeout(None, connect=connect_timeout_s, pool=None)
         auth = BearerToken(token) if token else None
+        # One TLS context for every shard: each client building its own loads the CA
+        # bundle again (~30 ms each, seconds for a gateway's 64 clients at start).
+        tls = httpx.create_ssl_context()
         self._connect_timeout_s = connect_timeout_s
         self._peers = _ShardedClient(
             max_connections,
             lambda limits: httpx.AsyncClient(
-                limits=limits, timeout=timeout, auth=auth, transport=peer_transport
+                limits=limits, timeout=timeout, auth=auth, transport=peer_transport, verify=tls
             ),
         )
         self._models = _ShardedClient(
             max_connections,
             lambda limits: httpx.AsyncClient(
-                limits=limits, timeout=timeout, transport=model_transport
+                limits=limits, timeout=timeout, transport=model_transport, verify=tls
             ),
         )
 
