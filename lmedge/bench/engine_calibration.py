@@ -80,7 +80,10 @@ class TraceSpec:
     During an ON period (exponential, mean `on_s`) requests arrive as a
     Poisson process of `rate_on` per second; none during an OFF period
     (exponential, mean `off_s`). Lengths: lognormal means and sigmas as in
-    `LognormalLengths`, clipped to the slot's context.
+    `LognormalLengths`, clipped to the slot's context. `rate_on` None: set
+    from the calibrated profile so that an ON period offers `burst_load`
+    times what the engine serves at full batch (`capacity_per_s`); the trace
+    then has the same shape on any machine, scaled to its speed.
     """
 
     requests: int = 120
@@ -89,7 +92,8 @@ class TraceSpec:
     input_sigma: float = 1.0
     output_mean: float = 40.0
     output_sigma: float = 0.8
-    rate_on: float = 2.0
+    rate_on: float | None = None
+    burst_load: float = 1.3
     on_s: float = 8.0
     off_s: float = 8.0
 
@@ -121,17 +125,31 @@ def bursty_arrivals(
     return np.array([x - first for x in times])
 
 
-def make_trace(spec: TraceSpec, context_tokens: int) -> list[TraceRequest]:
-    """The seeded trace: same spec, same requests."""
-    rng = np.random.default_rng(spec.seed)
-    arrivals = bursty_arrivals(rng, spec.requests, spec.rate_on, spec.on_s, spec.off_s)
+def capacity_per_s(profile: ThroughputProfile, max_running: int, spec: TraceSpec) -> float:
+    """Requests/s a busy engine serves for the trace's mean lengths.
+
+    A request costs input / prefill plus output / decode(max_running) of the
+    engine's time (the capacity-equivalent cost, as `nominal_seconds_per_prompt`).
+    """
+    per_request = spec.input_mean / profile.prefill_tokens_per_s + spec.output_mean / (
+        profile.decode_tokens_per_s(max_running)
+    )
+    return 1.0 / per_request
+
+
+def make_trace(spec: TraceSpec, context_tokens: int, rate_on: float) -> list[TraceRequest]:
+    """The seeded trace: same spec and rate, same requests (`spec.rate_on` wins over `rate_on`)."""
+    # Two streams: the lengths do not depend on the rate (the arrivals draw more at a higher one).
+    lengths_rng, arrivals_rng = np.random.default_rng(spec.seed).spawn(2)
+    rate = spec.rate_on if spec.rate_on is not None else rate_on
+    arrivals = bursty_arrivals(arrivals_rng, spec.requests, rate, spec.on_s, spec.off_s)
     lengths = LognormalLengths(
         input_mean=spec.input_mean,
         input_sigma=spec.input_sigma,
         output_mean=spec.output_mean,
         output_sigma=spec.output_sigma,
     )
-    inp, out = LengthSampler(lengths).draw(rng, spec.requests, context_tokens)
+    inp, out = LengthSampler(lengths).draw(lengths_rng, spec.requests, context_tokens)
     return [
         TraceRequest(i, float(a), int(x), int(y))
         for i, (a, x, y) in enumerate(zip(arrivals, inp, out, strict=True))
@@ -394,6 +412,7 @@ class CalibrationResult:
     tokens: TokenProfile
     measurements: Measurements
     iteration_s: tuple[float, float]
+    rate_on: float
     rows: list[ErrorRow]
     measured: list[Latency]
     predicted: list[Latency]
@@ -414,6 +433,7 @@ class CalibrationResult:
         return {
             "tokens": self.tokens.model_dump(by_alias=True, exclude_none=True, mode="json"),
             "iteration_s": {"a": self.iteration_s[0], "b": self.iteration_s[1]},
+            "rate_on": self.rate_on,
             "measurements": asdict(self.measurements),
             "errors": [{**asdict(r), "meets_target": r.meets_target} for r in self.rows],
             "requests": [
@@ -440,21 +460,27 @@ def calibrate(
     on_phase: Callable[[str], None] = lambda _: None,
 ) -> CalibrationResult:
     """Measure, fit the profile, replay the trace on the server and in the emulator."""
-    trace = make_trace(trace_spec, config.slot_context)
-    inputs = np.array([r.input_tokens for r in trace])
+    # The lengths do not depend on the rate: the prefill sizes come from a draft.
+    draft = make_trace(trace_spec, config.slot_context, 1.0)
+    inputs = np.array([r.input_tokens for r in draft])
     sizes = sorted({int(np.quantile(inputs, q)) for q in (0.1, 0.3, 0.5, 0.7, 0.9)})
     running = [k for k in (1, 2, 4) if k <= config.parallel]
     with running_llama_server(binary, model, config, log_path, port) as server:
         vocab = server.vocabulary()
         on_phase(f"measuring prefill at {sizes} tokens and decode at {running} sequences")
         m = measure(server, vocab, sizes, running, decode_tokens=decode_tokens, repeats=repeats)
-        on_phase(f"replaying {len(trace)} requests on the server")
+        a, b = fit_iteration_time(m.decode)
+        throughput = ThroughputProfile(
+            prefill_tokens_per_s=fit_prefill_rate(m.prefill),
+            decode=decode_curve(a, b, config.parallel),
+        )
+        rate_on = trace_spec.burst_load * capacity_per_s(throughput, config.parallel, trace_spec)
+        trace = make_trace(trace_spec, config.slot_context, rate_on)
+        on_phase(
+            f"replaying {len(trace)} requests on the server "
+            f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s)"
+        )
         measured = replay(server, vocab, trace)
-    a, b = fit_iteration_time(m.decode)
-    throughput = ThroughputProfile(
-        prefill_tokens_per_s=fit_prefill_rate(m.prefill),
-        decode=decode_curve(a, b, config.parallel),
-    )
     tokens = TokenProfile(
         weights_gib=round(model.stat().st_size / GIB, 3),
         kv_bytes_per_token=kv_bytes_per_token(model),
@@ -465,7 +491,7 @@ def calibrate(
     )
     predicted = emulate(trace, throughput, config.parallel * config.slot_context, config.parallel)
     rows = error_summary(measured, predicted)
-    return CalibrationResult(tokens, m, (a, b), rows, measured, predicted, trace)
+    return CalibrationResult(tokens, m, (a, b), rate_on, rows, measured, predicted, trace)
 
 
 def write_result(result: CalibrationResult, out_dir: Path) -> list[Path]:

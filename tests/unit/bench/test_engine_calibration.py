@@ -15,6 +15,7 @@ from lmedge.bench.engine_calibration import (
     TraceRequest,
     TraceSpec,
     bursty_arrivals,
+    capacity_per_s,
     decode_curve,
     emulate,
     error_summary,
@@ -29,12 +30,16 @@ from lmedge.bench.llama_server import gguf_metadata, kv_bytes_per_token
 
 def test_trace_is_seeded_clipped_and_starts_at_zero() -> None:
     spec = TraceSpec(requests=150, seed=3)
-    a, b = make_trace(spec, 256), make_trace(spec, 256)
+    a, b = make_trace(spec, 256, 2.0), make_trace(spec, 256, 2.0)
     assert a == b
     assert len(a) == 150 and a[0].arrival_s == 0.0
     assert all(x.arrival_s <= y.arrival_s for x, y in pairwise(a))
     assert all(r.input_tokens + r.output_tokens <= 256 for r in a)
-    assert make_trace(TraceSpec(requests=150, seed=4), 256) != a
+    assert make_trace(TraceSpec(requests=150, seed=4), 256, 2.0) != a
+    # a faster rate compresses the same arrivals; the lengths do not change
+    fast = make_trace(spec, 256, 4.0)
+    assert [r.input_tokens for r in fast] == [r.input_tokens for r in a]
+    assert fast[-1].arrival_s < a[-1].arrival_s
 
 
 def test_bursty_arrivals_have_gaps_longer_than_the_on_rate_explains() -> None:
@@ -45,6 +50,19 @@ def test_bursty_arrivals_have_gaps_longer_than_the_on_rate_explains() -> None:
     assert (gaps > 5.0).sum() >= 10
     # ... and the mean rate is well under the ON rate.
     assert len(t) / t[-1] < 2.5
+
+
+def test_capacity_is_the_busy_engines_request_rate() -> None:
+    profile = ThroughputProfile(
+        prefill_tokens_per_s=1000.0,
+        decode=[
+            DecodePoint(running=1, tokens_per_s=50.0),
+            DecodePoint(running=4, tokens_per_s=100.0),
+        ],
+    )
+    spec = TraceSpec(input_mean=100.0, output_mean=40.0)
+    # 100 / 1000 + 40 / 100 = 0.5 s of the engine per request
+    assert capacity_per_s(profile, 4, spec) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize(
