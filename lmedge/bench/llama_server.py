@@ -65,13 +65,16 @@ class ServerConfig:
     parallel: int = 4
     slot_context: int = 1024
     threads: int = 2
+    #: 0: threads sleep between graph nodes instead of spinning; on a shared
+    #: machine a spinning thread that lost its core stalls every barrier.
+    poll: int = 0
 
     def argv(self, binary: Path, model: Path, port: int) -> list[str]:
         return [
             str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--parallel", str(self.parallel), "--ctx-size", str(self.parallel * self.slot_context),
             "--threads", str(self.threads), "--threads-batch", str(self.threads),
-            "--cont-batching", "--no-webui", "--cache-ram", "0",
+            "--poll", str(self.poll), "--cont-batching", "--no-webui", "--cache-ram", "0",
         ]  # fmt: skip
 
 
@@ -141,13 +144,13 @@ class LlamaServer:
                     continue
                 now = time.monotonic()
                 event = json.loads(line[5:])
-                if event.get("stop"):
-                    final = event
-                    break
                 chunks += 1
                 if chunks == 1:
                     first = now
                 last = now
+                if event.get("stop"):  # sent with (or right after) the last token
+                    final = event
+                    break
         finally:
             conn.close()
         timings = final.get("timings", {})

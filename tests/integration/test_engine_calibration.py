@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 from typer.testing import CliRunner
 
@@ -22,7 +23,7 @@ from lmedge.agents.local_llm import model_path
 from lmedge.api.engines import EngineSpec
 from lmedge.bench.engine_calibration import METRICS
 from lmedge.bench.llama_server import binary_path, missing_reason
-from lmedge.cli import app
+from lmedge.cli.calibrate import register
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +46,8 @@ def test_calibrate_engine_writes_a_profile_and_the_comparison(tmp_path: Path) ->
         "2",
         "-o",
     ]
+    app = typer.Typer()
+    register(app)
     res = CliRunner().invoke(app, [*argv, str(out)])
     assert res.exit_code == 0, res.output
     engine = EngineSpec.model_validate(yaml.safe_load((out / "engine.yaml").read_text())["engine"])
