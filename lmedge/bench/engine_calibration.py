@@ -34,6 +34,7 @@ It does not edit manifests: the profile is written as an `engine:` snippet.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -202,8 +203,18 @@ def fit_iteration_time(samples: Sequence[tuple[int, float]]) -> tuple[float, flo
 
 
 def decode_curve(a: float, b: float, max_running: int) -> list[DecodePoint]:
-    """decode(k) = k / (a + b k) at k = 1 .. max_running (aggregate tokens/s)."""
-    return [DecodePoint(running=k, tokens_per_s=k / (a + b * k)) for k in range(1, max_running + 1)]
+    """decode(k) = k / (a + b k) at k = 1 .. max_running (aggregate tokens/s).
+
+    With b = 0 the per-sequence rate is constant; a value is nudged down by
+    an ulp where rounding would make it rise (the profile rejects that).
+    """
+    values: list[float] = []
+    for k in range(1, max_running + 1):
+        v = k / (a + b * k)
+        while values and v * (k - 1) > values[-1] * k:
+            v = math.nextafter(v, 0.0)
+        values.append(v)
+    return [DecodePoint(running=k, tokens_per_s=v) for k, v in enumerate(values, start=1)]
 
 
 # -- error statistics -----------------------------------------------------------------
@@ -465,8 +476,8 @@ def calibrate(
     log_path: Path,
     port: int,
     *,
-    repeats: int = 5,
-    decode_tokens: int = 48,
+    repeats: int = 4,
+    decode_tokens: int = 32,
     on_phase: Callable[[str], None] = lambda _: None,
 ) -> CalibrationResult:
     """Measure, fit the profile, replay the trace on the server and in the emulator."""

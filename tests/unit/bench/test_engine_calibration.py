@@ -120,6 +120,13 @@ def test_decode_curve_is_a_valid_profile() -> None:
     ThroughputProfile(prefill_tokens_per_s=1000.0, decode=pts)  # validates the monotonicity
 
 
+@pytest.mark.parametrize("a", [0.03, 0.1 / 3, 0.07, 1 / 7], ids=str)
+def test_decode_curve_with_a_flat_per_sequence_rate_is_valid(a: float) -> None:
+    pts = decode_curve(a, 0.0, 8)
+    ThroughputProfile(prefill_tokens_per_s=1000.0, decode=pts)
+    assert pts[7].tokens_per_s == pytest.approx(8 / a)
+
+
 def test_relative_errors_and_summary() -> None:
     measured = [Latency(0.1, 0.02, 1.0), Latency(0.2, 0.0, 2.0), Latency(0.4, 0.04, 4.0)]
     predicted = [Latency(0.11, 0.02, 0.5), Latency(0.2, 0.0, 2.0), Latency(0.2, 0.05, 4.0)]
