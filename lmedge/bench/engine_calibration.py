@@ -160,25 +160,26 @@ def make_trace(spec: TraceSpec, context_tokens: int, rate_on: float) -> list[Tra
 # -- fitting ----------------------------------------------------------------------------
 
 
-def _medians(samples: Sequence[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct x, median y at each): repeats vote, so one run slowed by a neighbour does not."""
+def _fastest(samples: Sequence[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct x, least y at each): other processes only ever add time, so the
+    fastest repeat is the closest to the engine's own speed (the profile is uncontended)."""
     xs = sorted({x for x, _ in samples})
     return (
         np.array(xs, dtype=float),
-        np.array([np.median([y for x2, y in samples if x2 == x]) for x in xs]),
+        np.array([min(y for x2, y in samples if x2 == x) for x in xs]),
     )
 
 
 def fit_prefill_rate(samples: Sequence[tuple[int, float]]) -> float:
     """Prompt tokens/s from (prompt tokens n, seconds to first token T) samples.
 
-    T is the median over the samples at each n. Minimises sum((n / rate - T)^2 / T^2),
+    T is the fastest of the samples at each n. Minimises sum((n / rate - T)^2 / T^2),
     the squared relative error of the model's TTFT: with x = n / T,
     1 / rate = sum(x) / sum(x^2).
     """
     if not samples or any(n <= 0 or t <= 0 for n, t in samples):
         raise ValueError("prefill samples need positive token counts and times")
-    n, t = _medians(samples)
+    n, t = _fastest(samples)
     x = n / t
     return float(np.sum(x * x) / np.sum(x))
 
@@ -186,12 +187,12 @@ def fit_prefill_rate(samples: Sequence[tuple[int, float]]) -> float:
 def fit_iteration_time(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
     """(a, b) of the decode iteration time t(k) = a + b k from (running k, seconds per token).
 
-    Least squares on the median time at each k, with a, b >= 0 (a fixed cost
+    Least squares on the fastest time at each k, with a, b >= 0 (a fixed cost
     per iteration, b per sequence); one running count alone gives b = 0 (flat per-sequence rate).
     """
     if not samples or any(k < 1 or t <= 0 for k, t in samples):
         raise ValueError("decode samples need running >= 1 and positive times")
-    k, t = _medians(samples)
+    k, t = _fastest(samples)
     if np.ptp(k) == 0:
         return float(np.mean(t)), 0.0
     b, a = np.polyfit(k, t, 1)

@@ -97,7 +97,7 @@ def test_prefill_rate_rejects_empty_or_zero() -> None:
     ("samples", "expected"),
     [
         ([(1, 0.03), (2, 0.035), (4, 0.045)], (0.025, 0.005)),
-        ([(2, 0.05), (2, 0.07)], (0.06, 0.0)),
+        ([(2, 0.05), (2, 0.07)], (0.05, 0.0)),  # the fastest repeat
         ([(1, 0.05), (4, 0.04)], (0.045, 0.0)),  # faster with more: noise, flat
         # unconstrained a = -0.01: through the origin, b = sum(k t) / sum(k^2)
         ([(1, 0.01), (2, 0.03), (4, 0.07)], (0.0, 0.35 / 21)),
