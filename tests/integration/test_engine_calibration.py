@@ -34,8 +34,8 @@ def test_calibrate_engine_writes_a_profile_and_the_comparison(tmp_path: Path) ->
             pytest.fail(why)
         pytest.skip(why)
     out = tmp_path / "cal"
+    # the command alone on its own app (a one-command typer app takes no command name)
     argv = [
-        "calibrate",
         "--engine",
         "llama.cpp",
         "--requests",
