@@ -4,17 +4,18 @@
 (`lmedge.bench.llama_server`, `--parallel` slots, continuous batching):
 
 1. **Prefill.** Single requests with prompts at the trace's input-length
-   quantiles and one output token; the client's time to first token T(n).
+   quantiles and one output token; the client's time to first token T(n),
+   the fastest of the repeats at each n (other processes only add time).
    The profile has a rate and no fixed cost, so the rate is the one that
-   minimises the relative error of n / rate against T(n) over these sizes:
-   1 / rate = sum(T/n) / count ... weighted as `fit_prefill_rate` says (the
-   per-request overhead of HTTP, tokenisation and the first sampling is
-   spread over the tokens of typical prompts).
+   minimises the relative error of n / rate against T(n) (`fit_prefill_rate`):
+   the per-request overhead of HTTP, tokenisation and the first sampling is
+   spread over the tokens of typical prompts.
 2. **Decode.** k = 1, 2, 4 (up to `parallel`) requests started together with
    short prompts; each one's time per output token is one iteration of a
    batch of k. Iteration time t(k) = a + b k is fitted by least squares
-   (a, b >= 0), and the curve is decode(k) = k / t(k) at k = 1 .. parallel:
-   aggregate rising, per sequence falling, as `ThroughputProfile` requires.
+   (a, b >= 0) on the fastest repeat at each k, and the curve is
+   decode(k) = k / t(k) at k = 1 .. parallel: aggregate rising, per
+   sequence falling, as `ThroughputProfile` requires.
 3. **Replay.** A seeded trace (lognormal lengths from `lmedge.sim.tokens.lengths`,
    on/off Poisson arrivals) is sent to the server (one thread per request,
    streamed) and run through `BatchingEngine` with the fitted profile; each
@@ -37,7 +38,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -524,8 +525,3 @@ def write_result(result: CalibrationResult, out_dir: Path) -> list[Path]:
     paths[1].write_text(json.dumps(result.to_json(), indent=2) + "\n")
     paths[2].write_text(markdown_table(result.rows))
     return paths
-
-
-def load_errors(path: Path) -> Mapping[str, Any]:
-    """The `errors` of a comparison.json (for benchmarks and reports)."""
-    return {e["metric"]: e for e in json.loads(path.read_text())["errors"]}
