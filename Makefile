@@ -41,6 +41,7 @@ tools:
 	@if [ -f tools/build-helm.sh ]; then bash tools/build-helm.sh; fi
 	$(MAKE) --no-print-directory install
 	LMEDGE_VENV=$(VENV) bash tools/build-llama.sh
+	LMEDGE_VENV=$(VENV) bash tools/build-llama-server.sh
 	bash tools/install-chromium.sh
 
 # The real-node tier's images (tools/build-images.sh: buildah + debootstrap, as

@@ -13,6 +13,11 @@
 
 The result prints as a table and, with `--out`, is written as JSON whose
 `deployer_params` can be passed to the `lyapunov` deployer as-is.
+
+`--engine llama.cpp` calibrates a serving engine instead: a token profile for
+llama.cpp's server on this machine, checked by replaying a trace on the server
+and in the emulator (`lmedge.bench.engine_calibration`); `--out` is then a
+folder (engine.yaml, comparison.json, comparison.md).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from lmedge.agents.local_llm import free_port, model_path
 from lmedge.api import (
     ActuationResult,
     Arrival,
@@ -40,6 +46,8 @@ from lmedge.api import (
 )
 from lmedge.api.live import ContextUpdate
 from lmedge.api.params_file import dump_params
+from lmedge.bench import engine_calibration as ec
+from lmedge.bench.llama_server import ServerConfig, binary_path
 from lmedge.bench.runner import emulated_backend, resolve_scenario, settle_slots
 from lmedge.cli.console import ScenarioOpt
 from lmedge.controller.assembly import PolicyChoice, build_plugins
@@ -118,6 +126,48 @@ def _measured(result: RunResult) -> tuple[list[RequestRecord], list[Placement]]:
     return result.measured_records(), placements
 
 
+def _calibrate_engine(
+    engine: str,
+    model: Path | None,
+    server_bin: Path | None,
+    out_dir: Path | None,
+    seed: int,
+    requests: int,
+    threads: int,
+    parallel: int,
+) -> None:
+    """`--engine llama.cpp`: measure, fit, replay, compare (see the module docstring)."""
+    if engine != "llama.cpp":
+        raise ConfigError(
+            f"--engine must be llama.cpp (the engine that can be measured here), got {engine!r}"
+        )
+    if requests < 1 or threads < 1 or parallel < 1:
+        raise ConfigError("--requests, --threads and --parallel must be at least 1")
+    out_dir = out_dir or Path("calibration-llama.cpp")
+    config = ServerConfig(parallel=parallel, threads=threads)
+    trace = ec.TraceSpec(requests=requests, seed=seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = ec.calibrate(
+        server_bin or binary_path(),
+        model or model_path(),
+        config,
+        trace,
+        out_dir / "llama-server.log",
+        free_port(),
+        on_phase=lambda msg: out.print(f"[bold]{msg}[/bold]"),
+    )
+    cpu = result.tokens.cpu
+    assert cpu is not None
+    out.print(
+        f"prefill {cpu.prefill_tokens_per_s:.0f} tokens/s; decode "
+        + ", ".join(f"{p.running}: {p.tokens_per_s:.1f}" for p in cpu.decode)
+        + " tokens/s (running: aggregate)"
+    )
+    out.print(ec.markdown_table(result.rows))
+    for path in ec.write_result(result, out_dir):
+        out.print(f"wrote {path}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     def calibrate(
@@ -142,8 +192,32 @@ def register(app: typer.Typer) -> None:
                 "`bench` and `controller` read back with --params (chart: policy.paramsFile).",
             ),
         ] = None,
+        engine: Annotated[
+            str | None,
+            typer.Option(
+                "--engine",
+                help="Calibrate a serving engine instead (llama.cpp): a token profile measured "
+                "on llama-server and its emulator error on a replayed trace; --out is a folder.",
+            ),
+        ] = None,
+        model: Annotated[
+            Path | None, typer.Option("--model", help="--engine: the GGUF model.")
+        ] = None,
+        server_bin: Annotated[
+            Path | None, typer.Option("--server-bin", help="--engine: the llama-server binary.")
+        ] = None,
+        requests: int = typer.Option(120, help="--engine: requests in the replayed trace."),
+        threads: int = typer.Option(2, help="--engine: llama-server CPU threads."),
+        parallel: int = typer.Option(4, help="--engine: llama-server slots (running sequences)."),
     ) -> None:
-        """Estimate service-rate weights, then coordinate-search the DPP coefficients."""
+        """Estimate service-rate weights, then coordinate-search the DPP coefficients.
+
+        With --engine llama.cpp: calibrate llama.cpp's token profile instead.
+        """
+        if engine is not None:
+            out_dir = Path(out_path) if out_path is not None else None
+            _calibrate_engine(engine, model, server_bin, out_dir, seed, requests, threads, parallel)
+            return
         register_plugins()
         if profile(policy).deployer != "lyapunov":
             raise ConfigError(f"profile {policy!r} does not use the lyapunov deployer")

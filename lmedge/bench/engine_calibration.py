@@ -1,0 +1,527 @@
+"""Calibrate a llama.cpp token profile on this machine and check the emulator against it.
+
+`lmedge calibrate --engine llama.cpp` runs, against one real `llama-server`
+(`lmedge.bench.llama_server`, `--parallel` slots, continuous batching):
+
+1. **Prefill.** Single requests with prompts at the trace's input-length
+   quantiles and one output token; the client's time to first token T(n),
+   the fastest of the repeats at each n (other processes only add time).
+   The profile has a rate and no fixed cost, so the rate is the one that
+   minimises the relative error of n / rate against T(n) (`fit_prefill_rate`):
+   the per-request overhead of HTTP, tokenisation and the first sampling is
+   spread over the tokens of typical prompts.
+2. **Decode.** k = 1, 2, 4 (up to `parallel`) requests started together with
+   short prompts; each one's time per output token is one iteration of a
+   batch of k. Iteration time t(k) = a + b k is fitted by least squares
+   (a, b >= 0) on the fastest repeat at each k, and the curve is
+   decode(k) = k / t(k) at k = 1 .. parallel: aggregate rising, per
+   sequence falling, as `ThroughputProfile` requires.
+3. **Replay.** A seeded trace (lognormal lengths from `lmedge.sim.tokens.lengths`,
+   on/off Poisson arrivals) is sent to the server (one thread per request,
+   streamed) and run through `BatchingEngine` with the fitted profile; each
+   request's TTFT, TPOT and end-to-end latency are compared:
+   relative error |predicted - measured| / measured, median and P90.
+
+The emulator's assumptions this checks (`lmedge/sim/tokens/README.md`):
+FIFO admission into `parallel` slots, prompts admitted together prefilled in
+one step that blocks decode, one token per running sequence per iteration.
+llama-server differs in one way it does not model: it runs a new prompt in
+the same batch as the running sequences' next tokens, so they gain one token
+during a prefill (small next to the prefill's time for short outputs).
+
+It does not edit manifests: the profile is written as an `engine:` snippet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from lmedge.api.engines import (
+    ANY_GPU,
+    DecodePoint,
+    EngineSpec,
+    GpuThroughputProfile,
+    ThroughputProfile,
+    TokenProfile,
+)
+from lmedge.bench.llama_server import (
+    Completion,
+    LlamaServer,
+    ServerConfig,
+    kv_bytes_per_token,
+    running_llama_server,
+)
+from lmedge.sim.tokens import BatchingEngine, TokenRequest
+from lmedge.sim.tokens.lengths import LengthSampler, LognormalLengths
+
+GIB = 1024**3
+METRICS = ("ttft", "tpot", "e2e")
+#: The issue's targets: median and P90 relative error on each metric.
+TARGET_MEDIAN = 0.15
+TARGET_P90 = 0.30
+
+
+# -- the trace ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """A replay trace: lengths (scaled to a small model) and on/off Poisson arrivals.
+
+    During an ON period (exponential, mean `on_s`) requests arrive as a
+    Poisson process of `rate_on` per second; none during an OFF period
+    (exponential, mean `off_s`). Lengths: lognormal means and sigmas as in
+    `LognormalLengths`, clipped to the slot's context. `rate_on` None: set
+    from the calibrated profile so that an ON period offers `burst_load`
+    times what the engine serves at full batch (`capacity_per_s`); the trace
+    then has the same shape on any machine, scaled to its speed.
+    """
+
+    requests: int = 120
+    seed: int = 1
+    input_mean: float = 70.0
+    input_sigma: float = 1.0
+    output_mean: float = 40.0
+    output_sigma: float = 0.8
+    rate_on: float | None = None
+    burst_load: float = 1.3
+    on_s: float = 8.0
+    off_s: float = 8.0
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    rid: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+
+
+def bursty_arrivals(
+    rng: np.random.Generator, n: int, rate_on: float, on_s: float, off_s: float
+) -> np.ndarray:
+    """`n` arrival times (s, from 0) of an on/off Poisson process (see `TraceSpec`)."""
+    times: list[float] = []
+    t = 0.0
+    while len(times) < n:
+        end = t + rng.exponential(on_s)
+        while len(times) < n:
+            t += rng.exponential(1.0 / rate_on)
+            if t > end:
+                t = end
+                break
+            times.append(t)
+        t += rng.exponential(off_s)
+    first = times[0]
+    return np.array([x - first for x in times])
+
+
+def capacity_per_s(profile: ThroughputProfile, max_running: int, spec: TraceSpec) -> float:
+    """Requests/s a busy engine serves for the trace's mean lengths.
+
+    A request costs input / prefill plus output / decode(max_running) of the
+    engine's time (the capacity-equivalent cost, as `nominal_seconds_per_prompt`).
+    """
+    per_request = spec.input_mean / profile.prefill_tokens_per_s + spec.output_mean / (
+        profile.decode_tokens_per_s(max_running)
+    )
+    return 1.0 / per_request
+
+
+def make_trace(spec: TraceSpec, context_tokens: int, rate_on: float) -> list[TraceRequest]:
+    """The seeded trace: same spec and rate, same requests (`spec.rate_on` wins over `rate_on`)."""
+    # Two streams: the lengths do not depend on the rate (the arrivals draw more at a higher one).
+    lengths_rng, arrivals_rng = np.random.default_rng(spec.seed).spawn(2)
+    rate = spec.rate_on if spec.rate_on is not None else rate_on
+    arrivals = bursty_arrivals(arrivals_rng, spec.requests, rate, spec.on_s, spec.off_s)
+    lengths = LognormalLengths(
+        input_mean=spec.input_mean,
+        input_sigma=spec.input_sigma,
+        output_mean=spec.output_mean,
+        output_sigma=spec.output_sigma,
+    )
+    inp, out = LengthSampler(lengths).draw(lengths_rng, spec.requests, context_tokens)
+    return [
+        TraceRequest(i, float(a), int(x), int(y))
+        for i, (a, x, y) in enumerate(zip(arrivals, inp, out, strict=True))
+    ]
+
+
+# -- fitting ----------------------------------------------------------------------------
+
+
+def _fastest(samples: Sequence[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct x, least y at each): other processes only ever add time, so the
+    fastest repeat is the closest to the engine's own speed (the profile is uncontended)."""
+    xs = sorted({x for x, _ in samples})
+    return (
+        np.array(xs, dtype=float),
+        np.array([min(y for x2, y in samples if x2 == x) for x in xs]),
+    )
+
+
+def fit_prefill_rate(samples: Sequence[tuple[int, float]]) -> float:
+    """Prompt tokens/s from (prompt tokens n, seconds to first token T) samples.
+
+    T is the fastest of the samples at each n. Minimises sum((n / rate - T)^2 / T^2),
+    the squared relative error of the model's TTFT: with x = n / T,
+    1 / rate = sum(x) / sum(x^2).
+    """
+    if not samples or any(n <= 0 or t <= 0 for n, t in samples):
+        raise ValueError("prefill samples need positive token counts and times")
+    n, t = _fastest(samples)
+    x = n / t
+    return float(np.sum(x * x) / np.sum(x))
+
+
+def fit_iteration_time(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """(a, b) of the decode iteration time t(k) = a + b k from (running k, seconds per token).
+
+    Least squares on the fastest time at each k, with a, b >= 0 (a fixed cost
+    per iteration, b per sequence); one running count alone gives b = 0 (flat per-sequence rate).
+    """
+    if not samples or any(k < 1 or t <= 0 for k, t in samples):
+        raise ValueError("decode samples need running >= 1 and positive times")
+    k, t = _fastest(samples)
+    if np.ptp(k) == 0:
+        return float(np.mean(t)), 0.0
+    b, a = np.polyfit(k, t, 1)
+    if b < 0:
+        return float(np.mean(t)), 0.0
+    if a < 0:
+        return 0.0, float(np.sum(k * t) / np.sum(k * k))
+    return float(a), float(b)
+
+
+def decode_curve(a: float, b: float, max_running: int) -> list[DecodePoint]:
+    """decode(k) = k / (a + b k) at k = 1 .. max_running (aggregate tokens/s).
+
+    With b = 0 the per-sequence rate is constant; a value is nudged down by
+    an ulp where rounding would make it rise (the profile rejects that).
+    """
+    values: list[float] = []
+    for k in range(1, max_running + 1):
+        v = k / (a + b * k)
+        while values and v * (k - 1) > values[-1] * k:
+            v = math.nextafter(v, 0.0)
+        values.append(v)
+    return [DecodePoint(running=k, tokens_per_s=v) for k, v in enumerate(values, start=1)]
+
+
+# -- error statistics -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One request's TTFT, TPOT and end-to-end latency, seconds."""
+
+    ttft: float
+    tpot: float
+    e2e: float
+
+
+def _pairs(
+    measured: Sequence[Latency], predicted: Sequence[Latency], metric: str
+) -> tuple[np.ndarray, np.ndarray]:
+    if len(measured) != len(predicted):
+        raise ValueError("measured and predicted must pair request by request")
+    pairs = [
+        (getattr(a, metric), getattr(b, metric)) for a, b in zip(measured, predicted, strict=True)
+    ]
+    kept = [(a, b) for a, b in pairs if a > 0]
+    return np.array([a for a, _ in kept]), np.array([b for _, b in kept])
+
+
+def relative_errors(
+    measured: Sequence[Latency], predicted: Sequence[Latency]
+) -> dict[str, np.ndarray]:
+    """|predicted - measured| / measured per metric, over requests (TPOT: those of 2+ tokens)."""
+    out: dict[str, np.ndarray] = {}
+    for m in METRICS:
+        a, b = _pairs(measured, predicted, m)
+        out[m] = np.abs(b - a) / a
+    return out
+
+
+@dataclass(frozen=True)
+class ErrorRow:
+    metric: str
+    requests: int
+    median: float
+    p90: float
+    measured_median_s: float
+    predicted_median_s: float
+
+    @property
+    def meets_target(self) -> bool:
+        return self.median <= TARGET_MEDIAN and self.p90 <= TARGET_P90
+
+
+def error_summary(measured: Sequence[Latency], predicted: Sequence[Latency]) -> list[ErrorRow]:
+    """Median and P90 relative error per metric, with the medians of both sides."""
+    rows = []
+    for m in METRICS:
+        a, b = _pairs(measured, predicted, m)
+        if not len(a):
+            raise ValueError(f"no request has a positive measured {m}")
+        e = np.abs(b - a) / a
+        rows.append(
+            ErrorRow(
+                metric=m,
+                requests=len(e),
+                median=float(np.median(e)),
+                p90=float(np.quantile(e, 0.9)),
+                measured_median_s=float(np.median(a)),
+                predicted_median_s=float(np.median(b)),
+            )
+        )
+    return rows
+
+
+def markdown_table(rows: Sequence[ErrorRow]) -> str:
+    """The comparison as a markdown table (milliseconds and percent)."""
+    lines = [
+        "| metric | requests | measured median (ms) | emulated median (ms) "
+        "| median rel. error | P90 rel. error | target (15% / 30%) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.metric.upper()} | {r.requests} | {r.measured_median_s * 1e3:.1f} "
+            f"| {r.predicted_median_s * 1e3:.1f} | {r.median:.1%} | {r.p90:.1%} "
+            f"| {'met' if r.meets_target else 'missed'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# -- the emulator side ----------------------------------------------------------------
+
+
+def emulate(
+    trace: Sequence[TraceRequest],
+    profile: ThroughputProfile,
+    kv_capacity_tokens: int,
+    max_running: int,
+) -> list[Latency]:
+    """Each trace request's latencies as `BatchingEngine` predicts them, in trace order."""
+    engine = BatchingEngine(profile, kv_capacity_tokens, max_running)
+    reqs = [TokenRequest(r.rid, r.arrival_s, r.input_tokens, r.output_tokens) for r in trace]
+    for req in sorted(reqs, key=lambda q: q.arrival_s):
+        engine.advance(req.arrival_s)
+        engine.submit(req, req.arrival_s)
+    while (t := engine.next_event_time()) is not None:
+        engine.advance(t)
+    return [Latency(r.ttft_s, r.tpot_s, r.e2e_s) for r in reqs]
+
+
+# -- the real side ----------------------------------------------------------------------
+
+
+def _latency(c: Completion, arrival: float) -> Latency:
+    tpot = (c.last_s - c.first_s) / (c.tokens - 1) if c.tokens > 1 else 0.0
+    return Latency(c.first_s - arrival, tpot, c.last_s - arrival)
+
+
+def _prompt(rng: np.random.Generator, vocab: Sequence[int], n: int) -> list[int]:
+    return [int(t) for t in rng.choice(vocab, size=n)]
+
+
+def _concurrently(
+    calls: Sequence[tuple[float, Callable[[], Completion]]],
+) -> list[tuple[float, Completion]]:
+    """Run each call in its own thread at its offset (s) from now; (planned start, result)."""
+    t0 = time.monotonic() + 0.2
+    results: list[tuple[float, Completion] | None] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def worker(i: int, offset: float, call: Callable[[], Completion]) -> None:
+        start = t0 + offset
+        time.sleep(max(0.0, start - time.monotonic()))
+        try:
+            results[i] = (start, call())
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=worker, args=(i, off, call), daemon=True)
+        for i, (off, call) in enumerate(calls)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+    return [r for r in results if r is not None]
+
+
+@dataclass
+class Measurements:
+    """What the calibration measured on the server."""
+
+    prefill: list[tuple[int, float]] = field(default_factory=list)  # (tokens, client TTFT s)
+    server_prefill_per_s: list[float] = field(default_factory=list)
+    decode: list[tuple[int, float]] = field(default_factory=list)  # (running, s per token)
+
+
+def measure(
+    server: LlamaServer,
+    vocab: Sequence[int],
+    prefill_sizes: Sequence[int],
+    running: Sequence[int],
+    *,
+    decode_tokens: int = 48,
+    repeats: int = 3,
+    seed: int = 0,
+) -> Measurements:
+    """Prefill TTFT at `prefill_sizes` (alone) and decode time per token at `running` counts."""
+    rng = np.random.default_rng(seed)
+    m = Measurements()
+    server.complete(_prompt(rng, vocab, 16), 4)  # warm-up: first-request costs are not a rate
+    for _ in range(repeats):
+        for n in prefill_sizes:
+            c = server.complete(_prompt(rng, vocab, n), 1)
+            m.prefill.append((c.prompt_tokens, c.first_s - c.sent_s))
+            m.server_prefill_per_s.append(c.server_prompt_per_s)
+        for k in running:
+            prompts = [_prompt(rng, vocab, 8) for _ in range(k)]
+            calls = [(0.0, partial(server.complete, p, decode_tokens)) for p in prompts]
+            for _, c in _concurrently(calls):
+                m.decode.append((k, (c.last_s - c.first_s) / (c.tokens - 1)))
+    return m
+
+
+def replay(
+    server: LlamaServer, vocab: Sequence[int], trace: Sequence[TraceRequest]
+) -> list[Latency]:
+    """Each trace request sent at its arrival time, streamed; latencies in trace order."""
+    rng = np.random.default_rng(len(trace))
+    calls = [
+        (
+            r.arrival_s,
+            partial(server.complete, _prompt(rng, vocab, r.input_tokens), r.output_tokens),
+        )
+        for r in trace
+    ]
+    done = _concurrently(calls)
+    t0 = done[0][0] - trace[0].arrival_s
+    out = []
+    for r, (_, c) in zip(trace, done, strict=True):
+        if c.tokens != r.output_tokens or c.prompt_tokens != r.input_tokens:
+            raise RuntimeError(
+                f"request {r.rid}: the server ran {c.prompt_tokens}/{c.tokens} tokens, "
+                f"the trace asked {r.input_tokens}/{r.output_tokens}"
+            )
+        out.append(_latency(c, t0 + r.arrival_s))
+    return out
+
+
+# -- the whole calibration --------------------------------------------------------------
+
+
+@dataclass
+class CalibrationResult:
+    tokens: TokenProfile
+    measurements: Measurements
+    iteration_s: tuple[float, float]
+    rate_on: float
+    rows: list[ErrorRow]
+    measured: list[Latency]
+    predicted: list[Latency]
+    trace: list[TraceRequest]
+
+    def engine_yaml(self) -> str:
+        """The `spec.engine` snippet (camelCase, as in a manifest)."""
+        spec = EngineSpec(kind="llama.cpp", tokens=self.tokens)
+        body = {"engine": spec.model_dump(by_alias=True, exclude_none=True, mode="json")}
+        return (
+            "# lmedge calibrate --engine llama.cpp: measured on this machine's CPU.\n"
+            "# The schema needs a GPU entry: the '*' entry repeats the CPU measurement;\n"
+            "# replace it with a measurement on the GPU the service runs on.\n"
+            + yaml.safe_dump(body, sort_keys=False)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens.model_dump(by_alias=True, exclude_none=True, mode="json"),
+            "iteration_s": {"a": self.iteration_s[0], "b": self.iteration_s[1]},
+            "rate_on": self.rate_on,
+            "measurements": asdict(self.measurements),
+            "errors": [{**asdict(r), "meets_target": r.meets_target} for r in self.rows],
+            "requests": [
+                {
+                    **asdict(t),
+                    "measured": asdict(m),
+                    "emulated": asdict(p),
+                }
+                for t, m, p in zip(self.trace, self.measured, self.predicted, strict=True)
+            ],
+        }
+
+
+def calibrate(
+    binary: Path,
+    model: Path,
+    config: ServerConfig,
+    trace_spec: TraceSpec,
+    log_path: Path,
+    port: int,
+    *,
+    repeats: int = 4,
+    decode_tokens: int = 32,
+    on_phase: Callable[[str], None] = lambda _: None,
+) -> CalibrationResult:
+    """Measure, fit the profile, replay the trace on the server and in the emulator."""
+    # The lengths do not depend on the rate: the prefill sizes come from a draft.
+    draft = make_trace(trace_spec, config.slot_context, 1.0)
+    inputs = np.array([r.input_tokens for r in draft])
+    sizes = sorted({int(np.quantile(inputs, q)) for q in (0.1, 0.3, 0.5, 0.7, 0.9)})
+    running = [k for k in (1, 2, 4) if k <= config.parallel]
+    with running_llama_server(binary, model, config, log_path, port) as server:
+        vocab = server.vocabulary()
+        on_phase(f"measuring prefill at {sizes} tokens and decode at {running} sequences")
+        m = measure(server, vocab, sizes, running, decode_tokens=decode_tokens, repeats=repeats)
+        a, b = fit_iteration_time(m.decode)
+        throughput = ThroughputProfile(
+            prefill_tokens_per_s=fit_prefill_rate(m.prefill),
+            decode=decode_curve(a, b, config.parallel),
+        )
+        rate_on = trace_spec.burst_load * capacity_per_s(throughput, config.parallel, trace_spec)
+        trace = make_trace(trace_spec, config.slot_context, rate_on)
+        on_phase(
+            f"replaying {len(trace)} requests on the server "
+            f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s)"
+        )
+        measured = replay(server, vocab, trace)
+    tokens = TokenProfile(
+        weights_gib=round(model.stat().st_size / GIB, 3),
+        kv_bytes_per_token=kv_bytes_per_token(model),
+        context_tokens=config.slot_context,
+        max_running_sequences=config.parallel,
+        gpus=[GpuThroughputProfile(gpu_model=ANY_GPU, **throughput.model_dump())],
+        cpu=throughput,
+    )
+    predicted = emulate(trace, throughput, config.parallel * config.slot_context, config.parallel)
+    rows = error_summary(measured, predicted)
+    return CalibrationResult(tokens, m, (a, b), rate_on, rows, measured, predicted, trace)
+
+
+def write_result(result: CalibrationResult, out_dir: Path) -> list[Path]:
+    """engine.yaml (the profile), comparison.json and comparison.md under `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "engine.yaml", out_dir / "comparison.json", out_dir / "comparison.md"]
+    paths[0].write_text(result.engine_yaml())
+    paths[1].write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    paths[2].write_text(markdown_table(result.rows))
+    return paths

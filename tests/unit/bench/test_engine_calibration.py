@@ -1,0 +1,209 @@
+"""The engine calibration's pure parts: the trace, the profile fits, the error statistics."""
+
+from __future__ import annotations
+
+import struct
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmedge.api.engines import DecodePoint, ThroughputProfile
+from lmedge.bench.engine_calibration import (
+    Latency,
+    TraceRequest,
+    TraceSpec,
+    bursty_arrivals,
+    capacity_per_s,
+    decode_curve,
+    emulate,
+    error_summary,
+    fit_iteration_time,
+    fit_prefill_rate,
+    make_trace,
+    markdown_table,
+    relative_errors,
+)
+from lmedge.bench.llama_server import gguf_metadata, kv_bytes_per_token
+
+
+def test_trace_is_seeded_clipped_and_starts_at_zero() -> None:
+    spec = TraceSpec(requests=150, seed=3)
+    a, b = make_trace(spec, 256, 2.0), make_trace(spec, 256, 2.0)
+    assert a == b
+    assert len(a) == 150 and a[0].arrival_s == 0.0
+    assert all(x.arrival_s <= y.arrival_s for x, y in pairwise(a))
+    assert all(r.input_tokens + r.output_tokens <= 256 for r in a)
+    assert make_trace(TraceSpec(requests=150, seed=4), 256, 2.0) != a
+    # a faster rate compresses the same arrivals; the lengths do not change
+    fast = make_trace(spec, 256, 4.0)
+    assert [r.input_tokens for r in fast] == [r.input_tokens for r in a]
+    assert fast[-1].arrival_s < a[-1].arrival_s
+
+
+def test_bursty_arrivals_have_gaps_longer_than_the_on_rate_explains() -> None:
+    rng = np.random.default_rng(0)
+    t = bursty_arrivals(rng, 400, rate_on=5.0, on_s=4.0, off_s=10.0)
+    gaps = np.diff(t)
+    # Poisson at 5/s alone: a gap over 5 s has probability e^-25; OFF periods make many.
+    assert (gaps > 5.0).sum() >= 10
+    # ... and the mean rate is well under the ON rate.
+    assert len(t) / t[-1] < 2.5
+
+
+def test_capacity_is_the_busy_engines_request_rate() -> None:
+    profile = ThroughputProfile(
+        prefill_tokens_per_s=1000.0,
+        decode=[
+            DecodePoint(running=1, tokens_per_s=50.0),
+            DecodePoint(running=4, tokens_per_s=100.0),
+        ],
+    )
+    spec = TraceSpec(input_mean=100.0, output_mean=40.0)
+    # 100 / 1000 + 40 / 100 = 0.5 s of the engine per request
+    assert capacity_per_s(profile, 4, spec) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("samples", "rate"),
+    [
+        ([(100, 0.1), (200, 0.2), (400, 0.4)], 1000.0),
+        ([(50, 0.1)], 500.0),
+    ],
+    ids=["proportional", "one-sample"],
+)
+def test_prefill_rate_recovers_a_proportional_cost(
+    samples: list[tuple[int, float]], rate: float
+) -> None:
+    assert fit_prefill_rate(samples) == pytest.approx(rate)
+
+
+def test_prefill_rate_with_overhead_lies_between_the_sizes_rates() -> None:
+    # T = 0.02 + n / 1000: small prompts look slow, large ones fast.
+    samples = [(n, 0.02 + n / 1000) for n in (20, 60, 200)]
+    rate = fit_prefill_rate(samples)
+    assert 20 / samples[0][1] < rate < 200 / samples[2][1]
+
+
+def test_prefill_rate_rejects_empty_or_zero() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        fit_prefill_rate([(10, 0.0)])
+    with pytest.raises(ValueError, match="positive"):
+        fit_prefill_rate([])
+
+
+@pytest.mark.parametrize(
+    ("samples", "expected"),
+    [
+        ([(1, 0.03), (2, 0.035), (4, 0.045)], (0.025, 0.005)),
+        ([(2, 0.05), (2, 0.07)], (0.05, 0.0)),  # the fastest repeat
+        ([(1, 0.05), (4, 0.04)], (0.045, 0.0)),  # faster with more: noise, flat
+        # unconstrained a = -0.01: through the origin, b = sum(k t) / sum(k^2)
+        ([(1, 0.01), (2, 0.03), (4, 0.07)], (0.0, 0.35 / 21)),
+    ],
+    ids=["linear", "one-count", "falling-is-flat", "negative-intercept"],
+)
+def test_iteration_time_fit(
+    samples: list[tuple[int, float]], expected: tuple[float, float]
+) -> None:
+    a, b = fit_iteration_time(samples)
+    assert (a, b) == pytest.approx(expected)
+    assert a >= 0 and b >= 0
+
+
+def test_decode_curve_is_a_valid_profile() -> None:
+    pts = decode_curve(0.025, 0.005, 4)
+    assert [p.running for p in pts] == [1, 2, 3, 4]
+    assert pts[0].tokens_per_s == pytest.approx(1 / 0.03)
+    assert pts[3].tokens_per_s == pytest.approx(4 / 0.045)
+    ThroughputProfile(prefill_tokens_per_s=1000.0, decode=pts)  # validates the monotonicity
+
+
+@pytest.mark.parametrize("a", [0.03, 0.1 / 3, 0.07, 1 / 7], ids=str)
+def test_decode_curve_with_a_flat_per_sequence_rate_is_valid(a: float) -> None:
+    pts = decode_curve(a, 0.0, 8)
+    ThroughputProfile(prefill_tokens_per_s=1000.0, decode=pts)
+    assert pts[7].tokens_per_s == pytest.approx(8 / a)
+
+
+def test_relative_errors_and_summary() -> None:
+    measured = [Latency(0.1, 0.02, 1.0), Latency(0.2, 0.0, 2.0), Latency(0.4, 0.04, 4.0)]
+    predicted = [Latency(0.11, 0.02, 0.5), Latency(0.2, 0.0, 2.0), Latency(0.2, 0.05, 4.0)]
+    err = relative_errors(measured, predicted)
+    assert err["ttft"] == pytest.approx([0.1, 0.0, 0.5])
+    assert err["tpot"] == pytest.approx([0.0, 0.25])  # a one-token answer has no TPOT
+    assert err["e2e"] == pytest.approx([0.5, 0.0, 0.0])
+    rows = {r.metric: r for r in error_summary(measured, predicted)}
+    assert rows["ttft"].median == pytest.approx(0.1)
+    assert rows["ttft"].p90 == pytest.approx(0.42)
+    assert rows["tpot"].requests == 2
+    assert rows["e2e"].measured_median_s == pytest.approx(2.0)
+    assert rows["tpot"].measured_median_s == pytest.approx(0.03)  # over the same two
+    # ttft: median 10% but P90 42% > 30%; tpot: 12.5% and 22.5%
+    assert rows["ttft"].meets_target is False and rows["tpot"].meets_target is True
+    table = markdown_table(list(rows.values()))
+    assert "| TTFT | 3 |" in table and "| 10.0% | 42.0% | missed |" in table
+    assert "| 12.5% | 22.5% | met |" in table
+
+
+def test_relative_errors_pair_request_by_request() -> None:
+    with pytest.raises(ValueError, match="pair"):
+        relative_errors([Latency(1, 1, 1)], [])
+
+
+def test_emulate_matches_the_engine_formulas() -> None:
+    profile = ThroughputProfile(
+        prefill_tokens_per_s=1000.0,
+        decode=[
+            DecodePoint(running=1, tokens_per_s=50.0),
+            DecodePoint(running=2, tokens_per_s=80.0),
+        ],
+    )
+    trace = [TraceRequest(0, 0.0, 100, 11), TraceRequest(1, 10.0, 50, 3)]
+    a, b = emulate(trace, profile, kv_capacity_tokens=1000, max_running=2)
+    assert a.ttft == pytest.approx(0.1)
+    assert a.tpot == pytest.approx(1 / 50)
+    assert a.e2e == pytest.approx(0.1 + 10 / 50)
+    assert b.ttft == pytest.approx(0.05)  # alone again: the first has finished
+
+
+def _gguf(path: Path, kv: dict[str, int | str]) -> Path:
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv) + 1))
+
+    def string(s: str) -> bytes:
+        return struct.pack("<Q", len(s)) + s.encode()
+
+    # an array first, to check it is skipped
+    out += string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2)
+    out += string("a") + string("bc")
+    for key, value in kv.items():
+        out += string(key)
+        out += (
+            struct.pack("<I", 8) + string(value)
+            if isinstance(value, str)
+            else struct.pack("<II", 4, value)
+        )
+    path.write_bytes(bytes(out))
+    return path
+
+
+def test_kv_bytes_per_token_from_the_gguf_header(tmp_path: Path) -> None:
+    model = _gguf(
+        tmp_path / "m.gguf",
+        {
+            "general.architecture": "gemma3",
+            "gemma3.block_count": 18,
+            "gemma3.attention.head_count_kv": 1,
+            "gemma3.attention.key_length": 256,
+            "gemma3.attention.value_length": 256,
+        },
+    )
+    assert kv_bytes_per_token(model) == 18 * 1 * 512 * 2
+    assert gguf_metadata(model, ["gemma3.block_count"]) == {"gemma3.block_count": 18}
+
+
+def test_kv_bytes_per_token_names_missing_keys(tmp_path: Path) -> None:
+    model = _gguf(tmp_path / "m.gguf", {"general.architecture": "x", "x.block_count": 2})
+    with pytest.raises(Exception, match=r"x\.attention\.head_count_kv"):
+        kv_bytes_per_token(model)
