@@ -113,25 +113,44 @@ class LocalLLM:
     log_path: Path
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """True when a GET of `url` answers 200 within 2 s."""
     try:
-        with urllib.request.urlopen(f"{url}/models", timeout=2.0) as resp:
+        with urllib.request.urlopen(url, timeout=2.0) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"llama server exited ({proc.returncode}):\n{tail}")
-        if _answers(url):
-            return
-        time.sleep(0.3)
-    tail = log.read_text(errors="replace")[-2000:]
-    raise RuntimeError(f"llama server not ready in {timeout_s:g} s:\n{tail}")
+@contextmanager
+def serving(
+    argv: Sequence[str], log_path: Path, ready_url: str, timeout_s: float
+) -> Iterator[None]:
+    """Run the server `argv` (output to `log_path`) until `ready_url` answers; stop it after.
+
+    `RuntimeError` with the log's tail when the server exits or is not ready
+    within `timeout_s`. The server is always stopped: SIGTERM, SIGKILL after 10 s.
+    """
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not answers(ready_url):
+            if proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{argv[0]} exited ({proc.returncode}):\n{tail}")
+            if time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{argv[0]} not ready in {timeout_s:g} s:\n{tail}")
+            time.sleep(0.3)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @contextmanager
@@ -154,20 +173,8 @@ def running_local_llm(
     n = threads or int(os.environ.get("LMEDGE_LLAMA_THREADS", "2"))
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(
-            server_command(model, port, n), stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
-        _wait_ready(url, proc, log_path, timeout_s)
+    with serving(server_command(model, port, n), log_path, f"{url}/models", timeout_s):
         yield LocalLLM(base_url=url, model=MODEL_ALIAS, log_path=log_path)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def simulate_argv(base_url: str, args: Sequence[str], lmedge: str = "lmedge") -> list[str]:

@@ -20,7 +20,6 @@ import http.client
 import json
 import os
 import struct
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from lmedge.agents.local_llm import serving
 from lmedge.errors import ConfigError
 
 START_TIMEOUT_S = 120.0
@@ -165,14 +165,6 @@ class LlamaServer:
         )
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2.0) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @contextmanager
 def running_llama_server(
     binary: Path, model: Path, config: ServerConfig, log_path: Path, port: int
@@ -185,25 +177,9 @@ def running_llama_server(
     if why := missing_reason(binary, model):
         raise ConfigError(why)
     server = LlamaServer(port, log_path)
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(
-            config.argv(binary, model, port), stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _healthy(server.url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"llama-server did not start ({proc.returncode}):\n{tail}")
-            time.sleep(0.3)
+    argv = config.argv(binary, model, port)
+    with serving(argv, log_path, f"{server.url}/health", START_TIMEOUT_S):
         yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # -- the GGUF header ----------------------------------------------------------------
