@@ -20,25 +20,12 @@ from rich.table import Table
 
 from lmedge.bench.calibration import PRE_POLICY, PRE_SLOTS, CheckSpec, Row, check, rows_json
 from lmedge.bench.runner import resolve_scenario
-from lmedge.cli.console import ScenarioOpt, progress_bar
+from lmedge.cli.console import ScenarioOpt, parse_seeds, progress_bar
 from lmedge.controller.catalog import profile
 from lmedge.errors import ConfigError
 from lmedge.processes.plugins import register_plugins
 
 out = Console()
-
-
-def _seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError as exc:
-        raise ConfigError(f"--seeds takes comma-separated integers, got {text!r}") from exc
-    if not seeds:
-        raise ConfigError("--seeds needs at least one seed")
-    negative = [s for s in seeds if s < 0]
-    if negative:
-        raise ConfigError(f"--seeds must be non-negative, got {negative[0]}")
-    return seeds
 
 
 def _num(x: float | None, unit: str = "") -> str:
@@ -114,7 +101,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"cannot write --out {out_path}: no such directory")
         if out_path is not None and Path(out_path).is_dir():
             raise ConfigError(f"cannot write --out {out_path}: it is a directory")
-        seed_list = _seeds(seeds)
+        seed_list = tuple(parse_seeds(seeds))
         runs = (1 + 3) * len(seed_list)
         count = min(runs, os.cpu_count() or 1) if workers is None else workers
         spec = CheckSpec(

@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lmedge.errors import ConfigError
+
 err = Console(stderr=True)
 
 # The scenario of every command that runs one (simulate, calibrate, calibration-check).
@@ -55,3 +57,17 @@ def progress_bar(*, terminal_only: bool = True) -> Progress:
         transient=True,
         disable=terminal_only and not err.is_terminal,
     )
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`--seeds`: comma-separated non-negative integers, at least one (`ConfigError` if not)."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise ConfigError("--seeds names no seed")
+    negative = [s for s in seeds if s < 0]
+    if negative:
+        raise ConfigError(f"--seeds must be non-negative, got {negative[0]}")
+    return seeds

@@ -33,7 +33,15 @@ from lmedge.api.runconfig import DEFAULT_PROFILE
 from lmedge.bench.executors import executor_for
 from lmedge.bench.runner import RunData, RunOutcome, RunSpec, resolve_scenario, run
 from lmedge.bench.summary import dumps
-from lmedge.cli.console import AddressOpt, ExecutorOpt, ScenarioOpt, WorkersOpt, err, progress_bar
+from lmedge.cli.console import (
+    AddressOpt,
+    ExecutorOpt,
+    ScenarioOpt,
+    WorkersOpt,
+    err,
+    parse_seeds,
+    progress_bar,
+)
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.controller.catalog import PROFILES, profile
 from lmedge.errors import ConfigError
@@ -372,7 +380,7 @@ def register(app: typer.Typer) -> None:
             # The file's tiers apply to every profile whose plugin takes them:
             # a deployer's parameters reach only profiles with that deployer.
             choices = _with_params(choices, read_params(params_file))
-        seed_list = _seeds(seeds)
+        seed_list = parse_seeds(seeds)
         paths = [resolve_scenario(s) for s in scenarios or ["testbed"]]
         grid = [
             RunSpec(path, choice, seed, slots)
@@ -518,16 +526,3 @@ def _self_command() -> str:
         except ValueError:
             return str(exe.resolve())
     return "lmedge"
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--seeds must be comma-separated integers, got {text!r}") from None
-    if not seeds:
-        raise ConfigError("--seeds names no seed")
-    negative = [s for s in seeds if s < 0]
-    if negative:
-        raise ConfigError(f"--seeds must be non-negative, got {negative[0]}")
-    return seeds

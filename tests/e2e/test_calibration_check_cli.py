@@ -63,7 +63,7 @@ def test_table_names_the_paper_and_lmedge(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--seeds", "one"], "--seeds takes comma-separated integers"),
+        (["--seeds", "one"], "--seeds must be comma-separated integers"),
         (["--pre-policy", "nope"], "unknown policy 'nope'"),
         (["-f", "no-such-scenario"], "not found"),
         (["--slots", "0"], "must be at least 1"),
