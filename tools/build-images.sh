@@ -232,8 +232,8 @@ if fresh agent-llm "$key"; then step "agent-llm $key up to date"; else
 fi
 
 # --- llama-cpp image: llama-server + the GGUF, for a llama.cpp LMService ---------
-# The build context is the Dockerfile, the binary and the GGUF (hard-linked where
-# the disk allows). Without the binary the image is left out (the tier's
+# The build context is the image's folder plus the binary and the GGUF (hard-linked
+# where the disk allows), as the Dockerfile's `docker build` with them copied in. Without the binary the image is left out (the tier's
 # llama.cpp test then skips), except under LMEDGE_REQUIRE_TOOLS=1.
 llama_server="$tools_dir/bin/llama-server"
 llama_cpp_ref=""
@@ -249,10 +249,11 @@ else
   if fresh llama-cpp "$key"; then step "llama-cpp $key up to date"; else
     ctx_dir="$out/llama-cpp-context"
     rm -rf "$ctx_dir" && mkdir -p "$ctx_dir"
+    cp "$repo/images/llama-cpp/Dockerfile" "$ctx_dir/"
     cp "$llama_server" "$ctx_dir/llama-server"
     ln -f "$agent_model" "$ctx_dir/model.gguf" 2>/dev/null || cp "$agent_model" "$ctx_dir/model.gguf"
     BUD_CONTEXT="$ctx_dir" bud llama-cpp "$llama_cpp_ref" "$key" "$repo/images/llama-cpp/Dockerfile" \
-      --build-arg BASE_IMAGE="$base_ref" --build-arg MODEL_FILE=model.gguf
+      --build-arg MODEL_FILE=model.gguf
     rm -rf "$ctx_dir"
   fi
 fi
