@@ -364,10 +364,11 @@ def _llama_service(tier: RealNodeTier) -> dict[str, Any]:
     """A llama.cpp LMService that fits worker-2 only, like lm1 (worker-1's EdgeNode has 1 GiB).
 
     Gemma 3 270M: 18 layers x 1 KV head x 256 dims, f16 K and V: 18,432 bytes a
-    token. The throughput is roughly what one throttled core of a shared 2-core
-    machine gives (llama-server's own timings); `lmedge` plans with it, the
-    server does not read it. Half a core fits beside lm1 and the node agent on
-    the 2-CPU kubelet.
+    token. The throughput is about one thread's on a shared 2-core machine
+    (llama-server's own timings: decode ~20 tokens/s, prefill ~90 tokens/s on
+    a cold first prompt, more once warm); `lmedge` plans with it, the server
+    does not read it. Half a core fits beside lm1 and the node agent on the
+    2-CPU kubelet.
     """
     speed = {
         "prefillTokensPerS": 300,
