@@ -10,6 +10,9 @@
 #   agent-llm    images/agent-llm/Dockerfile: the chart's agentLLM server, from the
 #                llama-cpp-python wheel `make tools` cached (no llama.cpp compile)
 #                and the Gemma 3 270M GGUF it assembled, baked in
+#   llama-cpp    images/llama-cpp/Dockerfile: llama.cpp's llama-server (the binary
+#                tools/build-llama-server.sh built into .tools/bin) with the same
+#                GGUF baked in, the image an `engine.kind: llama.cpp` LMService runs
 #   ferretdb     the Go-built .tools/bin/ferretdb over SQLite: the chart's store in tests
 #   pause        the pod sandbox, compiled from the Kubernetes module's pause.c
 #
@@ -19,7 +22,7 @@
 # (`--network none`): pip installs come from a wheelhouse made on the host
 # (`pip wheel`, from the configured package index) and mounted read-only.
 #
-# Output: $LMEDGE_TOOLS_DIR/images/{base,lmedge,model-server,agent-llm,ferretdb,pause}.oci.tar
+# Output: $LMEDGE_TOOLS_DIR/images/{base,lmedge,model-server,agent-llm,llama-cpp,ferretdb,pause}.oci.tar
 # and images.env (the image references, for people; the tier reads each
 # archive's own name from its index).
 set -euo pipefail
@@ -228,6 +231,33 @@ if fresh agent-llm "$key"; then step "agent-llm $key up to date"; else
   rm -rf "$ctx_dir"
 fi
 
+# --- llama-cpp image: llama-server + the GGUF, for a llama.cpp LMService ---------
+# The build context is the image's folder plus the binary and the GGUF (hard-linked
+# where the disk allows), as the Dockerfile's `docker build` with them copied in. Without the binary the image is left out (the tier's
+# llama.cpp test then skips), except under LMEDGE_REQUIRE_TOOLS=1.
+llama_server="$tools_dir/bin/llama-server"
+llama_cpp_ref=""
+if [[ ! -x "$llama_server" ]]; then
+  if [[ "${LMEDGE_REQUIRE_TOOLS:-0}" =~ ^(1|true|yes)$ ]]; then
+    die "$llama_server not built; run \`make tools\` (tools/build-llama-server.sh)"
+  fi
+  step "llama-cpp skipped: $llama_server not built (\`make tools\`)"
+else
+  key="$(printf '%s\n' "$base_key" "$(hash_of "$repo/images/llama-cpp")" \
+    "$(sha256sum <"$llama_server")" "$(stat -c '%s %Y' "$agent_model")" | sha256sum | cut -c1-16)"
+  llama_cpp_ref="localhost/lmedge/llama-cpp:$version-${key:0:8}"
+  if fresh llama-cpp "$key"; then step "llama-cpp $key up to date"; else
+    ctx_dir="$out/llama-cpp-context"
+    rm -rf "$ctx_dir" && mkdir -p "$ctx_dir"
+    cp "$repo/images/llama-cpp/Dockerfile" "$ctx_dir/"
+    cp "$llama_server" "$ctx_dir/llama-server"
+    ln -f "$agent_model" "$ctx_dir/model.gguf" 2>/dev/null || cp "$agent_model" "$ctx_dir/model.gguf"
+    BUD_CONTEXT="$ctx_dir" bud llama-cpp "$llama_cpp_ref" "$key" "$repo/images/llama-cpp/Dockerfile" \
+      --build-arg MODEL_FILE=model.gguf
+    rm -rf "$ctx_dir"
+  fi
+fi
+
 # --- ferretdb image ------------------------------------------------------------
 ferret="$tools_dir/bin/ferretdb"
 [[ -x "$ferret" ]] || die "$ferret not built; run \`make tools\`"
@@ -272,6 +302,7 @@ LMEDGE_IMAGE_BASE=$base_ref
 LMEDGE_IMAGE_LMEDGE=$lmedge_ref
 LMEDGE_IMAGE_MODEL_SERVER=$model_ref
 LMEDGE_IMAGE_AGENT_LLM=$agent_llm_ref
+LMEDGE_IMAGE_LLAMA_CPP=$llama_cpp_ref
 LMEDGE_IMAGE_FERRETDB=$ferret_ref
 LMEDGE_IMAGE_PAUSE=$pause_ref
 EOF

@@ -7,7 +7,10 @@ Running and Ready → EdgeNodes and an LMService applied → the node agents sta
 a real model pod with the decided CPU requests = limits and the service's
 memory → an OpenAI SDK request to worker-1's gateway is served by the model
 pod on worker-2 → its request record, with the four stage timings, is in the
-store → a model server killed mid prompt set resumes without repeating a
+store → an llama.cpp LMService (llama-server, the small GGUF baked in) gets
+its pod on worker-2, and a streamed chat completion sent to worker-1's gateway
+is served there in several chunks, its record (TTFT, tokens) in the store →
+a model server killed mid prompt set resumes without repeating a
 prompt (its progress file on the worker's hostPath, written by uid 10001) →
 `helm test` passes → `helm upgrade` keeps the user token, the store password
 and the data → `helm uninstall` leaves no pod behind.
@@ -348,6 +351,154 @@ def test_openai_request_to_one_gateway_is_served_on_the_other_worker(
     for stage in ("uplink_s", "queue_s", "inference_s", "downlink_s"):
         assert stage in record and record[stage] >= 0, (stage, record)
     assert record["inference_s"] >= PROMPT_S * 0.9
+
+
+#: The llama.cpp LMService: llama-server with the Gemma 3 270M GGUF baked in
+#: (the llama-cpp image `make images` built).
+LLAMA_LM = "gemma3"
+#: What a streamed reply may hold at most (enough for several chunks, short on a loaded CPU).
+LLAMA_MAX_TOKENS = 24
+
+
+def _llama_service(tier: RealNodeTier) -> dict[str, Any]:
+    """A llama.cpp LMService that fits worker-2 only, like lm1 (worker-1's EdgeNode has 1 GiB).
+
+    Gemma 3 270M: 18 layers x 1 KV head x 256 dims, f16 K and V: 18,432 bytes a
+    token. The throughput is about one thread's on a shared 2-core machine
+    (llama-server's own timings: decode ~20 tokens/s, prefill ~90 tokens/s on
+    a cold first prompt, more once warm); `lmedge` plans with it, the server
+    does not read it. Half a core fits beside lm1 and the node agent on the
+    2-CPU kubelet.
+    """
+    speed = {
+        "prefillTokensPerS": 300,
+        "decode": [{"running": 1, "tokensPerS": 20}, {"running": 2, "tokensPerS": 30}],
+    }
+    return {
+        "apiVersion": "lmedge.io/v1alpha1",
+        "kind": "LMService",
+        "metadata": {"name": LLAMA_LM},
+        "spec": {
+            "model": "google/gemma-3-270m-it",
+            "modality": "text-to-text",
+            "image": tier.images["llama-cpp"],
+            "minMemoryGib": 1.25,
+            "deploymentMemoryGib": 1.5,
+            "minVramGib": 1,
+            "runsOn": "cpu-or-gpu",
+            "defaultCpuCores": 0.5,
+            "maxVgpus": 1,
+            # engine.model.path: its default /models/model.gguf, baked into the image.
+            "engine": {"kind": "llama.cpp", "tokens": {
+                "weightsGib": 0.5, "kvBytesPerToken": 18432, "kvCacheGib": 0.125,
+                "contextTokens": 2048, "maxRunningSequences": 2,
+                "gpus": [{"gpuModel": "*", **speed}], "cpu": speed}},
+        },
+    }  # fmt: skip
+
+
+def _llama_pod(core: client.CoreV1Api) -> Any:
+    pods = [p for p in _pods(core, WORKLOADS, f"lmedge.io/lm={LLAMA_LM}")
+            if p.metadata.deletion_timestamp is None]  # fmt: skip
+    return pods[0] if len(pods) == 1 else None
+
+
+def test_llama_cpp_stream_to_one_gateway_is_served_on_the_other_worker(
+    realnode_tier: RealNodeTier, api: client.ApiClient, release: dict[str, Any]
+) -> None:
+    """An `engine.kind: llama.cpp` LMService with the baked GGUF: its llama-server pod
+    starts on worker-2's kubelet (the args the admission policy admits), a streamed
+    chat completion sent to worker-1's gateway is forwarded there and comes back in
+    several chunks, and its record (TTFT, token counts) is in the store. The
+    LMService is deleted at the end, so the later tests see lm1 alone."""
+    if "llama-cpp" not in realnode_tier.images:
+        reason = "no llama-cpp image (make images needs .tools/bin/llama-server: make tools)"
+        if os.environ.get("LMEDGE_REQUIRE_TOOLS", "") not in ("", "0", "false"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object("lmedge.io", "v1alpha1", WORKLOADS, "lmservices",
+                                           _llama_service(realnode_tier))  # fmt: skip
+    try:
+        _serve_llama_stream(core)
+    finally:
+        custom.delete_namespaced_custom_object("lmedge.io", "v1alpha1", WORKLOADS, "lmservices",
+                                               LLAMA_LM)  # fmt: skip
+        wait_until(lambda: not _pods(core, WORKLOADS, f"lmedge.io/lm={LLAMA_LM}"), 120,
+                   f"{LLAMA_LM}'s pod gone", 1.0)  # fmt: skip
+
+
+def _serve_llama_stream(core: client.CoreV1Api) -> None:
+    import openai
+
+    def started() -> bool:
+        pod = _llama_pod(core)
+        return pod is not None and _ready(pod)
+
+    try:
+        wait_until(started, 300, f"a Ready llama.cpp pod of {LLAMA_LM}", 2.0)
+    except TimeoutError as exc:
+        raise AssertionError(
+            f"{exc}:\n{_describe(core, WORKLOADS)}\n{_describe(core, NS)}"
+        ) from None
+    pod = _llama_pod(core)
+    assert pod.spec.node_name == WORKERS[1].name
+    (container,) = pod.spec.containers
+    assert container.command is None and container.args[:4] == ["--model", "/models/model.gguf",
+                                                                 "--alias", LLAMA_LM]  # fmt: skip
+    origin = WORKERS[0]
+    sdk = openai.OpenAI(base_url=f"http://{origin.ip}:8080/v1", api_key=_user_token(core),
+                        timeout=120, max_retries=0)  # fmt: skip
+    streamed: dict[str, Any] = {}
+    errors: list[str] = []
+
+    def answered() -> bool:
+        # The gateways learn the new pod at the next slot's routing push: until
+        # then worker-1's gateway may refuse the LM (nothing sent, no chunk).
+        try:
+            raw = sdk.chat.completions.with_raw_response.create(
+                model=LLAMA_LM, stream=True, max_tokens=LLAMA_MAX_TOKENS,
+                messages=[{"role": "user", "content": "Count from one to twenty in words."}],
+            )  # fmt: skip
+            pieces = [c.choices[0].delta.content for c in raw.parse() if c.choices
+                      and c.choices[0].delta.content]  # fmt: skip
+        except openai.APIError as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            return False
+        streamed.update(id=raw.headers["x-lmedge-request-id"], pieces=pieces,
+                        destination=raw.headers["x-lmedge-destination"])  # fmt: skip
+        return True
+
+    with _explained(core):
+        try:
+            wait_until(answered, 120, f"a streamed chat completion of {LLAMA_LM}", 3.0)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}: {errors[-3:]}") from None
+    assert streamed["destination"] == WORKERS[1].name, streamed
+    assert len(streamed["pieces"]) >= 2, streamed
+    store = _store(core)
+    try:
+        db = store.get_default_database()
+
+        def recorded() -> dict[str, Any] | None:
+            return db["requests"].find_one({"id": streamed["id"], "origin": origin.name})
+
+        wait_until(lambda: recorded() is not None, 60, "the stream's record in the store", 1.0)
+        record = recorded()
+    finally:
+        store.close()
+    assert record is not None
+    latency = sum(record[s] for s in ("uplink_s", "queue_s", "inference_s", "downlink_s"))
+    print(f"{LLAMA_LM}: {len(streamed['pieces'])} chunks, ttft {record['ttft_s']:.3f} s, "
+          f"latency {latency:.3f} s, tokens in {record['input_tokens']} "
+          f"out {record['output_tokens']}")  # fmt: skip
+    assert record["lm"] == LLAMA_LM and record["outcome"] == "success", record
+    assert record["destination"] == WORKERS[1].name, record
+    assert record["ttft_s"] is not None and 0 < record["ttft_s"] < latency, record
+    assert 0 < record["output_tokens"] <= LLAMA_MAX_TOKENS, record
+    # llama-server answers the usage the gateway asks for (stream_options.include_usage).
+    assert record["input_tokens"] is not None and record["input_tokens"] > 0, record
 
 
 def _prompts_run(pod_ip: str) -> float:

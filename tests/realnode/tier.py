@@ -69,6 +69,8 @@ CNI_BIN = Path("/usr/lib/cni")
 #: Tools under .tools/bin beyond the control plane's.
 TIER_BINARIES = ("kubelet", "kube-proxy", "coredns")
 IMAGES = ("lmedge", "model-server", "agent-llm", "ferretdb", "pause")
+#: Imported when built; a test needing one skips without it (fails under LMEDGE_REQUIRE_TOOLS).
+OPTIONAL_IMAGES = ("llama-cpp",)
 GPU_RESOURCE = "nvidia.com/gpu"
 START_TIMEOUT = 240.0
 
@@ -123,7 +125,7 @@ def image_refs() -> dict[str, str]:
     rebuild replacing an archive can never leave the tier naming another tag.
     """
     refs: dict[str, str] = {}
-    for name in IMAGES:
+    for name in (*IMAGES, *OPTIONAL_IMAGES):
         path = images_dir() / f"{name}.oci.tar"
         if not path.is_file():
             continue
@@ -390,7 +392,7 @@ class RealNodeTier:
         wait_until(lambda: sock.exists() or not _alive(pid), 60, f"{w.name} containerd socket")
         if not _alive(pid):
             raise TierError(f"{w.name}: containerd exited\n{self.logs()}")
-        for name in IMAGES:
+        for name in self.images:
             self.ctr(w, "images", "import", "--no-unpack=false",
                      str(images_dir() / f"{name}.oci.tar"))  # fmt: skip
         enter = ["nsenter", "-t", str(pid), "-m", "-n", "--"]
