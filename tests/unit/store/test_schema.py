@@ -109,27 +109,85 @@ _MACRO = MacroPolicy.model_validate(
     }
 )
 SAMPLES: list[BaseModel] = [
-    Decision[MacroPolicy](agent="planner", policy="agentic", source="llm", value=_MACRO,
-                          run="r1", epoch=2, raw="{}", tokens_in=10, created_at=_NOW),
-    Decision[RoutingMap](agent="scheduler", policy="lyapunov", source="rule", run="r1",
-                         value=RoutingMap.model_validate(
-                             {"routes": [{"origin": "a", "lm": "qwen", "destination": "b"}]})),
-    Decision[Placement](agent="deployer", policy="local", source="fallback", node="a",
-                        outcome="replaced", violations=["vram"],
-                        value=Placement.model_validate(
-                            {"node": "a", "lms": [{"lm": "qwen", "mode": "gpu",
-                                                   "cpu_cores": 2.0, "vgpus": 1}]})),
-    RequestRecord(id="q1", run="r1", lm="qwen", origin="a", destination="b", prompts=4,
-                  slot=3, submit_s=90.5, queue_s=1.25, outcome="success", mode="gpu"),
-    NodeTelemetry(run="r1", node="a", time_s=30.0, cpu_util=0.5, memory_util=0.25,
-                  gpu_util=[0.1, 0.9], extra={"power_w": 31.5}),
+    Decision[MacroPolicy](
+        agent="planner",
+        policy="agentic",
+        source="llm",
+        value=_MACRO,
+        run="r1",
+        epoch=2,
+        raw="{}",
+        tokens_in=10,
+        created_at=_NOW,
+    ),
+    Decision[RoutingMap](
+        agent="scheduler",
+        policy="lyapunov",
+        source="rule",
+        run="r1",
+        value=RoutingMap.model_validate(
+            {"routes": [{"origin": "a", "lm": "qwen", "destination": "b"}]}
+        ),
+    ),
+    Decision[Placement](
+        agent="deployer",
+        policy="local",
+        source="fallback",
+        node="a",
+        outcome="replaced",
+        violations=["vram"],
+        value=Placement.model_validate(
+            {"node": "a", "lms": [{"lm": "qwen", "mode": "gpu", "cpu_cores": 2.0, "vgpus": 1}]}
+        ),
+    ),
+    RequestRecord(
+        id="q1",
+        run="r1",
+        lm="qwen",
+        origin="a",
+        destination="b",
+        prompts=4,
+        slot=3,
+        submit_s=90.5,
+        queue_s=1.25,
+        outcome="success",
+        mode="gpu",
+    ),
+    NodeTelemetry(
+        run="r1",
+        node="a",
+        time_s=30.0,
+        cpu_util=0.5,
+        memory_util=0.25,
+        gpu_util=[0.1, 0.9],
+        extra={"power_w": 31.5},
+    ),
     MemoryCase.model_validate(
-        {"run": "r1", "epoch": 1, "traffic": {"qwen": 12}, "policy": _MACRO.model_dump(),
-         "objective": None,
-         "metrics": {"per_lm": [{"lm": "qwen", "arrivals": 3, "successes": 2,
-                                 "success_ratio": 0.667, "mean_latency_s": None}],
-                     "requests": 3, "successes": 2, "mean_latency_s": 4.5, "jain": 1.0,
-                     "f_norm": None, "t_norm": None, "objective": None}}
+        {
+            "run": "r1",
+            "epoch": 1,
+            "traffic": {"qwen": 12},
+            "policy": _MACRO.model_dump(),
+            "objective": None,
+            "metrics": {
+                "per_lm": [
+                    {
+                        "lm": "qwen",
+                        "arrivals": 3,
+                        "successes": 2,
+                        "success_ratio": 0.667,
+                        "mean_latency_s": None,
+                    }
+                ],
+                "requests": 3,
+                "successes": 2,
+                "mean_latency_s": 4.5,
+                "jain": 1.0,
+                "f_norm": None,
+                "t_norm": None,
+                "objective": None,
+            },
+        }
     ),
     RunInfo(id="r1", scenario="testbed", policy="MA", seed=7, started=_NOW),
 ]
@@ -154,8 +212,18 @@ def test_stored_documents_pass_their_collection_validator(sample: BaseModel) -> 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda m: type(m).__name__)
 def test_validators_use_only_the_mongodb_dialect(sample: BaseModel) -> None:
     schema = COLLECTIONS[_COLLECTION_OF[type(sample).__name__]].validator()
-    forbidden = {"$ref", "$defs", "type", "format", "default", "title", "const",
-                 "prefixItems", "discriminator", "examples"}
+    forbidden = {
+        "$ref",
+        "$defs",
+        "type",
+        "format",
+        "default",
+        "title",
+        "const",
+        "prefixItems",
+        "discriminator",
+        "examples",
+    }
     assert _keys(schema) & forbidden == set()
     assert schema["bsonType"] == "object"
     assert schema["additionalProperties"] is False  # extra="forbid" carried over
