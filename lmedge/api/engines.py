@@ -247,6 +247,25 @@ def pod_protocol(kind: EngineKind) -> PodProtocol:
 Mode = Literal["gpu", "cpu"]
 
 
+def concurrent_requests(spec: LMServiceSpec, mode: Mode) -> int:
+    """Requests one pod of `spec` serves at once in `mode`: its batch's sequence slots.
+
+    A pipeline pod runs one prompt set at a time (1). llama.cpp gives each of
+    its `--parallel` slots a full `contextTokens` context inside the KV pool:
+    min(maxRunningSequences, pool / contextTokens), at least 1. vLLM schedules
+    up to `--max-num-seqs` = maxRunningSequences. The pod's arguments and the
+    gateway's dispatch both use this, so the gateway never sends an engine
+    more than it batches, nor serialises what it would batch.
+    """
+    tokens = spec.engine.tokens
+    if tokens is None:
+        return 1
+    if spec.engine.kind == "vllm":
+        return tokens.max_running_sequences
+    pool = kv_capacity_tokens(spec, mode)
+    return max(1, min(tokens.max_running_sequences, pool // tokens.context_tokens))
+
+
 def kv_pool_gib(tokens: TokenProfile, held_gib: float) -> float:
     """KV pool of one pod holding `held_gib` (vRAM on GPU, memory on CPU), GiB.
 
@@ -378,6 +397,7 @@ __all__ = [
     "PodProtocol",
     "ThroughputProfile",
     "TokenProfile",
+    "concurrent_requests",
     "derived_profile",
     "fits",
     "held_gib",

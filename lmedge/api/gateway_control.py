@@ -61,12 +61,19 @@ class RoutingUpdate(WireModel):
 
 
 class ModelEndpoint(WireModel):
-    """One model pod serving on the node: its LM, base URL and the protocol it speaks."""
+    """One model pod serving on the node: its LM, base URL, protocol and concurrency."""
 
     lm: str = Field(min_length=1, max_length=63)
     url: str = Field(min_length=1, max_length=512, pattern=r"^https?://")
     protocol: PodProtocol = Field(
         default="pipeline", description="pipeline (lmedge model-server) or openai (an engine)."
+    )
+    concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Requests the pod serves at once (an engine's batch slots; 1 for a "
+        "pipeline pod): the gateway runs up to this many of the LM's queue together.",
     )
 
 

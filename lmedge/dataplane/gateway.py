@@ -341,7 +341,11 @@ class Gateway:
         unknown = sorted(set(urls) - set(self.settings.services))
         if unknown:
             raise UnknownLM(f"unknown LM(s): {', '.join(unknown)}")
-        self.local.replace(urls, {m.lm: m.protocol for m in message.models})
+        self.local.replace(
+            urls,
+            {m.lm: m.protocol for m in message.models},
+            {m.lm: m.concurrency for m in message.models},
+        )
         return self.local.active()
 
     def status(self) -> GatewayStatus:

@@ -77,15 +77,21 @@ class LocalModels:
     def __init__(self, urls: dict[str, str] | None = None) -> None:
         self._urls: dict[str, str] = dict(urls or {})
         self._protocols: dict[str, PodProtocol] = {}
+        self._concurrency: dict[str, int] = {}
         self._changed = asyncio.Event()
 
     def replace(
-        self, urls: dict[str, str], protocols: dict[str, PodProtocol] | None = None
+        self,
+        urls: dict[str, str],
+        protocols: dict[str, PodProtocol] | None = None,
+        concurrency: dict[str, int] | None = None,
     ) -> None:
-        """Serve `urls` from now on; `protocols` None keeps each kept LM's protocol."""
+        """Serve `urls` from now on; `protocols` / `concurrency` None keep each kept LM's."""
         kept = self._protocols if protocols is None else protocols
+        at_once = self._concurrency if concurrency is None else concurrency
         self._urls = dict(urls)
         self._protocols = {lm: p for lm, p in kept.items() if lm in urls}
+        self._concurrency = {lm: n for lm, n in at_once.items() if lm in urls}
         # Wake every waiter; each re-checks its own LM.
         self._changed.set()
         self._changed = asyncio.Event()
@@ -95,6 +101,10 @@ class LocalModels:
 
     def protocol(self, lm: str) -> PodProtocol:
         return self._protocols.get(lm, "pipeline")
+
+    def concurrency(self, lm: str) -> int:
+        """Requests `lm`'s pod serves at once (1 unless registered otherwise)."""
+        return self._concurrency.get(lm, 1)
 
     def active(self) -> list[str]:
         return sorted(self._urls)
@@ -149,7 +159,8 @@ class _StreamJob:
 
 @dataclass
 class LMQueues:
-    """Per-LM FIFO queues of this node, each drained by one worker task.
+    """Per-LM FIFO queues of this node, each drained by as many worker tasks as its
+    pod serves requests at once (`LocalModels.concurrency`: 1 for a pipeline pod).
 
     `retry_interval_s`: wait between calls to a pod that is unreachable or not
     ready, seconds (default 0.25: a cold start takes ~10 s, so this adds at
@@ -166,10 +177,10 @@ class LMQueues:
     wall: Callable[[], float] = time.time
     on_depth: Callable[[str, int], None] | None = None
     _queues: dict[str, asyncio.Queue[_Job | _StreamJob]] = field(default_factory=dict)
-    _workers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _workers: dict[str, list[asyncio.Task[None]]] = field(default_factory=dict)
 
     def depth(self) -> dict[str, int]:
-        """Sets waiting per LM (not counting the one running)."""
+        """Sets waiting per LM (not counting those running)."""
         return {lm: q.qsize() for lm, q in self._queues.items()}
 
     def _arrival(self, lm: str) -> tuple[float, float, bool, asyncio.Future[Any]]:
@@ -202,15 +213,23 @@ class LMQueues:
         queue = self._queues.get(lm)
         if queue is None:
             queue = self._queues[lm] = asyncio.Queue()
-            self._workers[lm] = asyncio.create_task(self._drain(lm, queue), name=f"lm-queue-{lm}")
+        # One worker per request the pod serves at once (an engine batches them).
+        workers = self._workers.setdefault(lm, [])
+        workers[:] = [w for w in workers if not w.done()]
+        while len(workers) < self.models.concurrency(lm):
+            n = len(workers)
+            workers.append(
+                asyncio.create_task(self._drain(lm, queue, n), name=f"lm-queue-{lm}-{n}")
+            )
         queue.put_nowait(job)
         self._report(lm)
 
     async def close(self) -> None:
         """Stop the workers; sets still queued are answered as failed."""
-        for task in self._workers.values():
+        tasks = [task for workers in self._workers.values() for task in workers]
+        for task in tasks:
             task.cancel()
-        for task in self._workers.values():
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for queue in self._queues.values():
@@ -225,8 +244,10 @@ class LMQueues:
 
     # -- worker -------------------------------------------------------------------
 
-    async def _drain(self, lm: str, queue: asyncio.Queue[_Job | _StreamJob]) -> None:
-        while True:
+    async def _drain(self, lm: str, queue: asyncio.Queue[_Job | _StreamJob], n: int) -> None:
+        """Worker `n` of `lm`: runs its queue's jobs one at a time while the pod takes
+        more than `n` at once (it ends when a new pod takes fewer)."""
+        while n < self.models.concurrency(lm):
             job = await queue.get()
             self._report(lm)
             if isinstance(job, _StreamJob):

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lmedge.api import (
@@ -48,7 +48,8 @@ from lmedge.api import (
     Placement,
 )
 from lmedge.api.engine_telemetry import EngineTelemetry
-from lmedge.api.engines import TOKEN_ENGINES, PodProtocol, pod_protocol
+from lmedge.api.engines import TOKEN_ENGINES, Mode, concurrent_requests, pod_protocol
+from lmedge.api.gateway_control import ModelEndpoint
 from lmedge.backends.kubernetes.backend import KubernetesBackend
 from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
 from lmedge.controller.guard import DecisionGuard
@@ -267,8 +268,7 @@ class NodeAgent:
         except LmedgeError as exc:
             log.warning("cannot list pods for the gateway: %s", exc)
             return
-        endpoints = serving_endpoints(pods)
-        gateways.push_models(self.node, endpoints, pod_protocols(self.ctx, endpoints))
+        gateways.push_models(self.node, model_endpoints(self.ctx, pods))
 
     def run(
         self,
@@ -310,10 +310,30 @@ class NodeAgent:
         return None
 
 
-def pod_protocols(ctx: ClusterContext, lms: Iterable[str]) -> dict[str, PodProtocol]:
-    """What each LM's pod speaks, from its LMService's engine (an LM no longer known: none)."""
+def model_endpoints(ctx: ClusterContext, pods: list[ObservedPod]) -> list[ModelEndpoint]:
+    """The Ready pods as the gateway needs them: URL, what each speaks, how many at once.
+
+    The protocol and the concurrency come from the pod's LMService engine
+    (`pod_protocol`, `concurrent_requests` in the pod's mode); an LM the
+    context no longer knows is left out (its pod is going).
+    """
     known = set(ctx.lm_names)
-    return {lm: pod_protocol(ctx.service(lm).spec.engine.kind) for lm in lms if lm in known}
+    modes = {p.lm: p.mode for p in pods if p.ready and not p.deleting}
+    out = []
+    for lm, url in serving_endpoints(pods).items():
+        if lm not in known:
+            continue
+        spec = ctx.service(lm).spec
+        mode: Mode = "cpu" if modes.get(lm) == "cpu" else "gpu"
+        out.append(
+            ModelEndpoint(
+                lm=lm,
+                url=url,
+                protocol=pod_protocol(spec.engine.kind),
+                concurrency=concurrent_requests(spec, mode),
+            )
+        )
+    return out
 
 
 def serving_endpoints(pods: list[ObservedPod]) -> dict[str, str]:

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lmedge.api.gateway_control import ModelEndpoint
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.gateways import GatewayClient
 from lmedge.dataplane.app import ApiSettings, create_app
@@ -213,11 +214,22 @@ def test_node_agents_push_with_their_token_file(
     own = GatewayClient({"worker-2": gateway_url}, mine)
     stolen = GatewayClient({"worker-2": gateway_url}, theirs)
     try:
-        assert own.push_models("worker-2", {"lm2": "http://10.0.0.8:8000"}) is True
-        assert stolen.push_models("worker-2", {"lm2": "http://evil.example:8000"}) is False
+        assert (
+            own.push_models("worker-2", [ModelEndpoint(lm="lm2", url="http://10.0.0.8:8000")])
+            is True
+        )
+        assert (
+            stolen.push_models(
+                "worker-2", [ModelEndpoint(lm="lm2", url="http://evil.example:8000")]
+            )
+            is False
+        )
         # The kubelet rotates the file in place: the next call sends the new token.
         mine.write_text(tokens.bound(AGENT_SA, "worker-3"))
-        assert own.push_models("worker-2", {"lm2": "http://10.0.0.8:8000"}) is False
+        assert (
+            own.push_models("worker-2", [ModelEndpoint(lm="lm2", url="http://10.0.0.8:8000")])
+            is False
+        )
     finally:
         own.close()
         stolen.close()

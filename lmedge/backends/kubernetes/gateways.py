@@ -31,7 +31,6 @@ from typing import Any
 
 import httpx
 
-from lmedge.api.engines import PodProtocol
 from lmedge.api.gateway_control import LocalModels, ModelEndpoint, RoutingUpdate
 from lmedge.tokens import BearerToken
 
@@ -40,19 +39,9 @@ __all__ = ["GatewayClient", "models_body"]
 log = logging.getLogger(__name__)
 
 
-def models_body(
-    endpoints: Mapping[str, str], protocols: Mapping[str, PodProtocol] | None = None
-) -> dict[str, Any]:
-    """A `LocalModels` message as JSON: {lm: base URL of its pod}, with what each pod speaks.
-
-    An LM missing from `protocols` is a pipeline pod (`lmedge model-server`).
-    """
-    protocols = protocols or {}
-    models = [
-        ModelEndpoint(lm=lm, url=url, protocol=protocols.get(lm, "pipeline"))
-        for lm, url in sorted(endpoints.items())
-    ]
-    return LocalModels(models=models).model_dump(mode="json")
+def models_body(models: Sequence[ModelEndpoint]) -> dict[str, Any]:
+    """A `LocalModels` message as JSON: the node's serving pods, by LM."""
+    return LocalModels(models=sorted(models, key=lambda m: m.lm)).model_dump(mode="json")
 
 
 class GatewayClient:
@@ -93,16 +82,11 @@ class GatewayClient:
         body = update.model_dump(mode="json")
         return [n for n in sorted(self.urls) if not self._put(n, "/control/routing", body)]
 
-    def push_models(
-        self,
-        node: str,
-        endpoints: Mapping[str, str],
-        protocols: Mapping[str, PodProtocol] | None = None,
-    ) -> bool:
-        """PUT `node`'s serving model pods and what each speaks to its gateway; False on failure."""
+    def push_models(self, node: str, models: Sequence[ModelEndpoint]) -> bool:
+        """PUT `node`'s serving model pods to its gateway; False if it failed."""
         if node not in self.urls:
             return False
-        return self._put(node, "/control/models", models_body(endpoints, protocols))
+        return self._put(node, "/control/models", models_body(models))
 
     def queue_depths(self, nodes: Sequence[str]) -> dict[str, dict[str, int]]:
         """{node: {lm: prompts waiting or in service}} for the gateways that answered."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmedge.api import LMPlacement, LMServiceSpec, Placement, ServiceInfo
-from lmedge.api.engines import MODEL_MOUNT, kv_capacity_tokens, kv_pool_gib
+from lmedge.api.engines import MODEL_MOUNT, concurrent_requests, kv_pool_gib
 
 GPU_RESOURCE = "nvidia.com/gpu"
 LABEL_LM = "lmedge.io/lm"
@@ -314,8 +314,7 @@ def llama_cpp_args(service: ServiceInfo, placement: LMPlacement) -> list[str]:
     """
     tokens = service.spec.engine.tokens
     assert tokens is not None  # EngineSpec requires it for llama.cpp
-    pool = kv_capacity_tokens(service.spec, "gpu" if placement.mode == "gpu" else "cpu")
-    parallel = max(1, min(tokens.max_running_sequences, pool // tokens.context_tokens))
+    parallel = concurrent_requests(service.spec, "gpu" if placement.mode == "gpu" else "cpu")
     threads = max(1, math.ceil(placement.cpu_cores - 1e-9))
     return [
         "--model", service.spec.engine.weights.path,

@@ -228,3 +228,34 @@ def test_stream_left_while_queued_gives_up_its_place() -> None:
         return order
 
     assert asyncio.run(run()) == ["c"]
+
+
+@pytest.mark.parametrize("concurrency", [1, 3], ids=["pipeline-pod", "engine-of-three"])
+def test_a_pod_gets_as_many_streams_at_once_as_it_serves(concurrency: int) -> None:
+    """An engine pod registered with concurrency n holds n leases together (it batches
+    them); the (n+1)-th waits for one to end. A pipeline pod takes one at a time."""
+
+    async def run() -> tuple[int, bool]:
+        models = LocalModels()
+        models.replace({"lm1": "http://pod"}, {"lm1": "openai"}, {"lm1": concurrency})
+        queues = LMQueues(node="n", models=models, caller=None)  # type: ignore[arg-type]
+        ids = [f"s{i}" for i in range(concurrency + 1)]
+        waits = [
+            asyncio.ensure_future(queues.lease(FWD.model_copy(update={"id": i}))) for i in ids
+        ]
+        for _ in range(500):  # until n are granted (5 s at most), then a little longer
+            if sum(w.done() for w in waits) >= concurrency:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        held = [w for w in waits if w.done()]
+        last_waits = not waits[-1].done()
+        for w in held:
+            lease = w.result()
+            assert lease is not None
+            lease.release()
+        assert await asyncio.wait_for(waits[-1], 5) is not None
+        await queues.close()
+        return len(held), last_waits
+
+    assert asyncio.run(run()) == (concurrency, True)

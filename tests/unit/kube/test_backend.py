@@ -14,6 +14,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from lmedge.api import ClusterContext, LMPlacement, LoopConstants, RequestRecord, Route, RoutingMap
+from lmedge.api.gateway_control import ModelEndpoint
 from lmedge.api.manifests import load_resources
 from lmedge.backends.kubernetes.backend import (
     KubernetesBackend,
@@ -175,7 +176,8 @@ ROUTES = RoutingMap(routes=[Route(origin="worker-1", lm="lm1", destination="work
 
 
 def test_bodies_validate_as_the_data_plane_messages() -> None:
-    models = LocalModels.model_validate(models_body({"lm1": "http://10.0.0.1:8000"}))
+    endpoint = ModelEndpoint(lm="lm1", url="http://10.0.0.1:8000")
+    models = LocalModels.model_validate(models_body([endpoint]))
 
     assert models.models[0].lm == "lm1"
 
@@ -364,16 +366,33 @@ def test_wall_clock_counts_from_its_start() -> None:
     assert clock.now() >= before + 0.2
 
 
-def test_a_token_engine_pod_is_registered_as_speaking_openai() -> None:
-    """The node agent tells its gateway which pods speak OpenAI, from each LMService's engine."""
-    from lmedge.nodeagent.agent import pod_protocols
+def test_a_token_engine_pod_is_registered_with_its_protocol_and_batch() -> None:
+    """The node agent tells its gateway what each pod speaks and how many requests it
+    serves at once, from its LMService's engine and the pod's mode."""
+    from lmedge.api.engines import concurrent_requests
+    from lmedge.nodeagent.agent import model_endpoints
 
     _, engine_services = load_resources(EXAMPLES.parent / "llama-cpp")
     chat = engine_services[0]
     ctx = ClusterContext(nodes=NODES, services=[SVC["lm1"], chat])
-    protocols = pod_protocols(ctx, ["lm1", chat.name, "gone"])
-    assert protocols == {"lm1": "pipeline", chat.name: "openai"}
-    body = LocalModels.model_validate(
-        models_body({"lm1": "http://10.0.0.1:8000", chat.name: "http://10.0.0.2:8000"}, protocols)
-    )
-    assert {m.lm: m.protocol for m in body.models} == {"lm1": "pipeline", chat.name: "openai"}
+    cpu = LMPlacement(lm=chat.name, mode="cpu", cpu_cores=2, vgpus=0)
+    pods = [
+        observe_pod(live("lm1", LMPlacement(lm="lm1", mode="cpu", cpu_cores=2, vgpus=0),
+                         "worker-1", ready=True, ip="10.0.0.1")),
+        observe_pod({**model_pod(chat, cpu, "worker-1", "ns"), "status": {
+            "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+            "podIP": "10.0.0.2"}}),
+    ]  # fmt: skip
+    got = {m.lm: m for m in model_endpoints(ctx, pods)}
+    assert (got["lm1"].protocol, got["lm1"].concurrency) == ("pipeline", 1)
+    assert got[chat.name].protocol == "openai"
+    assert got[chat.name].concurrency == concurrent_requests(chat.spec, "cpu")
+    assert got[chat.name].url == "http://10.0.0.2:8000"
+    # llama-server is started with as many --parallel slots as the gateway sends at once
+    args = model_pod(chat, cpu, "worker-1", "ns")["spec"]["containers"][0]["args"]
+    assert args[args.index("--parallel") + 1] == str(got[chat.name].concurrency)
+    body = LocalModels.model_validate(models_body(list(got.values())))
+    assert {m.lm: m.concurrency for m in body.models} == {
+        "lm1": 1,
+        chat.name: got[chat.name].concurrency,
+    }
