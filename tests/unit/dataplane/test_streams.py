@@ -240,9 +240,7 @@ def test_a_pod_gets_as_many_streams_at_once_as_it_serves(concurrency: int) -> No
         models.replace({"lm1": "http://pod"}, {"lm1": "openai"}, {"lm1": concurrency})
         queues = LMQueues(node="n", models=models, caller=None)  # type: ignore[arg-type]
         ids = [f"s{i}" for i in range(concurrency + 1)]
-        waits = [
-            asyncio.ensure_future(queues.lease(FWD.model_copy(update={"id": i}))) for i in ids
-        ]
+        waits = [asyncio.ensure_future(queues.lease(FWD.model_copy(update={"id": i}))) for i in ids]
         for _ in range(500):  # until n are granted (5 s at most), then a little longer
             if sum(w.done() for w in waits) >= concurrency:
                 break
