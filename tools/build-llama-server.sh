@@ -29,8 +29,12 @@ mkdir -p "$bin_cache" "$sdists" "$tools_dir/bin"
 
 start=$SECONDS
 if [[ ! -x "$cached" ]]; then
-  command -v cmake >/dev/null || { echo "build-llama-server: cmake is missing (apt-get install -y cmake)" >&2; exit 1; }
   [[ -x "$py" ]] || { echo "build-llama-server: no virtualenv at $venv (run make install first)" >&2; exit 1; }
+  # cmake from the system, else its PyPI wheel in the venv (a fresh machine has none).
+  if ! command -v cmake >/dev/null; then
+    [[ -x "$venv/bin/cmake" ]] || "$py" -m pip install -q "cmake>=3.25,<4"
+    export PATH="$venv/bin:$PATH"
+  fi
   sdist="$(ls "$sdists"/llama_cpp_python-"$LLAMA_VERSION".tar.gz 2>/dev/null | head -n1 || true)"
   if [[ -z "$sdist" ]]; then
     "$py" -m pip download -q --no-binary :all: --no-deps -d "$sdists" "llama-cpp-python==$LLAMA_VERSION"
