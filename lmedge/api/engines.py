@@ -247,6 +247,15 @@ def pod_protocol(kind: EngineKind) -> PodProtocol:
 Mode = Literal["gpu", "cpu"]
 
 
+def mixed_batches(kind: EngineKind) -> bool:
+    """Whether an engine of `kind` decodes its running sequences in a new prompt's batch.
+
+    llama-server does (measured: `lmedge calibrate --engine llama.cpp`); vLLM is
+    modelled as its V0 scheduler, a prefill step alone (not measured here).
+    """
+    return kind == "llama.cpp"
+
+
 def concurrent_requests(spec: LMServiceSpec, mode: Mode) -> int:
     """Requests one pod of `spec` serves at once in `mode`: its batch's sequence slots.
 
@@ -403,6 +412,7 @@ __all__ = [
     "held_gib",
     "kv_capacity_tokens",
     "kv_pool_gib",
+    "mixed_batches",
     "pod_protocol",
     "pool_tokens",
     "throughput_profile",

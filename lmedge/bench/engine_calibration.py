@@ -54,6 +54,7 @@ from lmedge.api.engines import (
     GpuThroughputProfile,
     ThroughputProfile,
     TokenProfile,
+    mixed_batches,
 )
 from lmedge.bench.llama_server import (
     Completion,
@@ -313,9 +314,14 @@ def emulate(
     profile: ThroughputProfile,
     kv_capacity_tokens: int,
     max_running: int,
+    *,
+    mixed: bool = mixed_batches("llama.cpp"),
 ) -> list[Latency]:
-    """Each trace request's latencies as `BatchingEngine` predicts them, in trace order."""
-    engine = BatchingEngine(profile, kv_capacity_tokens, max_running)
+    """Each trace request's latencies as `BatchingEngine` predicts them, in trace order.
+
+    `mixed`: running sequences decode in a new prompt's batch, as llama-server does.
+    """
+    engine = BatchingEngine(profile, kv_capacity_tokens, max_running, mixed=mixed)
     reqs = [TokenRequest(r.rid, r.arrival_s, r.input_tokens, r.output_tokens) for r in trace]
     for req in sorted(reqs, key=lambda q: q.arrival_s):
         engine.advance(req.arrival_s)

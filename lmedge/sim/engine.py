@@ -77,7 +77,9 @@ from lmedge.api.engines import (
     GIB,
     DecodePoint,
     ThroughputProfile,
+    concurrent_requests,
     kv_capacity_tokens,
+    mixed_batches,
     throughput_profile,
 )
 from lmedge.api.interfaces import ActuationResult
@@ -825,7 +827,11 @@ class Emulator:
                 pf = self.em.cpu_parallel_fraction
                 prof = _scaled(prof, amdahl(p.cpu_cores, pf) / amdahl(svc.default_cpu_cores, pf))
             inst.engine = BatchingEngine(
-                prof, kv_capacity_tokens(svc, mode), tokens.max_running_sequences, self.env.now
+                prof,
+                kv_capacity_tokens(svc, mode),
+                concurrent_requests(svc, mode),  # the pod's batch slots, as on a cluster
+                self.env.now,
+                mixed=mixed_batches(svc.engine.kind),
             )
             inst.kv_bytes = tokens.kv_bytes_per_token
         for g, s in binding:

@@ -84,6 +84,10 @@ class BatchingEngine:
     kv_capacity_tokens: int
     max_running: int
     start_s: float = 0.0
+    #: False: a prefill step stalls the running sequences (vLLM's V0 scheduler).
+    #: True: they decode one token in the prefill's batch, and the step also takes
+    #: one decode iteration's time (llama-server's batches, chunked prefill).
+    mixed: bool = False
 
     now_s: float = field(init=False)
     share: float = field(init=False, default=1.0)
@@ -115,6 +119,7 @@ class BatchingEngine:
         self._done = 0.0  # ... and has had
         self._iter = 0.0  # uncontended seconds of one decode iteration of the current span
         self._iters = 0  # iterations of the current span
+        self._mixed_decode = False  # the prefill step under way also decodes one token
 
     # -- the driver's interface ---------------------------------------------------
 
@@ -166,7 +171,7 @@ class BatchingEngine:
             self._start_step()
         elif self._step == "prefill" and self._done == 0.0:
             self._admit()
-            self._work = sum(r.input_tokens for r in self._batch) / self._prefill
+            self._work = self._prefill_work()
         elif self._step == "decode":
             self._cut()
 
@@ -188,7 +193,7 @@ class BatchingEngine:
             self._reserved -= req.kv_tokens
             self._base -= req.input_tokens
             if self._done == 0.0:
-                self._work = sum(r.input_tokens for r in self._batch) / self._prefill
+                self._work = self._prefill_work()
         else:
             k = next((k for k, e in enumerate(self._decoding) if e[3] is req), -1)
             if k < 0:
@@ -287,6 +292,11 @@ class BatchingEngine:
     def _end_step(self, finished: list[TokenRequest]) -> None:
         self.steps += 1
         if self._step == "prefill":
+            if self._mixed_decode:  # the running sequences took a token in this batch
+                self._k += 1
+                while self._decoding and self._decoding[0][0] <= self._k:
+                    _, _, k0, req = heapq.heappop(self._decoding)
+                    self._finish(req, req.input_tokens + 1 - k0, finished)
             for req in self._batch:
                 req.first_token_s = self.now_s
                 if req.output_tokens <= 1:
@@ -306,6 +316,15 @@ class BatchingEngine:
                 self._finish(req, req.input_tokens + 1 - k0, finished)
         self._start_step()
 
+    def _prefill_work(self) -> float:
+        """Uncontended seconds of the prefill step: the batch's prompts, and in a mixed
+        batch one decode iteration of the running sequences."""
+        work = sum(r.input_tokens for r in self._batch) / self._prefill
+        if self._mixed_decode and self._decoding:
+            n = len(self._decoding)
+            work += n / self._decode[n]
+        return work
+
     def _finish(self, req: TokenRequest, base: int, finished: list[TokenRequest]) -> None:
         req.finish_s = self.now_s
         self._base -= base
@@ -319,7 +338,8 @@ class BatchingEngine:
         self._admit()
         if self._batch:
             self._step = "prefill"
-            self._work = sum(r.input_tokens for r in self._batch) / self._prefill
+            self._mixed_decode = self.mixed and bool(self._decoding)
+            self._work = self._prefill_work()
         elif self._decoding:
             n = len(self._decoding)
             self._step = "decode"
