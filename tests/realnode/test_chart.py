@@ -30,7 +30,7 @@ import shlex
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -279,20 +279,25 @@ def test_install_brings_the_control_plane_up(
         assert core.read_node(w.name).status.allocatable["nvidia.com/gpu"] == str(w.gpus)
 
 
-def test_node_agent_starts_the_model_pod_with_decided_resources(api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+def _ready_pod(core: client.CoreV1Api, find: Callable[[client.CoreV1Api], Any], what: str) -> Any:
+    """The pod `find` returns once it is Ready (5 minutes at most; the namespaces on failure)."""
 
     def started() -> bool:
-        pod = _model_pod(core)
+        pod = find(core)
         return pod is not None and _ready(pod)
 
     try:
-        wait_until(started, 300, f"a Ready model pod of {LM}", 2.0)
+        wait_until(started, 300, what, 2.0)
     except TimeoutError as exc:
         raise AssertionError(
             f"{exc}:\n{_describe(core, WORKLOADS)}\n{_describe(core, NS)}"
         ) from None
-    pod = _model_pod(core)
+    return find(core)
+
+
+def test_node_agent_starts_the_model_pod_with_decided_resources(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    pod = _ready_pod(core, _model_pod, f"a Ready model pod of {LM}")
     assert pod.spec.node_name == WORKERS[1].name
     (container,) = pod.spec.containers
     res = container.resources
@@ -432,17 +437,7 @@ def test_llama_cpp_stream_to_one_gateway_is_served_on_the_other_worker(
 def _serve_llama_stream(core: client.CoreV1Api) -> None:
     import openai
 
-    def started() -> bool:
-        pod = _llama_pod(core)
-        return pod is not None and _ready(pod)
-
-    try:
-        wait_until(started, 300, f"a Ready llama.cpp pod of {LLAMA_LM}", 2.0)
-    except TimeoutError as exc:
-        raise AssertionError(
-            f"{exc}:\n{_describe(core, WORKLOADS)}\n{_describe(core, NS)}"
-        ) from None
-    pod = _llama_pod(core)
+    pod = _ready_pod(core, _llama_pod, f"a Ready llama.cpp pod of {LLAMA_LM}")
     assert pod.spec.node_name == WORKERS[1].name
     (container,) = pod.spec.containers
     assert container.command is None and container.args[:4] == ["--model", "/models/model.gguf",
