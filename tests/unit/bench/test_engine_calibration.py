@@ -21,9 +21,11 @@ from lmedge.bench.engine_calibration import (
     error_summary,
     fit_iteration_time,
     fit_prefill_rate,
+    fit_sustained,
     make_trace,
     markdown_table,
     relative_errors,
+    scaled,
 )
 from lmedge.bench.llama_server import gguf_metadata, kv_bytes_per_token
 
@@ -97,7 +99,7 @@ def test_prefill_rate_rejects_empty_or_zero() -> None:
     ("samples", "expected"),
     [
         ([(1, 0.03), (2, 0.035), (4, 0.045)], (0.025, 0.005)),
-        ([(2, 0.05), (2, 0.07)], (0.05, 0.0)),  # the fastest repeat
+        ([(2, 0.05), (2, 0.07), (2, 0.2)], (0.07, 0.0)),  # the median repeat
         ([(1, 0.05), (4, 0.04)], (0.045, 0.0)),  # faster with more: noise, flat
         # unconstrained a = -0.01: through the origin, b = sum(k t) / sum(k^2)
         ([(1, 0.01), (2, 0.03), (4, 0.07)], (0.0, 0.35 / 21)),
@@ -110,6 +112,39 @@ def test_iteration_time_fit(
     a, b = fit_iteration_time(samples)
     assert (a, b) == pytest.approx(expected)
     assert a >= 0 and b >= 0
+
+
+def _burst() -> list[TraceRequest]:
+    return [TraceRequest(i, 0.0, 20 + 10 * i, 5 + 3 * i) for i in range(12)]
+
+
+def test_a_scaled_profile_emulates_a_burst_exactly_s_times_slower() -> None:
+    profile = ThroughputProfile(prefill_tokens_per_s=1000.0, decode=decode_curve(0.025, 0.005, 4))
+    base = emulate(_burst(), profile, 4 * 512, 4)
+    slow = emulate(_burst(), scaled(profile, 1.5, 1.5), 4 * 512, 4)
+    assert [s.e2e for s in slow] == pytest.approx([1.5 * b.e2e for b in base])
+    assert [s.ttft for s in slow] == pytest.approx([1.5 * b.ttft for b in base])
+
+
+@pytest.mark.parametrize(("prefill", "decode"), [(1.0, 1.0), (1.3, 0.7), (0.5, 2.0)], ids=str)
+def test_sustained_fit_recovers_separate_prefill_and_decode_slow_downs(
+    prefill: float, decode: float
+) -> None:
+    shape = ThroughputProfile(prefill_tokens_per_s=400.0, decode=decode_curve(0.025, 0.005, 4))
+    truth = emulate(_burst(), scaled(shape, prefill, decode), 4 * 512, 4)
+    got = fit_sustained(_burst(), truth, shape, 4 * 512, 4)
+    assert got == pytest.approx((prefill, decode), rel=0.02)
+
+
+def test_sustained_fit_refuses_unpaired_or_zero_latencies() -> None:
+    shape = ThroughputProfile(prefill_tokens_per_s=400.0, decode=decode_curve(0.025, 0.005, 4))
+    with pytest.raises(ValueError, match="one measured latency per request"):
+        fit_sustained(_burst(), [], shape, 2048, 4)
+    zero = [Latency(0.0, 0.1, 1.0)] * len(_burst())
+    with pytest.raises(ValueError, match="positive"):
+        fit_sustained(_burst(), zero, shape, 2048, 4)
+    with pytest.raises(ValueError, match="positive"):
+        scaled(shape, 0.0, 1.0)
 
 
 def test_decode_curve_is_a_valid_profile() -> None:
