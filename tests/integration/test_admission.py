@@ -10,8 +10,10 @@ its own account's token.
 What is checked: the agent can create and delete exactly the model pods the
 node agent builds (`pods.model_pod`) on its own node, and every way a pod
 could lift it above that — another namespace, node, account, image or owner,
-host namespaces, ports or paths, privilege, root, a command of its own,
-Secrets — is refused with the policy's message; the controller can set its
+host namespaces, ports or paths, privilege, root, a command of its own (exec
+hooks and probes too), Secrets or ConfigMaps, each field the Pod Security
+Standards' restricted profile forbids — is refused with the policy's message;
+the controller can set its
 Node labels and nothing else on a Node.
 """
 
@@ -418,7 +420,10 @@ def test_agent_may_not_create(
 
 _PSC = "spec.securityContext"
 _CSC = f"{_C}.securityContext"
-_APPARMOR = "metadata.annotations.container\\.apparmor\\.security\\.beta\\.kubernetes\\.io/model-server"
+_APPARMOR = "metadata.annotations." + re.escape("container.apparmor.security.beta.kubernetes.io")
+_APPARMOR += "/model-server"
+
+
 def _both(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
     def change(pod: dict[str, Any]) -> None:
         for c in changes:
