@@ -20,6 +20,17 @@ K8sName = Annotated[
     StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
 ]
 
+#: A container image reference (`[registry[:port]/]path[:tag][@digest]`) by its
+#: characters: no space or other character a reference cannot hold. The
+#: runtime checks the rest when it pulls; a space would only fail there, on
+#: the node, long after the API server took the LMService.
+ImageRef = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=4096, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]*$"
+    ),
+]
+
 NonNegFloat = Annotated[float, Field(ge=0)]
 PosFloat = Annotated[float, Field(gt=0)]
 

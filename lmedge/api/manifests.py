@@ -5,8 +5,10 @@ manifests describes both worlds, and the loader is exactly as strict as the
 API server with the CRDs installed and kubectl's strict field validation:
 
 - YAML as the API server reads it: a duplicate key is an error, timestamps
-  stay text, and a non-finite number (`.inf`, `.nan`) is refused (JSON has
-  none); a null value is dropped, as the API server prunes it;
+  stay text, a number in exponent form (`1e9`, `4e0`) is a number as in YAML
+  1.2, and a non-finite number (`.inf`, `.nan`) is refused with its field
+  named (JSON has none; the API server refuses it in its YAML-to-JSON step,
+  naming no field); a null value is dropped, as the API server prunes it;
 - only `LMService` and `EdgeNode` of `lmedge.io/v1alpha1` (a `Scenario`
   document is skipped: `lmedge.sim.scenario` reads it); any other kind or
   API version is an error, never silently dropped;
@@ -86,6 +88,15 @@ _ApiServerLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+# YAML 1.2 core-schema floats, which the API server's YAML reader (and kubectl's)
+# resolves: `1e9`, `4e0`, `1.5e3` are numbers, while PyYAML's YAML 1.1 floats
+# need a dot and a signed exponent and leave them as strings. Checked after
+# PyYAML's own resolvers, so an integer stays an integer.
+_ApiServerLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$"),
+    list("-+.0123456789"),
+)
 
 
 def format_validation_error(exc: ValidationError, prefix: str = "") -> tuple[str, str]:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from lmedge.api.base import K8sName, NonNegFloat, PosFloat, SpecModel
+from lmedge.api.base import ImageRef, K8sName, NonNegFloat, PosFloat, SpecModel
 from lmedge.api.engines import GIB, EngineSpec, derived_profile, kv_pool_gib
 
 API_GROUP = "lmedge.io"
@@ -65,7 +65,10 @@ class LMServiceSpec(SpecModel):
 
     model: str = Field(min_length=1, description="Model id, e.g. gpt2.", examples=["gpt2"])
     modality: Modality = Field(description="Input-to-output modality of the service.")
-    image: str = Field(min_length=1, description="Container image of the model server.")
+    image: ImageRef = Field(
+        description="Container image of the model server (a reference: no spaces).",
+        examples=["ghcr.io/lmedge/model-server-gpt2:0.1.0"],
+    )
     deployment_memory_gib: PosFloat = Field(
         description="Memory request=limit of a model pod, GiB.", examples=[3.0]
     )

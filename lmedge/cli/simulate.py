@@ -148,6 +148,7 @@ def _maybe_store(uri: str | None, enabled: bool) -> Iterator[Store | None]:
         return
     store = open_store(uri)
     try:
+        store.check_spill_dir()  # records of an outage must have somewhere to go
         yield store
     finally:
         store.close()

@@ -304,6 +304,7 @@ def main(settings: ControllerSettings, *, kubeconfig: Path | None, store: str | 
         )
         opened = open_store(store)
         try:
+            opened.check_spill_dir()  # records of an outage must have somewhere to go
             return run_controller(settings, kube, opened, stop=stop_on_signals())
         finally:
             opened.close()

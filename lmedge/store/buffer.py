@@ -40,7 +40,7 @@ from typing import Any
 
 from bson import json_util
 
-from lmedge.errors import StoreUnavailable
+from lmedge.errors import StoreError, StoreUnavailable
 from lmedge.store.outcomes import InsertResult, Rejected
 
 __all__ = ["BufferStats", "WriteBuffer"]
@@ -149,6 +149,25 @@ class WriteBuffer:
             self._batches.append(_Batch(collection, list(docs)))
             self._pending += len(docs)
             self._enforce_bound()
+
+    def check_writable(self) -> None:
+        """Raise `StoreError` unless a spill file can be written in `spill_dir`.
+
+        Checked when a run starts (the controller, `lmedge simulate` with a
+        store): a spill that fails later loses the records of an outage with
+        only a log line, so a run that could not keep them does not start.
+        """
+        probe = self.spill_dir / f".write-check.{os.getpid()}"
+        try:
+            self.spill_dir.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StoreError(
+                f"the spill directory {self.spill_dir} is not writable "
+                f"({exc.strerror or exc}): records the store cannot take while it is "
+                "down would be lost; run where it can be created and written"
+            ) from exc
 
     def has_backlog(self) -> bool:
         """True when anything waits in memory or in a spill file."""

@@ -6,7 +6,8 @@ password belongs in a file, not in the environment), else the default embedded
 directory. Accepted forms:
 
 * `mongodb://host:port/db?...` or `mongodb+srv://...`: a MongoDB-protocol server
-  (MongoDB, FerretDB); the database defaults to `lmedge`;
+  (MongoDB, FerretDB); the database defaults to `lmedge`, and may not be one
+  of the server's own (`admin`, `local`, `config`);
 * `embedded:///abs/dir`, `embedded://rel/dir`, or a plain directory path: the
   embedded on-disk store (MontyDB over SQLite) for single-machine runs.
 
@@ -20,6 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote
 
 from lmedge.errors import StoreError
 
@@ -40,6 +42,9 @@ STORE_FILE_ENV = "LMEDGE_STORE_FILE"
 DEFAULT_STORE = "./.lmedge/store"
 _EMBEDDED_SCHEME = "embedded://"
 _HINT = "use mongodb://host:port/db, embedded:///path/to/dir or a directory path"
+#: The server's own databases: users and roles, the replication log, sharding
+#: metadata. lmedge's collections, validators and TTL indexes never go there.
+SYSTEM_DATABASES = ("admin", "local", "config")
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,13 @@ def parse_store_location(uri: str | None) -> StoreLocation:
     if not text:
         raise StoreError(f"the store setting is empty; {_HINT}")
     if text.startswith(("mongodb://", "mongodb+srv://")):
+        database = _database(text)
+        if database.lower() in SYSTEM_DATABASES:
+            raise StoreError(
+                f"the store URI names the MongoDB server's own database {database!r}; "
+                "name a database of lmedge's own, e.g. mongodb://host:27017/lmedge "
+                "(authSource=admin still authenticates against admin)"
+            )
         return StoreLocation(kind="mongodb", uri=text)
     if text.startswith(_EMBEDDED_SCHEME):
         rest = text[len(_EMBEDDED_SCHEME) :]
@@ -102,3 +114,9 @@ def parse_store_location(uri: str | None) -> StoreLocation:
         scheme = text.split("://", 1)[0]
         raise StoreError(f"unsupported store URI scheme {scheme!r} in {text!r}; {_HINT}")
     return StoreLocation(kind="embedded", path=Path(text).expanduser())
+
+
+def _database(uri: str) -> str:
+    """The database a MongoDB URI names (its path), '' for none; pymongo parses the rest."""
+    hosts_and_path = uri.split("://", 1)[1].rsplit("@", 1)[-1].split("?", 1)[0]
+    return unquote(hosts_and_path.split("/", 1)[1]) if "/" in hosts_and_path else ""

@@ -186,6 +186,14 @@ class Store:
         with self._state:
             self._retry_at = 0.0
 
+    def check_spill_dir(self) -> None:
+        """Raise `StoreError` unless this store can spill what its server does not take.
+
+        A run (the controller, `lmedge simulate`) checks this before it starts;
+        see `WriteBuffer.check_writable`.
+        """
+        self._buffer.check_writable()
+
     def buffer_stats(self) -> BufferStats:
         """Counters of documents waiting, spilled, replayed and lost."""
         return self._buffer.stats()

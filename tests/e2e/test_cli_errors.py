@@ -67,6 +67,12 @@ def _services_not_utf8(tmp: Path) -> list[str]:
     return ["gateway", "--node", "w1", "--services", str(tmp / "services.yaml")]
 
 
+def _spill_dir_a_file(tmp: Path) -> list[str]:
+    (tmp / ".lmedge").mkdir()
+    (tmp / ".lmedge" / "spill").write_text("a file where the spill directory goes")
+    return ["simulate", "--slots", "1", "--store", str(tmp / "store")]
+
+
 CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("simulate-negative-seed", lambda t: ["simulate", "--seed", "-1", "--slots", "1"], "--seed"),
     ("bench-negative-seed", lambda t: ["bench", "--seeds", "1,-2", "--slots", "1"], "-2"),
@@ -82,6 +88,10 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("bench-out-is-a-file", _out_is_a_file, "--out"),
     ("bench-scenario-name-too-long", lambda t: ["bench", "-f", LONG, "--slots", "1"], "too long"),
     ("status-store-name-too-long", lambda t: ["status", "--store", LONG], "too long"),
+    ("simulate-store-admin-database", lambda t: ["simulate", "--slots", "1", "--store",
+     "mongodb://127.0.0.1:9/admin"], "the MongoDB server's own database 'admin'"),
+    ("simulate-spill-dir-not-writable", _spill_dir_a_file,
+     "the spill directory .lmedge/spill is not writable"),
     ("gateway-services-not-utf8", _services_not_utf8, "not UTF-8"),
     ("crds-out-is-a-file", lambda t: ["crds", "-o", str(_a_file(t))], "--out"),
     ("calibration-check-workers-huge", lambda t: ["calibration-check", "--workers", "9" * 20],

@@ -10,8 +10,10 @@ its own account's token.
 What is checked: the agent can create and delete exactly the model pods the
 node agent builds (`pods.model_pod`) on its own node, and every way a pod
 could lift it above that — another namespace, node, account, image or owner,
-host namespaces, ports or paths, privilege, root, a command of its own,
-Secrets — is refused with the policy's message; the controller can set its
+host namespaces, ports or paths, privilege, root, a command of its own (exec
+hooks and probes too), Secrets or ConfigMaps, each field the Pod Security
+Standards' restricted profile forbids — is refused with the policy's message;
+the controller can set its
 Node labels and nothing else on a Node.
 """
 
@@ -305,6 +307,20 @@ def _as_lm(lm: str) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def _init_container(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    """An init container as well-behaved as the model server (its image, args), plus `fields`."""
+
+    def change(pod: dict[str, Any]) -> None:
+        init = copy.deepcopy(pod["spec"]["containers"][0])
+        init.update(name="init", ports=[], **fields)
+        pod["spec"]["initContainers"] = [init]
+
+    return change
+
+
+NO_EXEC = "runs its image's own entrypoint (no exec probes or lifecycle hooks)"
+
+
 def _sidecar(pod: dict[str, Any]) -> None:
     # As well-behaved as the model server, only another image.
     side = copy.deepcopy(pod["spec"]["containers"][0])
@@ -337,23 +353,6 @@ FORBIDDEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      f"a model pod must run as service account {MODEL_SA}"),
     ("token-mounted", _set("spec.automountServiceAccountToken", True),
      "automountServiceAccountToken: false"),
-    ("host-network", _set("spec.hostNetwork", True), "may not use the host's network"),
-    ("host-pid", _set("spec.hostPID", True), "may not use the host's network, PID"),
-    ("host-ipc", _set("spec.hostIPC", True), "may not use the host's network, PID, IPC"),
-    # (The API server refuses privileged without escalation as invalid.)
-    ("privileged", lambda p: p["spec"]["containers"][0]["securityContext"].update(
-        privileged=True, allowPrivilegeEscalation=True), "may not be privileged"),
-    ("escalation", _set(f"{_C}.securityContext.allowPrivilegeEscalation", True),
-     "allowPrivilegeEscalation: false"),
-    ("capability", _set(f"{_C}.securityContext.capabilities.add", ["SYS_ADMIN"]),
-     "may not add capabilities"),
-    ("root-pod", _set("spec.securityContext.runAsUser", 0), "must run as non-root"),
-    ("root-container", _set(f"{_C}.securityContext.runAsUser", 0), "must run as non-root"),
-    ("root-allowed", _set(f"{_C}.securityContext.runAsNonRoot", False), "must run as non-root"),
-    ("no-run-as-non-root", _set("spec.securityContext.runAsNonRoot", _DELETE),
-     "must run as non-root"),
-    ("host-root", _add_volume({"name": "root", "hostPath": {"path": "/"}}),
-     "may mount only its progress directory /var/lib/lmedge/progress/lm2 from the host"),
     ("another-lms-progress", _set("spec.volumes.0.hostPath.path", "/var/lib/lmedge/progress/lm1"),
      "may mount only its progress directory /var/lib/lmedge/progress/lm2"),
     ("secret-volume", _add_volume({"name": "s", "secret": {"secretName": "lmedge-store"}}),
@@ -368,9 +367,22 @@ FORBIDDEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("init-container", _set("spec.initContainers", [
         {"name": "i", "image": "ghcr.io/lmedge/model-server-gpt2-large:0.1.0"}]),
      "no init or ephemeral containers"),
-    ("host-port", _set(f"{_C}.ports.0.hostPort", 8000), "may not use host ports"),
+    # A hook or probe that execs is a command by another name.
+    ("post-start-exec", _set(f"{_C}.lifecycle.postStart.exec.command", ["sh"]), NO_EXEC),
+    ("pre-stop-exec", _set(f"{_C}.lifecycle.preStop.exec.command", ["sh"]), NO_EXEC),
+    ("startup-probe-exec", _set(f"{_C}.startupProbe", {"exec": {"command": ["sh"]}}), NO_EXEC),
+    ("readiness-probe-exec", _set(f"{_C}.readinessProbe", {"exec": {"command": ["sh"]}}),
+     NO_EXEC),
+    ("liveness-probe-exec", _set(f"{_C}.livenessProbe", {"exec": {"command": ["sh"]}}), NO_EXEC),
+    # (Refused as an init container first; the exec rule covers init containers too.)
+    ("init-container-exec", _init_container(
+        restartPolicy="Always", lifecycle={"postStart": {"exec": {"command": ["sh"]}}}),
+     "no init or ephemeral containers"),
     ("secret-env", _set(f"{_C}.env", [{"name": "X", "valueFrom": {
         "secretKeyRef": {"name": "lmedge-store", "key": "uri"}}}]),
+     "may not read Secrets or ConfigMaps into its environment"),
+    ("configmap-env", _set(f"{_C}.env", [{"name": "HOME", "valueFrom": {
+        "configMapKeyRef": {"name": "lmedge-model-images", "key": "lm2.image"}}}]),
      "may not read Secrets or ConfigMaps into its environment"),
     ("env-from", _set(f"{_C}.envFrom", [{"secretRef": {"name": "lmedge-store"}}]),
      "may not read Secrets or ConfigMaps into its environment"),
@@ -380,6 +392,124 @@ FORBIDDEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 @pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in FORBIDDEN],
                          ids=[i for i, _, _ in FORBIDDEN])  # fmt: skip
 def test_agent_may_not_create(
+    agent: KubeClient,
+    valid: dict[str, Any],
+    change: Callable[[dict[str, Any]], None],
+    message: str,
+) -> None:
+    manifest = copy.deepcopy(valid)
+    change(manifest)
+
+    with pytest.raises(ClusterRefused) as refused:
+        agent.call("create pod", agent.core.create_namespaced_pod, WORKLOADS, manifest,
+                   dry_run="All")  # fmt: skip
+
+    assert refused.value.status == 403
+    assert "ValidatingAdmissionPolicy" in refused.value.message
+    assert message in refused.value.message, refused.value.message
+
+
+# -- the Pod Security Standards' restricted profile, field by field ----------------
+#
+# The workload namespace cannot enforce Pod Security Admission (model pods mount
+# their progress directory from the host), so the policy enforces the profile
+# itself. One row per field of the standards' baseline and restricted lists
+# (https://kubernetes.io/docs/concepts/security/pod-security-standards/), each
+# set to a value the profile forbids, plus what lmedge forbids beyond it (group 0,
+# hostUsers, system priority classes); the id is the field.
+
+_PSC = "spec.securityContext"
+_CSC = f"{_C}.securityContext"
+_APPARMOR = "metadata.annotations." + re.escape("container.apparmor.security.beta.kubernetes.io")
+_APPARMOR += "/model-server"
+
+
+def _both(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        for c in changes:
+            c(pod)
+
+    return change
+
+
+NON_ROOT = "must run as non-root (runAsNonRoot: true, no uid 0)"
+SECCOMP = "must run under the seccomp profile RuntimeDefault or Localhost"
+APPARMOR = "AppArmor profile must be RuntimeDefault or Localhost"
+SELINUX = "may set no SELinux user or role, and only the SELinux type container_t"
+GROUP_0 = "may not run with group 0"
+HOST_NS = "may not use the host's network, PID or IPC namespaces"
+
+RESTRICTED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    # baseline
+    # (The API server admits a host process only with hostNetwork.)
+    (f"{_PSC}.windowsOptions.hostProcess", _both(_set(f"{_PSC}.windowsOptions.hostProcess", True),
+                                                 _set("spec.hostNetwork", True)),
+     "nor a Windows host process"),
+    (f"{_CSC}.windowsOptions.hostProcess", _both(_set(f"{_CSC}.windowsOptions.hostProcess", True),
+                                                 _set("spec.hostNetwork", True)),
+     "nor a Windows host process"),
+    ("spec.hostNetwork", _set("spec.hostNetwork", True), HOST_NS),
+    ("spec.hostPID", _set("spec.hostPID", True), HOST_NS),
+    ("spec.hostIPC", _set("spec.hostIPC", True), HOST_NS),
+    # (The API server refuses privileged without escalation as invalid.)
+    (f"{_CSC}.privileged", lambda p: p["spec"]["containers"][0]["securityContext"].update(
+        privileged=True, allowPrivilegeEscalation=True), "may not be privileged"),
+    (f"{_CSC}.capabilities.add", _set(f"{_CSC}.capabilities.add", ["SYS_ADMIN"]),
+     "may not add capabilities"),
+    ("spec.volumes.hostPath", _add_volume({"name": "root", "hostPath": {"path": "/"}}),
+     "may mount only its progress directory /var/lib/lmedge/progress/lm2 from the host"),
+    (f"{_C}.ports.hostPort", _set(f"{_C}.ports.0.hostPort", 8000), "may not use host ports"),
+    (f"{_PSC}.appArmorProfile.type", _set(f"{_PSC}.appArmorProfile.type", "Unconfined"),
+     APPARMOR),
+    (f"{_CSC}.appArmorProfile.type", _set(f"{_CSC}.appArmorProfile.type", "Unconfined"),
+     APPARMOR),
+    ("metadata.annotations.container.apparmor.security.beta.kubernetes.io",
+     _set(_APPARMOR, "unconfined"), APPARMOR),
+    (f"{_PSC}.seLinuxOptions.type", _set(f"{_PSC}.seLinuxOptions.type", "spc_t"), SELINUX),
+    (f"{_CSC}.seLinuxOptions.type", _set(f"{_CSC}.seLinuxOptions.type", "unconfined_t"), SELINUX),
+    (f"{_PSC}.seLinuxOptions.user", _set(f"{_PSC}.seLinuxOptions.user", "system_u"), SELINUX),
+    (f"{_CSC}.seLinuxOptions.user", _set(f"{_CSC}.seLinuxOptions.user", "system_u"), SELINUX),
+    (f"{_PSC}.seLinuxOptions.role", _set(f"{_PSC}.seLinuxOptions.role", "system_r"), SELINUX),
+    (f"{_CSC}.seLinuxOptions.role", _set(f"{_CSC}.seLinuxOptions.role", "system_r"), SELINUX),
+    # (The API server admits Unmasked only in a pod of its own user namespace.)
+    (f"{_CSC}.procMount", _both(_set(f"{_CSC}.procMount", "Unmasked"),
+                                _set("spec.hostUsers", False)), "procMount: Default"),
+    (f"{_PSC}.seccompProfile.type", _set(f"{_PSC}.seccompProfile.type", "Unconfined"), SECCOMP),
+    (f"{_CSC}.seccompProfile.type", _set(f"{_CSC}.seccompProfile.type", "Unconfined"), SECCOMP),
+    (f"{_PSC}.sysctls", _set(f"{_PSC}.sysctls", [{"name": "kernel.msgmax", "value": "65536"}]),
+     "may set only the safe sysctls (kernel.shm_rmid_forced, "),
+    # restricted
+    ("spec.volumes.nfs", _add_volume({"name": "n", "nfs": {"server": "nfs.example", "path": "/"}}),
+     "may mount only its progress directory"),
+    (f"{_CSC}.allowPrivilegeEscalation", _set(f"{_CSC}.allowPrivilegeEscalation", True),
+     "allowPrivilegeEscalation: false"),
+    (f"{_PSC}.runAsNonRoot", _set(f"{_PSC}.runAsNonRoot", _DELETE), NON_ROOT),
+    (f"{_CSC}.runAsNonRoot", _set(f"{_CSC}.runAsNonRoot", False), NON_ROOT),
+    (f"{_PSC}.runAsUser", _set(f"{_PSC}.runAsUser", 0), NON_ROOT),
+    (f"{_CSC}.runAsUser", _set(f"{_CSC}.runAsUser", 0), NON_ROOT),
+    (f"{_PSC}.seccompProfile", _set(f"{_PSC}.seccompProfile", _DELETE), SECCOMP),
+    (f"{_CSC}.capabilities.drop", _set(f"{_CSC}.capabilities.drop", ["NET_RAW"]),
+     "must drop ALL capabilities"),
+    (f"{_CSC}.capabilities.add.NET_BIND_SERVICE",
+     _set(f"{_CSC}.capabilities.add", ["NET_BIND_SERVICE"]), "may not add capabilities"),
+    # beyond the profile
+    (f"{_PSC}.runAsGroup", _set(f"{_PSC}.runAsGroup", 0), GROUP_0),
+    (f"{_CSC}.runAsGroup", _set(f"{_CSC}.runAsGroup", 0), GROUP_0),
+    (f"{_PSC}.fsGroup", _set(f"{_PSC}.fsGroup", 0), GROUP_0),
+    (f"{_PSC}.supplementalGroups", _set(f"{_PSC}.supplementalGroups", [10001, 0]), GROUP_0),
+    ("spec.hostUsers=false", _set("spec.hostUsers", False), "may not set hostUsers"),
+    ("spec.hostUsers=true", _set("spec.hostUsers", True), "may not set hostUsers"),
+    ("spec.priorityClassName=system-node-critical",
+     _set("spec.priorityClassName", "system-node-critical"), "priority class system-node-critical"),
+    ("spec.priorityClassName=system-cluster-critical",
+     _set("spec.priorityClassName", "system-cluster-critical"),
+     "priority class system-node-critical"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in RESTRICTED],
+                         ids=[i for i, _, _ in RESTRICTED])  # fmt: skip
+def test_agent_may_not_relax_the_restricted_profile(
     agent: KubeClient,
     valid: dict[str, Any],
     change: Callable[[dict[str, Any]], None],

@@ -95,6 +95,20 @@ CORPUS: list[Manifest] = [
         _text(LMS, "maxVgpus: 2", "maxVgpus: 2.0"),
     ),
     Manifest("lms-null-optional", "LMService", True, _lms(_set("deadlineS", None))),
+    # YAML 1.2 core-schema floats: no dot needed, an unsigned exponent (kubectl reads numbers).
+    Manifest(
+        "lms-exponent-for-a-number",
+        "LMService",
+        True,
+        _text(LMS, "deploymentMemoryGib: 3", "deploymentMemoryGib: 4e0"),
+    ),
+    Manifest(
+        "lms-exponent-for-an-integer", "LMService", True, _text(LMS, "maxVgpus: 2", "maxVgpus: 2e0")
+    ),
+    Manifest("en-large-exponent", "EdgeNode", True, _text(EN, "cpuCores: 16", "cpuCores: 1.6e1")),
+    Manifest(
+        "lms-dotted-exponent", "LMService", True, _text(LMS, "minVramGib: 1.0", "minVramGib: 1.5e0")
+    ),
     Manifest("lms-null-defaulted", "LMService", True, _lms(_set("minVramGib", None))),
     Manifest(
         "lms-gpu-only-without-cpu-profile",
@@ -197,6 +211,8 @@ CORPUS: list[Manifest] = [
     Manifest("quoted-nested-number", "EdgeNode", False, _en(_set("links.0.latencyMs", "2"))),
     Manifest("bool-for-a-number", "EdgeNode", False, _en(_set("cpuCores", True))),
     Manifest("number-for-a-string", "LMService", False, _lms(_set("image", 12))),
+    Manifest("image-with-space", "LMService", False, _lms(_set("image", "ghcr.io/x/y:1 sh"))),
+    Manifest("exponent-for-a-string", "LMService", False, _text(LMS, "model: gpt2", "model: 1e9")),
     Manifest("yes-for-a-string", "EdgeNode", False, _text(EN, "site: uob", "site: yes")),
     Manifest("fraction-for-an-integer", "EdgeNode", False, _en(_set("vgpusPerGpu", 1.5))),
     Manifest("spec-is-a-list", "LMService", False, _yaml("LMService", [])),  # type: ignore[arg-type]

@@ -161,6 +161,8 @@ def _both(*edits: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]]
 INVALID: list[Case] = [
     Case("lms-missing-model", "LMService", "schema", _drop("model")),
     Case("lms-empty-image", "LMService", "schema", _set("image", "")),
+    Case("lms-image-with-space", "LMService", "schema", _set("image", "ghcr.io/x/y:1 --rm")),
+    Case("lms-image-with-newline", "LMService", "schema", _set("image", "ghcr.io/x/y:1\nz")),
     Case("lms-unknown-modality", "LMService", "schema", _set("modality", "video-to-text")),
     Case("lms-zero-memory", "LMService", "schema", _set("deploymentMemoryGib", 0)),
     Case("lms-memory-is-text", "LMService", "schema", _set("deploymentMemoryGib", "3Gi")),

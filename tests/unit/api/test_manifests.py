@@ -143,6 +143,15 @@ CASES: list[Case] = [
      "LMService/lm1.spec.deploymentMemoryGib", "valid number"),
     ("infinite", _LMS.replace("deploymentMemoryGib: 3", "deploymentMemoryGib: .inf"),
      "document 1: spec.deploymentMemoryGib", "inf is not a JSON number"),
+    ("not-a-number", _LMS.replace("minVramGib: 1.0", "minVramGib: .NaN"),
+     "document 1: spec.minVramGib", "nan is not a JSON number"),
+    ("negative-infinite-in-a-list", yaml.safe_dump(doc("EdgeNode", "w1")).replace(
+        "latencyMs: 2", "latencyMs: -.inf"), "document 1: spec.links.0.latencyMs",
+     "-inf is not a JSON number"),
+    ("image-with-space", _LMS.replace("image: ", "image: 'reg.example/x:1 ", 1).replace(
+        ":0.1.0\n", ":0.1.0'\n", 1), "LMService/lm1.spec.image", "should match pattern"),
+    ("exponent-for-a-string", _LMS.replace("model: gpt2", "model: 1e9"),
+     "LMService/lm1.spec.model", "valid string"),
     ("duplicate-key", _LMS.replace("  model: gpt2\n", "  model: gpt2\n  model: gpt3\n"), "line ",
      "duplicate key 'model'"),
     ("unknown-top-level-field", _LMS + "specs: {}\n", "document 1: LMService/lm1.specs",
@@ -168,6 +177,22 @@ def test_errors_name_file_and_field(tmp_path: Path, content: str, field: str, me
     assert message in err.message
     assert str(err).startswith(f"{f}: ")
     assert "\n" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [("4e0", 4), ("1e1", 10), ("1.5e0", 1.5), ("+25E-1", 2.5), ("3", 3), ("3.0", 3)],
+    ids=["exponent", "exponent-integral", "dotted-exponent", "signed", "integer", "integral-float"],
+)
+def test_numbers_read_as_yaml_1_2_and_kubectl_read_them(
+    tmp_path: Path, written: str, read: float
+) -> None:
+    f = tmp_path / "services.yaml"
+    f.write_text(_LMS.replace("deploymentMemoryGib: 3", f"deploymentMemoryGib: {written}"))
+
+    _, services = load_resources(f)
+
+    assert services[0].spec.deployment_memory_gib == read
 
 
 def test_missing_path() -> None:

@@ -189,6 +189,20 @@ def test_a_failed_spill_is_a_counted_loss_not_a_spill(
     assert "7 documents LOST" in caplog.text and "spilled to" not in caplog.text
 
 
+def test_an_unwritable_spill_directory_is_refused_before_a_run(tmp_path: Path) -> None:
+    blocker = tmp_path / "read-only"
+    blocker.write_text("")  # a file where the spill directory should be (holds even for root)
+    buf = WriteBuffer(limit=100, spill_dir=blocker / "spill", prefix="test")
+    with pytest.raises(StoreError, match=r"the spill directory .*/read-only/spill is not writable"):
+        buf.check_writable()
+
+
+def test_a_writable_spill_directory_is_made_and_left_empty(tmp_path: Path) -> None:
+    buf = WriteBuffer(limit=100, spill_dir=tmp_path / "a" / "spill", prefix="test")
+    buf.check_writable()
+    assert list((tmp_path / "a" / "spill").iterdir()) == []
+
+
 def test_a_torn_spill_line_is_skipped_and_counted(tmp_path: Path) -> None:
     buf, server = make(tmp_path, limit=1), FlakyServer()
     buf.add("requests", batch(0, 3))

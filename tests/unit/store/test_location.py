@@ -40,8 +40,17 @@ def test_unset_falls_back_to_the_environment_then_the_default(
 
 @pytest.mark.parametrize(
     ("setting", "message"),
-    [("   ", "is empty"), ("embedded://", "names no directory"), ("redis://x", "'redis'")],
-    ids=["blank", "no-dir", "scheme"],
+    [
+        ("   ", "is empty"),
+        ("embedded://", "names no directory"),
+        ("redis://x", "'redis'"),
+        ("mongodb://db.example:27017/admin", "the MongoDB server's own database 'admin'"),
+        ("mongodb://u:p@h1,h2/local?replicaSet=rs", "own database 'local'"),
+        ("mongodb+srv://cluster.example/config", "own database 'config'"),
+        ("mongodb://h/%61dmin", "own database 'admin'"),
+        ("mongodb://h/Admin", "own database 'Admin'"),
+    ],
+    ids=["blank", "no-dir", "scheme", "admin", "local", "config", "escaped-admin", "cased-admin"],
 )
 def test_bad_settings_are_store_errors(setting: str, message: str) -> None:
     with pytest.raises(StoreError, match=message):
@@ -67,3 +76,13 @@ def test_the_uri_can_come_from_a_file(tmp_path: Path, monkeypatch: pytest.Monkey
             uri.write_text(text)
         with pytest.raises(StoreError, match=message):
             parse_store_location(None)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["mongodb://h:27017", "mongodb://h/", "mongodb://u:p@h/lmedge?authSource=admin",
+     "mongodb://h/administration"],
+    ids=["no-database", "empty-database", "auth-source-admin", "admin-prefix"],
+)  # fmt: skip
+def test_a_database_of_lmedges_own_is_fine(setting: str) -> None:
+    assert parse_store_location(setting).uri == setting
