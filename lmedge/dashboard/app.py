@@ -100,7 +100,8 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
     env = _templates()
     app = FastAPI(title="lmedge dashboard", docs_url=None, redoc_url=None, openapi_url=None)
     # One reader at a time: the embedded backend (SQLite) must not be shared
-    # across threads, and pages are cheap enough to serialize.
+    # across threads. Held only while a page reads its snapshot, never while it
+    # computes on it (`views.read_run` then `views.run_state`).
     lock = threading.Lock()
 
     @contextmanager
@@ -129,6 +130,10 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
     @app.exception_handler(views.NotFound)
     async def _not_found(request: Request, exc: views.NotFound) -> HTMLResponse:
         return error(request, 404, str(exc))
+
+    @app.exception_handler(views.BadQuery)
+    async def _out_of_range(request: Request, exc: views.BadQuery) -> HTMLResponse:
+        return error(request, 400, str(exc))
 
     @app.exception_handler(StoreUnavailable)
     async def _unavailable(request: Request, exc: StoreUnavailable) -> HTMLResponse:
@@ -216,7 +221,8 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         if end is not None and end <= start:
             return error(request, 400, f"end ({end}) must be after start ({start})")
         with reading() as db:
-            state = views.run_state(db, run_id, window, cfg.live_window_s, start, end)
+            data = views.read_run(db, run_id)
+        state = views.run_state(data, window, cfg.live_window_s, start, end)
         starts = [float(w["start_slot"]) for w in state.windows]
 
         def series(key: str) -> list[tuple[float, float | None]]:
@@ -286,8 +292,9 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         epoch: Annotated[int | None, Query(ge=0, description="Macro policy of this epoch.")] = None,
     ) -> HTMLResponse:
         with reading() as db:
-            cs = views.cluster_state(db, run_id, epoch)
-            latest = views.latest_decision_time(db, run_id)
+            data = views.read_cluster(db, run_id)
+        cs = views.cluster_state(data, epoch)
+        latest = data.latest_decision
         every = max(1, len(cs.slots) // 20)
         active = charts.Heatmap(
             "Active LMs per node over slots",
@@ -363,6 +370,9 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         f = views.DecisionFilter(agent, node, epoch, slot, source, outcome, flagged, limit)
         with reading() as db:
             info = views.find_run(db, run_id)
+            newest = db.decisions(run=run_id, limit=1)
+            # Filters past the run's newest decision select nothing: refused, naming the bound.
+            views.check_decision_filter(run_id, newest[0] if newest else None, f)
             found = views.decisions(db, run_id, f)
             latest = views.latest_decision_time(db, run_id)
         base = f"/runs/{run_id}/"

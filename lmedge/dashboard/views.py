@@ -6,6 +6,12 @@ dashboard never disagrees with them. Nothing here knows HTTP or HTML: the
 functions take a `Store` and return plain data for the templates
 (`lmedge.dashboard.app`), which makes them testable without a browser.
 
+Reading and computing are separate steps: `read_run`/`read_cluster` take a
+snapshot of the stored documents (the app holds its store lock only for
+that), and `run_state`/`cluster_state` compute on the snapshot, so a long
+computation never keeps other pages waiting. Every query parameter that
+sizes a computation is bounded by what the run recorded (`check_slots`).
+
 Not here: writing. The dashboard opens its store read-only.
 """
 
@@ -20,7 +26,7 @@ from typing import Any, Final, cast
 
 from lmedge.api.constants import LoopConstants
 from lmedge.api.decisions import MacroPolicy, Placement
-from lmedge.api.records import NodeTelemetry
+from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.metrics import conflict_stats, fairness, segment_metrics
 from lmedge.store import AnyDecision, RunInfo, Store
 
@@ -33,6 +39,10 @@ MAX_DECISIONS: Final = 500
 
 class NotFound(LookupError):
     """A run, a decision or a report that the store (or the report folders) lacks."""
+
+
+class BadQuery(ValueError):
+    """A query parameter outside what the run recorded; the message states the bound."""
 
 
 def constants(info: RunInfo) -> LoopConstants:
@@ -109,6 +119,46 @@ def _has_requests(store: Store, run_id: str) -> bool:
 
 
 @dataclass(frozen=True)
+class RunData:
+    """A snapshot of what one run's page reads from the store."""
+
+    info: RunInfo
+    records: list[RequestRecord]
+    latest_decision: datetime | None
+    #: Slots the run recorded: one past its newest request's or decision's slot
+    #: (0 when it recorded neither). Query parameters are bounded by it.
+    slots: int
+
+
+def read_run(store: Store, run_id: str) -> RunData:
+    """The run's info, requests and newest decision (`NotFound` for an unknown run)."""
+    info = find_run(store, run_id)
+    records = list(store.requests(run_id))
+    newest = store.decisions(run=run_id, limit=1)
+    latest = latest_decision_time(store, run_id)
+    last = max(
+        [r.slot for r in records] + [d.slot for d in newest],
+        default=-1,
+    )
+    return RunData(info=info, records=records, latest_decision=latest, slots=last + 1)
+
+
+def check_slots(run_id: str, slots: int, **given: int | None) -> None:
+    """Refuse (`BadQuery`) a slot parameter past what the run recorded.
+
+    A slot parameter names a slot in [0, `slots`]: `slots` itself is the end
+    of the run (an `end`, or a `start` that selects nothing). Without this
+    bound one URL (`?window=1&end=1000000`) sized the computation, not the data.
+    """
+    for name, value in given.items():
+        if value is not None and value > slots:
+            raise BadQuery(
+                f"{name} ({value}) is past the run: run {run_id!r} recorded {slots} slots, "
+                f"so {name} is at most {slots}"
+            )
+
+
+@dataclass(frozen=True)
 class RunState:
     """One run's metrics, overall and per window (the paper's Fig. 6/7/9 views)."""
 
@@ -131,25 +181,24 @@ class RunState:
 
 
 def run_state(
-    store: Store,
-    run_id: str,
+    data: RunData,
     window_slots: int,
     live_window_s: float,
     start_slot: int = 0,
     end_slot: int | None = None,
 ) -> RunState:
-    """The metrics of `run_id` over its requests that arrived in [start_slot, end_slot).
+    """The metrics of the run over its requests that arrived in [start_slot, end_slot).
 
     `end_slot` None: every stored request, including those an emulated run
     received while it settled after its measured slots (give the measured
-    slot count to match `lmedge simulate`'s summary). Cut into `window_slots` windows.
+    slot count to match `lmedge simulate`'s summary). Cut into `window_slots`
+    windows. `BadQuery` when `start_slot` or `end_slot` is past the run.
     """
-    info = find_run(store, run_id)
+    info = data.info
+    check_slots(info.id, data.slots, start=start_slot, end=end_slot)
     c = constants(info)
     records = [
-        r
-        for r in store.requests(run_id)
-        if r.slot >= start_slot and (end_slot is None or r.slot < end_slot)
+        r for r in data.records if r.slot >= start_slot and (end_slot is None or r.slot < end_slot)
     ]
     lms = sorted({r.lm for r in records})
     seg = segment_metrics(
@@ -198,7 +247,7 @@ def run_state(
         for lm in lms:
             lm_success[lm].append(by_lm[lm].success_ratio if lm in by_lm else None)
             lm_latency[lm].append(by_lm[lm].mean_latency_s if lm in by_lm else None)
-    latest = latest_decision_time(store, run_id)
+    latest = data.latest_decision
     return RunState(
         info=info,
         constants=c,
@@ -250,11 +299,33 @@ class ClusterState:
     deployments_capped: bool
 
 
-def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
-    """The cluster view of `run_id`; the macro policy of `epoch` (default: the latest)."""
-    info = find_run(store, run_id)
+@dataclass(frozen=True)
+class ClusterData:
+    """A snapshot of what one run's cluster page reads from the store."""
+
+    info: RunInfo
+    deployments: list[AnyDecision]
+    policies: list[AnyDecision]
+    telemetry: list[NodeTelemetry]
+    latest_decision: datetime | None
+
+
+def read_cluster(store: Store, run_id: str) -> ClusterData:
+    """The run's placements, macro policies and telemetry (`NotFound` for an unknown run)."""
+    return ClusterData(
+        info=find_run(store, run_id),
+        deployments=store.decisions(agent="deployer", run=run_id, limit=MAX_DEPLOYMENTS),
+        policies=store.decisions(agent="planner", run=run_id, limit=MAX_DEPLOYMENTS),
+        telemetry=store.telemetry(run=run_id, limit=0),
+        latest_decision=latest_decision_time(store, run_id),
+    )
+
+
+def cluster_state(data: ClusterData, epoch: int | None) -> ClusterState:
+    """The cluster view of the run; the macro policy of `epoch` (default: the latest)."""
+    info, run_id = data.info, data.info.id
     c = constants(info)
-    deployments = store.decisions(agent="deployer", run=run_id, limit=MAX_DEPLOYMENTS)
+    deployments = data.deployments
     placements: dict[str, tuple[int, list[tuple[str, str, float, int]]]] = {}
     active: dict[tuple[str, int], list[str]] = {}
     # Oldest first, so a later decision for the same (node, slot) wins.
@@ -264,7 +335,7 @@ def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
         active[(value.node, d.slot)] = [f"{lm}:{mode}" for lm, mode, _, _ in lms]
         if value.node not in placements or d.slot >= placements[value.node][0]:
             placements[value.node] = (d.slot, lms)
-    telemetry = store.telemetry(run=run_id, limit=0)
+    telemetry = data.telemetry
     backlog: dict[tuple[str, int], float] = {}
     kv: dict[tuple[str, int], float] = {}
     for t in telemetry:
@@ -275,7 +346,7 @@ def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
         if fullest is not None:
             kv[key] = max(kv.get(key, 0.0), fullest)
     nodes = sorted({n for n, _ in active} | {n for n, _ in backlog} | {n for n, _ in kv})
-    policies = store.decisions(agent="planner", run=run_id, limit=MAX_DEPLOYMENTS)
+    policies = data.policies
     epochs = sorted({d.epoch for d in policies})
     chosen: AnyDecision | None = None
     if epoch is not None:
@@ -346,6 +417,21 @@ class DecisionFilter:
             "flagged": "true" if self.flagged else None,
         }
         return {k: str(v) for k, v in items.items() if v is not None}
+
+
+def check_decision_filter(run_id: str, newest: AnyDecision | None, f: DecisionFilter) -> None:
+    """Refuse (`BadQuery`) a `slot` or `epoch` filter past the run's newest decision."""
+    for name, value in (("slot", f.slot), ("epoch", f.epoch)):
+        if value is None:
+            continue
+        if newest is None:
+            raise BadQuery(f"{name} ({value}): run {run_id!r} has no decisions yet")
+        bound = newest.slot if name == "slot" else newest.epoch
+        if value > bound:
+            raise BadQuery(
+                f"{name} ({value}) is past the run: run {run_id!r}'s newest decision is at "
+                f"{name} {bound}, so {name} is at most {bound}"
+            )
 
 
 def decisions(store: Store, run_id: str, f: DecisionFilter) -> list[AnyDecision]:

@@ -92,7 +92,7 @@ def test_the_cluster_view_keeps_the_fullest_kv_cache_per_node_and_slot(tmp_path:
             ]
         )
         store.flush()
-        cs = views.cluster_state(store, "r", None)
+        cs = views.cluster_state(views.read_cluster(store, "r"), None)
     assert cs.kv_usage == {("w1", 0): pytest.approx(0.7)}
     assert cs.kv_slots == [0]
     with (
