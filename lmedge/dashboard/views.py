@@ -18,6 +18,9 @@ Not here: writing. The dashboard opens its store read-only.
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -485,17 +488,36 @@ def telemetry_seen(store: Store, d: AnyDecision, slot_s: float) -> list[NodeTele
 
 @dataclass(frozen=True)
 class Report:
-    """One report folder (`lmedge reproduce` / `lmedge bench` / `lmedge demo` output)."""
+    """One report folder (`lmedge reproduce` / `lmedge bench` / `lmedge demo` output).
+
+    `problem` says why the folder cannot be shown (its `summary.json`
+    unreadable, or a row without a field the page shows); it is then shown
+    as unreadable, with no rows and no figures, and the other reports as usual.
+    """
 
     name: str
     path: Path
     runs: list[dict[str, Any]]
     scenarios: list[dict[str, Any]]
     figures: list[str] = field(default_factory=list)
+    problem: str | None = None
 
 
 #: Figures a report folder may hold, by extension.
 FIGURE_SUFFIXES: Final = (".svg", ".png")
+#: A figure's file name: plain characters only (it goes into a URL and a header).
+_FIGURE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: Largest figure served, bytes: the bench's PNGs are a few hundred KiB.
+MAX_FIGURE_BYTES: Final = 16 * 1024 * 1024
+#: The fields of a scenario row the reports page shows, each a number or null.
+REPORT_FIELDS: Final = (
+    "objective",
+    "jain",
+    "mean_latency_s",
+    "success_ratio",
+    "rejected_ratio",
+    "conflict_ratio",
+)
 
 
 def find_reports(roots: Sequence[Path]) -> dict[str, Path]:
@@ -515,37 +537,65 @@ def find_reports(roots: Sequence[Path]) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
+def _scenario_rows(payload: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runs and the scenario rows of a `summary.json`; `ValueError` naming what is wrong."""
+    if not isinstance(payload, dict):
+        raise ValueError("it is not a JSON object")
+    runs = payload.get("runs", [])
+    by_scenario = payload.get("scenarios", {})
+    if not isinstance(runs, list) or not isinstance(by_scenario, dict):
+        raise ValueError("`runs` is not a list or `scenarios` not an object")
+    # {scenario: {policy: means over seeds}} (lmedge.bench.report.aggregate), one row each
+    rows = []
+    for sc, by_policy in by_scenario.items():
+        if not isinstance(by_policy, dict):
+            raise ValueError(f"scenario {sc!r} is not an object")
+        for policy, row in by_policy.items():
+            if not isinstance(row, dict):
+                raise ValueError(f"{sc}/{policy} is not an object")
+            for key in REPORT_FIELDS:
+                value = row.get(key, "missing")
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int | float)
+                ):
+                    shown = "missing" if key not in row else f"{value!r}, not a number"
+                    raise ValueError(f"{sc}/{policy} field {key!r} is {shown}")
+            rows.append({"scenario": sc, "policy": policy, **row})
+    return [r for r in runs if isinstance(r, dict)], rows
+
+
+def _figures(path: Path) -> list[str]:
+    """The report's figures: regular files (not links) directly in `path`, plainly named."""
+    figures = sorted(
+        p.name
+        for p in path.iterdir()
+        if p.suffix in FIGURE_SUFFIXES
+        and _FIGURE_NAME.match(p.name)
+        and stat.S_ISREG(p.lstat().st_mode)
+    )
+    # An SVG and a PNG of one figure: show the SVG only.
+    stems = {Path(f).stem for f in figures if f.endswith(".svg")}
+    return [f for f in figures if f.endswith(".svg") or Path(f).stem not in stems]
+
+
 def load_report(name: str, folders: dict[str, Path]) -> Report:
-    """The report `name`; `NotFound` when it is not one of `folders`."""
+    """The report `name`; `NotFound` when it is not one of `folders`.
+
+    A report whose `summary.json` cannot be read or shown comes back with
+    its `problem` set rather than raising: one bad folder must not hide the others.
+    """
     if name not in folders:
         known = ", ".join(list(folders)[:5]) or "none"
         raise NotFound(f"no report {name!r} (reports: {known})")
     path = folders[name]
     try:
         payload = json.loads((path / "summary.json").read_text())
+        runs, scenarios = _scenario_rows(payload)
+        figures = _figures(path)
     except (OSError, ValueError) as exc:
-        raise NotFound(f"report {name!r}: {path / 'summary.json'} is unreadable ({exc})") from exc
-    runs = payload.get("runs", []) if isinstance(payload, dict) else []
-    by_scenario = payload.get("scenarios", {}) if isinstance(payload, dict) else {}
-    # {scenario: {policy: means over seeds}} (lmedge.bench.report.aggregate), one row each
-    scenarios = [
-        {"scenario": sc, "policy": policy, **row}
-        for sc, by_policy in (by_scenario.items() if isinstance(by_scenario, dict) else [])
-        if isinstance(by_policy, dict)
-        for policy, row in by_policy.items()
-        if isinstance(row, dict)
-    ]
-    figures = sorted(p.name for p in path.iterdir() if p.suffix in FIGURE_SUFFIXES and p.is_file())
-    # An SVG and a PNG of one figure: show the SVG only.
-    stems = {Path(f).stem for f in figures if f.endswith(".svg")}
-    figures = [f for f in figures if f.endswith(".svg") or Path(f).stem not in stems]
-    return Report(
-        name=name,
-        path=path,
-        runs=[r for r in runs if isinstance(r, dict)],
-        scenarios=scenarios,
-        figures=figures,
-    )
+        problem = f"{path / 'summary.json'} is unreadable ({exc})"
+        return Report(name=name, path=path, runs=[], scenarios=[], problem=problem)
+    return Report(name=name, path=path, runs=runs, scenarios=scenarios, figures=figures)
 
 
 def report_file(report: Report, filename: str) -> Path:
@@ -553,3 +603,18 @@ def report_file(report: Report, filename: str) -> Path:
     if filename not in report.figures:
         raise NotFound(f"report {report.name!r} has no figure {filename!r}")
     return report.path / filename
+
+
+def read_figure(report: Report, filename: str) -> bytes:
+    """The bytes of a figure of `report`: a regular file in its folder, opened without
+    following a link (one swapped in after the listing is refused too); `NotFound` else."""
+    path = report_file(report, filename)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise NotFound(f"report {report.name!r} has no figure {filename!r}") from exc
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FIGURE_BYTES:
+            raise NotFound(f"report {report.name!r} has no figure {filename!r} to serve")
+        return f.read(MAX_FIGURE_BYTES + 1)
