@@ -12,13 +12,16 @@ LLM side and turns it into an `LLMReply`, never an exception:
   (grammar-constrained decoding); or plain `{"type": "json_object"}` with the
   schema in the prompt. The schema is the caller's `ReplyFormat` (enums of
   the scenario's names, fixed array lengths) or the decision model's strict
-  schema. An endpoint that refuses a dialect -- whatever the status it
-  answers with: llama-cpp-python says 500, others 400 or 422 -- is
-  remembered (per base URL and model, process-wide) and asked in the next
-  one from then on, at once (not counted as a retry);
+  schema. A call whose dialect is refused -- whatever the status of the
+  refusal: llama-cpp-python says 500, others 400 or 422 -- is asked again in
+  the next dialect at once (not counted as a retry). The endpoint (base URL
+  and model, process-wide) is remembered to speak the next dialect only
+  after `DIALECT_REFUSALS` consecutive refusals of one dialect, and asked in
+  the better one again every `REPROBE_S` seconds: one error message does not
+  degrade (nor serialise) a capable endpoint for the rest of the process;
 - generation bounds: every request carries `max_tokens` sized to the reply
   and a temperature, so no abandoned request can generate for minutes; an
-  endpoint that speaks the llama.cpp dialect serves one request at a time,
+  endpoint remembered to speak the llama.cpp dialect serves one request at a time,
   so calls to it are serialised (a lock per endpoint, waited on inside the
   budget) and a timed-out call is not retried there (the retry would only
   queue behind the abandoned generation);
@@ -66,10 +69,36 @@ _NEXT_MODE: dict[OutputMode, OutputMode] = {
     "json_object_schema": "json_object",
 }
 
-#: The dialect each endpoint (base URL, model) was found to speak.
-_DIALECT: dict[tuple[str, str], OutputMode] = {}
-#: One lock per endpoint that serves one request at a time.
-_SERIAL: dict[tuple[str, str], threading.Lock] = {}
+_MODES: tuple[OutputMode, ...] = ("json_schema", "json_object_schema", "json_object")
+
+#: Consecutive refusals of one dialect (each a 400, 422 or 500 naming the
+#: output format) after which an endpoint is remembered not to speak it. One
+#: refusal may be a transient error that happens to mention the format (a
+#: capable server failing mid-request); three in a row, with no success in
+#: that dialect between them, is the server's answer.
+DIALECT_REFUSALS = 3
+#: Seconds after which an endpoint remembered to speak a lesser dialect is
+#: asked in the best one again (one call; a refusal keeps the lesser dialect
+#: for another period): a server upgraded or restarted with structured output
+#: on, or refusals that were transient after all, are found again.
+REPROBE_S = 600.0
+
+
+@dataclass
+class _Dialect:
+    """What one endpoint (base URL, model) is known to speak, and its refusals so far."""
+
+    #: The dialect calls start in.
+    mode: OutputMode = "json_schema"
+    #: When `mode` was last decided (remembered or re-probed), client clock.
+    since: float = 0.0
+    #: Consecutive refusals per dialect; a success in a dialect resets its count.
+    refusals: dict[OutputMode, int] = field(default_factory=dict)
+    #: Held by a call while the endpoint is serial (one generation at a time).
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_DIALECTS: dict[tuple[str, str], _Dialect] = {}
 _DIALECT_LOCK = threading.Lock()
 
 #: Sampling temperature sent when the settings give none: low, because a
@@ -123,8 +152,7 @@ class _Backoff:
 def forget_endpoint_capabilities() -> None:
     """Forget every endpoint's dialect (tests start clean)."""
     with _DIALECT_LOCK:
-        _DIALECT.clear()
-        _SERIAL.clear()
+        _DIALECTS.clear()
 
 
 @dataclass(frozen=True)
@@ -286,7 +314,14 @@ def _describe_validation(exc: ValidationError) -> str:
 class LLMClient:
     """A chat client bound to one agent's settings (thread-safe; one per agent)."""
 
-    def __init__(self, settings: LLMSettings, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        settings: LLMSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        http_client: openai.DefaultHttpxClient | None = None,
+    ):
+        """`http_client`: the HTTP client the SDK sends with (tests pass a mock transport)."""
         self.settings = settings
         self._clock = clock
         self._client = openai.OpenAI(
@@ -294,6 +329,7 @@ class LLMClient:
             base_url=settings.base_url,
             timeout=settings.timeout_s,
             max_retries=0,
+            http_client=http_client,
         )
         # Plugins are not closed by the loop: release the kept-alive connections when
         # this client goes away (the finalizer holds the SDK client until then).
@@ -303,29 +339,69 @@ class LLMClient:
     def _endpoint(self) -> tuple[str, str]:
         return (str(self._client.base_url), self.settings.model)
 
+    def _state(self) -> _Dialect:  # holds _DIALECT_LOCK
+        return _DIALECTS.setdefault(self._endpoint, _Dialect())
+
     def output_mode(self) -> OutputMode:
-        """The structured-output dialect this endpoint is known to speak (json_schema first)."""
+        """The dialect this endpoint is remembered to speak (json_schema until refused)."""
         with _DIALECT_LOCK:
-            return _DIALECT.get(self._endpoint, "json_schema")
+            d = _DIALECTS.get(self._endpoint)
+            return "json_schema" if d is None else d.mode
+
+    def _start_mode(self) -> OutputMode:
+        """The dialect a call starts in: the remembered one, or json_schema to re-probe.
+
+        An endpoint remembered to speak a lesser dialect for `REPROBE_S`
+        seconds is asked in json_schema by one call (the re-probe); the other
+        calls meanwhile keep the remembered dialect.
+        """
+        with _DIALECT_LOCK:
+            d = _DIALECTS.get(self._endpoint)
+            if d is None or d.mode == "json_schema":
+                return "json_schema"
+            now = self._clock()
+            if now - d.since >= REPROBE_S:
+                d.since = now
+                return "json_schema"
+            return d.mode
 
     def serial(self) -> bool:
-        """Whether calls to this endpoint are serialised (one generation at a time)."""
+        """Whether calls to this endpoint are serialised (one generation at a time).
+
+        Only an endpoint remembered to speak a lesser dialect (llama-cpp-python
+        runs one generation at a time) or configured with `concurrency` 1.
+        """
         if self.settings.concurrency == 1:
             return True
         with _DIALECT_LOCK:
-            return self._endpoint in _SERIAL
+            d = _DIALECTS.get(self._endpoint)
+            return d is not None and d.mode != "json_schema"
 
-    def _downgrade(self, mode: OutputMode) -> OutputMode | None:
-        """Remember that the endpoint refused `mode`; the next dialect, or None."""
+    def _refused(self, mode: OutputMode) -> OutputMode | None:
+        """Count a refusal of `mode`; the dialect to ask this call in next, or None.
+
+        The endpoint is remembered to speak the next dialect once `mode` was
+        refused `DIALECT_REFUSALS` times in a row.
+        """
         nxt = _NEXT_MODE.get(mode)
-        if nxt is None:
-            return None
         with _DIALECT_LOCK:
-            _DIALECT[self._endpoint] = nxt
-            if nxt == "json_object_schema":
-                # llama-cpp-python speaks this dialect and runs one generation at a time.
-                _SERIAL.setdefault(self._endpoint, threading.Lock())
+            d = self._state()
+            d.refusals[mode] = d.refusals.get(mode, 0) + 1
+            if (
+                nxt is not None
+                and d.refusals[mode] >= DIALECT_REFUSALS
+                and _MODES.index(d.mode) <= _MODES.index(mode)
+            ):
+                d.mode, d.since = nxt, self._clock()
         return nxt
+
+    def _spoken(self, mode: OutputMode) -> None:
+        """The endpoint answered a call in `mode`: it speaks it (a re-probe upgrades it)."""
+        with _DIALECT_LOCK:
+            d = self._state()
+            d.refusals[mode] = 0
+            if _MODES.index(mode) < _MODES.index(d.mode):
+                d.mode, d.since = mode, self._clock()
 
     @contextmanager
     def _turn(self, wait_s: float) -> Iterator[bool]:
@@ -334,7 +410,7 @@ class LLMClient:
             yield True
             return
         with _DIALECT_LOCK:
-            lock = _SERIAL.setdefault(self._endpoint, threading.Lock())
+            lock = self._state().lock
         got = lock.acquire(timeout=max(0.0, wait_s))
         try:
             yield got
@@ -365,19 +441,22 @@ class LLMClient:
             fmt = ReplyFormat(strict_json_schema(model), DEFAULT_MAX_TOKENS, model.model_validate)
         start = self._clock()
         deadline = start + s.budget_s
-        reply: LLMReply[M] = LLMReply(model=s.model, mode=self.output_mode())
+        reply: LLMReply[M] = LLMReply(model=s.model, mode=self._start_mode())
         messages: list[dict[str, str]] = [
             {"role": "system", "content": system},
             {"role": "user", "content": user},
         ]
         backoff = _Backoff(s.max_retries, deadline, self._clock)
         repairs_left = 1
+        # This call's dialect: the endpoint's remembered one to start with; a
+        # refusal moves this call on at once, the endpoint only after repeated ones.
+        mode = reply.mode
         while True:
             remaining = deadline - self._clock()
             if remaining <= 0.01:
                 reply.error = reply.error or "time budget exhausted before a reply"
                 break
-            reply.mode = self.output_mode()
+            reply.mode = mode
             t0 = self._clock()
             try:
                 with self._turn(remaining) as got:
@@ -390,13 +469,13 @@ class LLMClient:
             except openai.APIStatusError as exc:
                 reply.calls += 1
                 if exc.status_code in _FORMAT_STATUSES and _about_output_format(exc):
-                    nxt = self._downgrade(reply.mode)
+                    nxt = self._refused(reply.mode)
                     if nxt is not None:
-                        # The endpoint does not speak this dialect: remember it and ask again
-                        # in the next one at once; this does not count as a retry.
+                        # Ask again in the next dialect at once; this does not count as a retry.
                         reply.error = (
                             f"{reply.mode} rejected ({exc.status_code}), using {nxt}: {_msg(exc)}"
                         )
+                        mode = nxt
                         continue
                 reply.error = (
                     f"bad request (400): {_msg(exc)}" if exc.status_code == 400 else _classify(exc)
@@ -427,6 +506,7 @@ class LLMClient:
                 break
             finally:
                 reply.latency_s += self._clock() - t0
+            self._spoken(reply.mode)
             reply.calls += 1
             reply.raw = content
             prompt_chars = sum(len(m["content"]) for m in messages)

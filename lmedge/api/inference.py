@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from lmedge.api.base import WireModel
 
@@ -38,6 +38,14 @@ class Prompt(WireModel):
         le=4096,
         description="Most new tokens for text output; server default if unset.",
     )
+
+    @field_validator("image")
+    @classmethod
+    def _image_not_blank(cls, image: str | None) -> str | None:
+        # An empty or whitespace-only image decodes to no bytes: not an image.
+        if image is not None and (not image or image.isspace()):
+            raise ValueError("the image is empty (whitespace only): send a base64 image or none")
+        return image
 
 
 class Output(WireModel):

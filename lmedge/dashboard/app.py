@@ -11,9 +11,16 @@ Errors are pages, never tracebacks: an unknown run, decision or report is a
 the parameter, a store that does not answer a 503 page.
 
 Access: with a user token (`DashboardSettings.token`, the same token the
-gateways' user API takes) every page needs it, as `Authorization: Bearer` or
-as the cookie the `/login` form sets; without one, every page is open (the
-CLI allows that on a loopback address only).
+gateways' user API takes) every page needs it, as `Authorization: Bearer`, or
+the signed session cookie the `/login` form sets (`lmedge.dashboard.sessions`:
+never the token itself); without one, every page is open (the CLI allows that
+on a loopback address only).
+
+Every response carries `SECURITY_HEADERS`: a Content-Security-Policy that
+allows nothing but the page's own inline styles and same-site images, no
+framing, no content sniffing. Report figures are served only when they are
+regular files inside their report folder; an SVG is served as an attachment
+under a sandboxing policy, so a script inside it never runs on this origin.
 """
 
 from __future__ import annotations
@@ -29,21 +36,36 @@ from urllib.parse import parse_qs, parse_qsl, urlencode
 from fastapi import FastAPI, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.exceptions import HTTPException
 
 import lmedge
 from lmedge.dashboard import charts, views
+from lmedge.dashboard.sessions import SESSION_TTL_S, Sessions
 from lmedge.errors import StoreError, StoreUnavailable
 from lmedge.store import Store
 from lmedge.tokens import bearer_token, same_token
 
-__all__ = ["COOKIE", "DashboardSettings", "create_app"]
+__all__ = ["COOKIE", "SECURITY_HEADERS", "DashboardSettings", "create_app"]
 
-#: The cookie holding the user token after `/login`.
-COOKIE: Final = "lmedge_token"
+#: The cookie holding the signed session after `/login` (never the token).
+COOKIE: Final = "lmedge_session"
+#: Set on every response. The pages need nothing but their inline `<style>`
+#: and `style` attributes, images from this site (report figures) and forms
+#: posting here; nothing may frame them.
+SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+#: What a report SVG opened on its own may do: nothing (no script, no fetch).
+_FIGURE_POLICY: Final = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
 Agent = Literal["planner", "scheduler", "deployer"]
 SourceName = Literal["llm", "rule", "fallback"]
 OutcomeName = Literal["accepted", "replaced"]
@@ -64,6 +86,9 @@ class DashboardSettings:
     report_roots: tuple[Path, ...] = field(default_factory=lambda: (Path("reports"),))
     #: Shown in the page header: where the data comes from.
     store_label: str = ""
+    #: HMAC key of the login cookies; None: random per process (a restart ends
+    #: every login). Give one to replicas behind one Service.
+    session_secret: bytes | None = None
 
 
 def _templates() -> Environment:
@@ -100,8 +125,10 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
     env = _templates()
     app = FastAPI(title="lmedge dashboard", docs_url=None, redoc_url=None, openapi_url=None)
     # One reader at a time: the embedded backend (SQLite) must not be shared
-    # across threads, and pages are cheap enough to serialize.
+    # across threads. Held only while a page reads its snapshot, never while it
+    # computes on it (`views.read_run` then `views.run_state`).
     lock = threading.Lock()
+    sessions = Sessions(cfg.token, cfg.session_secret) if cfg.token is not None else None
 
     @contextmanager
     def reading() -> Iterator[Store]:
@@ -129,6 +156,10 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
     @app.exception_handler(views.NotFound)
     async def _not_found(request: Request, exc: views.NotFound) -> HTMLResponse:
         return error(request, 404, str(exc))
+
+    @app.exception_handler(views.BadQuery)
+    async def _out_of_range(request: Request, exc: views.BadQuery) -> HTMLResponse:
+        return error(request, 400, str(exc))
 
     @app.exception_handler(StoreUnavailable)
     async def _unavailable(request: Request, exc: StoreUnavailable) -> HTMLResponse:
@@ -170,15 +201,28 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
     async def _guard(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        if cfg.token is None or request.url.path in ("/login", "/healthz"):
+        if cfg.token is None or sessions is None or request.url.path in ("/login", "/healthz"):
             return await call_next(request)
-        given = bearer_token(request.headers.get("authorization")) or request.cookies.get(COOKIE)
+        given = bearer_token(request.headers.get("authorization"))
         if given is not None and same_token(given, cfg.token):
+            return await call_next(request)
+        cookie = request.cookies.get(COOKIE)
+        if given is None and cookie is not None and sessions.valid(cookie):
             return await call_next(request)
         if request.headers.get("authorization"):
             return error(request, 401, "wrong bearer token")
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/login?{urlencode({'next': target})}", 303)
+
+    @app.middleware("http")
+    async def _security_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        # Added last, so outermost: it sees the guard's redirects and 401s too.
+        response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -193,10 +237,16 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         token = (form.get("token") or [""])[0].strip()
         target = _local((form.get("next") or ["/"])[0])
-        if cfg.token is None or not same_token(token, cfg.token):
+        if cfg.token is None or sessions is None or not same_token(token, cfg.token):
             return page(request, "login.html", 401, next=target, failed=True)
         response = RedirectResponse(target, 303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        response.set_cookie(
+            COOKIE,
+            sessions.issue(),
+            max_age=int(SESSION_TTL_S),
+            httponly=True,
+            samesite="strict",
+        )
         return response
 
     @app.get("/", response_class=HTMLResponse)
@@ -216,7 +266,8 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         if end is not None and end <= start:
             return error(request, 400, f"end ({end}) must be after start ({start})")
         with reading() as db:
-            state = views.run_state(db, run_id, window, cfg.live_window_s, start, end)
+            data = views.read_run(db, run_id)
+        state = views.run_state(data, window, cfg.live_window_s, start, end)
         starts = [float(w["start_slot"]) for w in state.windows]
 
         def series(key: str) -> list[tuple[float, float | None]]:
@@ -286,8 +337,9 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         epoch: Annotated[int | None, Query(ge=0, description="Macro policy of this epoch.")] = None,
     ) -> HTMLResponse:
         with reading() as db:
-            cs = views.cluster_state(db, run_id, epoch)
-            latest = views.latest_decision_time(db, run_id)
+            data = views.read_cluster(db, run_id)
+        cs = views.cluster_state(data, epoch)
+        latest = data.latest_decision
         every = max(1, len(cs.slots) // 20)
         active = charts.Heatmap(
             "Active LMs per node over slots",
@@ -363,6 +415,9 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         f = views.DecisionFilter(agent, node, epoch, slot, source, outcome, flagged, limit)
         with reading() as db:
             info = views.find_run(db, run_id)
+            newest = db.decisions(run=run_id, limit=1)
+            # Filters past the run's newest decision select nothing: refused, naming the bound.
+            views.check_decision_filter(run_id, newest[0] if newest else None, f)
             found = views.decisions(db, run_id, f)
             latest = views.latest_decision_time(db, run_id)
         base = f"/runs/{run_id}/"
@@ -424,6 +479,7 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
     ) -> HTMLResponse:
         folders = views.find_reports(cfg.report_roots)
         chosen = show if show else list(folders)[:2]
+        # An unreadable report is shown as such (its `problem`); the others as usual.
         shown = [views.load_report(name, folders) for name in chosen]
         return page(
             request,
@@ -435,9 +491,22 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         )
 
     @app.get("/reports/{name:path}/figures/{filename}")
-    def report_figure(name: str, filename: str) -> FileResponse:
+    def report_figure(name: str, filename: str) -> Response:
         folders = views.find_reports(cfg.report_roots)
-        return FileResponse(views.report_file(views.load_report(name, folders), filename))
+        report = views.load_report(name, folders)
+        content = views.read_figure(report, filename)
+        if filename.endswith(".svg"):
+            # Shown by <img> (which runs no script); opened on its own it downloads,
+            # and the sandbox policy stops a script even where a browser renders it.
+            return Response(
+                content,
+                media_type="image/svg+xml",
+                headers={
+                    "Content-Disposition": f'attachment; filename="{filename}"',
+                    "Content-Security-Policy": _FIGURE_POLICY,
+                },
+            )
+        return Response(content, media_type="image/png")
 
     return app
 

@@ -6,12 +6,21 @@ dashboard never disagrees with them. Nothing here knows HTTP or HTML: the
 functions take a `Store` and return plain data for the templates
 (`lmedge.dashboard.app`), which makes them testable without a browser.
 
+Reading and computing are separate steps: `read_run`/`read_cluster` take a
+snapshot of the stored documents (the app holds its store lock only for
+that), and `run_state`/`cluster_state` compute on the snapshot, so a long
+computation never keeps other pages waiting. Every query parameter that
+sizes a computation is bounded by what the run recorded (`check_slots`).
+
 Not here: writing. The dashboard opens its store read-only.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,7 +29,7 @@ from typing import Any, Final, cast
 
 from lmedge.api.constants import LoopConstants
 from lmedge.api.decisions import MacroPolicy, Placement
-from lmedge.api.records import NodeTelemetry
+from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.metrics import conflict_stats, fairness, segment_metrics
 from lmedge.store import AnyDecision, RunInfo, Store
 
@@ -33,6 +42,10 @@ MAX_DECISIONS: Final = 500
 
 class NotFound(LookupError):
     """A run, a decision or a report that the store (or the report folders) lacks."""
+
+
+class BadQuery(ValueError):
+    """A query parameter outside what the run recorded; the message states the bound."""
 
 
 def constants(info: RunInfo) -> LoopConstants:
@@ -109,6 +122,46 @@ def _has_requests(store: Store, run_id: str) -> bool:
 
 
 @dataclass(frozen=True)
+class RunData:
+    """A snapshot of what one run's page reads from the store."""
+
+    info: RunInfo
+    records: list[RequestRecord]
+    latest_decision: datetime | None
+    #: Slots the run recorded: one past its newest request's or decision's slot
+    #: (0 when it recorded neither). Query parameters are bounded by it.
+    slots: int
+
+
+def read_run(store: Store, run_id: str) -> RunData:
+    """The run's info, requests and newest decision (`NotFound` for an unknown run)."""
+    info = find_run(store, run_id)
+    records = list(store.requests(run_id))
+    newest = store.decisions(run=run_id, limit=1)
+    latest = latest_decision_time(store, run_id)
+    last = max(
+        [r.slot for r in records] + [d.slot for d in newest],
+        default=-1,
+    )
+    return RunData(info=info, records=records, latest_decision=latest, slots=last + 1)
+
+
+def check_slots(run_id: str, slots: int, **given: int | None) -> None:
+    """Refuse (`BadQuery`) a slot parameter past what the run recorded.
+
+    A slot parameter names a slot in [0, `slots`]: `slots` itself is the end
+    of the run (an `end`, or a `start` that selects nothing). Without this
+    bound one URL (`?window=1&end=1000000`) sized the computation, not the data.
+    """
+    for name, value in given.items():
+        if value is not None and value > slots:
+            raise BadQuery(
+                f"{name} ({value}) is past the run: run {run_id!r} recorded {slots} slots, "
+                f"so {name} is at most {slots}"
+            )
+
+
+@dataclass(frozen=True)
 class RunState:
     """One run's metrics, overall and per window (the paper's Fig. 6/7/9 views)."""
 
@@ -131,25 +184,24 @@ class RunState:
 
 
 def run_state(
-    store: Store,
-    run_id: str,
+    data: RunData,
     window_slots: int,
     live_window_s: float,
     start_slot: int = 0,
     end_slot: int | None = None,
 ) -> RunState:
-    """The metrics of `run_id` over its requests that arrived in [start_slot, end_slot).
+    """The metrics of the run over its requests that arrived in [start_slot, end_slot).
 
     `end_slot` None: every stored request, including those an emulated run
     received while it settled after its measured slots (give the measured
-    slot count to match `lmedge simulate`'s summary). Cut into `window_slots` windows.
+    slot count to match `lmedge simulate`'s summary). Cut into `window_slots`
+    windows. `BadQuery` when `start_slot` or `end_slot` is past the run.
     """
-    info = find_run(store, run_id)
+    info = data.info
+    check_slots(info.id, data.slots, start=start_slot, end=end_slot)
     c = constants(info)
     records = [
-        r
-        for r in store.requests(run_id)
-        if r.slot >= start_slot and (end_slot is None or r.slot < end_slot)
+        r for r in data.records if r.slot >= start_slot and (end_slot is None or r.slot < end_slot)
     ]
     lms = sorted({r.lm for r in records})
     seg = segment_metrics(
@@ -198,7 +250,7 @@ def run_state(
         for lm in lms:
             lm_success[lm].append(by_lm[lm].success_ratio if lm in by_lm else None)
             lm_latency[lm].append(by_lm[lm].mean_latency_s if lm in by_lm else None)
-    latest = latest_decision_time(store, run_id)
+    latest = data.latest_decision
     return RunState(
         info=info,
         constants=c,
@@ -250,11 +302,33 @@ class ClusterState:
     deployments_capped: bool
 
 
-def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
-    """The cluster view of `run_id`; the macro policy of `epoch` (default: the latest)."""
-    info = find_run(store, run_id)
+@dataclass(frozen=True)
+class ClusterData:
+    """A snapshot of what one run's cluster page reads from the store."""
+
+    info: RunInfo
+    deployments: list[AnyDecision]
+    policies: list[AnyDecision]
+    telemetry: list[NodeTelemetry]
+    latest_decision: datetime | None
+
+
+def read_cluster(store: Store, run_id: str) -> ClusterData:
+    """The run's placements, macro policies and telemetry (`NotFound` for an unknown run)."""
+    return ClusterData(
+        info=find_run(store, run_id),
+        deployments=store.decisions(agent="deployer", run=run_id, limit=MAX_DEPLOYMENTS),
+        policies=store.decisions(agent="planner", run=run_id, limit=MAX_DEPLOYMENTS),
+        telemetry=store.telemetry(run=run_id, limit=0),
+        latest_decision=latest_decision_time(store, run_id),
+    )
+
+
+def cluster_state(data: ClusterData, epoch: int | None) -> ClusterState:
+    """The cluster view of the run; the macro policy of `epoch` (default: the latest)."""
+    info, run_id = data.info, data.info.id
     c = constants(info)
-    deployments = store.decisions(agent="deployer", run=run_id, limit=MAX_DEPLOYMENTS)
+    deployments = data.deployments
     placements: dict[str, tuple[int, list[tuple[str, str, float, int]]]] = {}
     active: dict[tuple[str, int], list[str]] = {}
     # Oldest first, so a later decision for the same (node, slot) wins.
@@ -264,7 +338,7 @@ def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
         active[(value.node, d.slot)] = [f"{lm}:{mode}" for lm, mode, _, _ in lms]
         if value.node not in placements or d.slot >= placements[value.node][0]:
             placements[value.node] = (d.slot, lms)
-    telemetry = store.telemetry(run=run_id, limit=0)
+    telemetry = data.telemetry
     backlog: dict[tuple[str, int], float] = {}
     kv: dict[tuple[str, int], float] = {}
     for t in telemetry:
@@ -275,7 +349,7 @@ def cluster_state(store: Store, run_id: str, epoch: int | None) -> ClusterState:
         if fullest is not None:
             kv[key] = max(kv.get(key, 0.0), fullest)
     nodes = sorted({n for n, _ in active} | {n for n, _ in backlog} | {n for n, _ in kv})
-    policies = store.decisions(agent="planner", run=run_id, limit=MAX_DEPLOYMENTS)
+    policies = data.policies
     epochs = sorted({d.epoch for d in policies})
     chosen: AnyDecision | None = None
     if epoch is not None:
@@ -348,6 +422,21 @@ class DecisionFilter:
         return {k: str(v) for k, v in items.items() if v is not None}
 
 
+def check_decision_filter(run_id: str, newest: AnyDecision | None, f: DecisionFilter) -> None:
+    """Refuse (`BadQuery`) a `slot` or `epoch` filter past the run's newest decision."""
+    for name, value in (("slot", f.slot), ("epoch", f.epoch)):
+        if value is None:
+            continue
+        if newest is None:
+            raise BadQuery(f"{name} ({value}): run {run_id!r} has no decisions yet")
+        bound = newest.slot if name == "slot" else newest.epoch
+        if value > bound:
+            raise BadQuery(
+                f"{name} ({value}) is past the run: run {run_id!r}'s newest decision is at "
+                f"{name} {bound}, so {name} is at most {bound}"
+            )
+
+
 def decisions(store: Store, run_id: str, f: DecisionFilter) -> list[AnyDecision]:
     """The run's latest decisions matching `f`, newest first."""
     find_run(store, run_id)
@@ -399,17 +488,36 @@ def telemetry_seen(store: Store, d: AnyDecision, slot_s: float) -> list[NodeTele
 
 @dataclass(frozen=True)
 class Report:
-    """One report folder (`lmedge reproduce` / `lmedge bench` / `lmedge demo` output)."""
+    """One report folder (`lmedge reproduce` / `lmedge bench` / `lmedge demo` output).
+
+    `problem` says why the folder cannot be shown (its `summary.json`
+    unreadable, or a row without a field the page shows); it is then shown
+    as unreadable, with no rows and no figures, and the other reports as usual.
+    """
 
     name: str
     path: Path
     runs: list[dict[str, Any]]
     scenarios: list[dict[str, Any]]
     figures: list[str] = field(default_factory=list)
+    problem: str | None = None
 
 
 #: Figures a report folder may hold, by extension.
 FIGURE_SUFFIXES: Final = (".svg", ".png")
+#: A figure's file name: plain characters only (it goes into a URL and a header).
+_FIGURE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: Largest figure served, bytes: the bench's PNGs are a few hundred KiB.
+MAX_FIGURE_BYTES: Final = 16 * 1024 * 1024
+#: The fields of a scenario row the reports page shows, each a number or null.
+REPORT_FIELDS: Final = (
+    "objective",
+    "jain",
+    "mean_latency_s",
+    "success_ratio",
+    "rejected_ratio",
+    "conflict_ratio",
+)
 
 
 def find_reports(roots: Sequence[Path]) -> dict[str, Path]:
@@ -429,37 +537,65 @@ def find_reports(roots: Sequence[Path]) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
+def _scenario_rows(payload: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runs and the scenario rows of a `summary.json`; `ValueError` naming what is wrong."""
+    if not isinstance(payload, dict):
+        raise ValueError("it is not a JSON object")
+    runs = payload.get("runs", [])
+    by_scenario = payload.get("scenarios", {})
+    if not isinstance(runs, list) or not isinstance(by_scenario, dict):
+        raise ValueError("`runs` is not a list or `scenarios` not an object")
+    # {scenario: {policy: means over seeds}} (lmedge.bench.report.aggregate), one row each
+    rows = []
+    for sc, by_policy in by_scenario.items():
+        if not isinstance(by_policy, dict):
+            raise ValueError(f"scenario {sc!r} is not an object")
+        for policy, row in by_policy.items():
+            if not isinstance(row, dict):
+                raise ValueError(f"{sc}/{policy} is not an object")
+            for key in REPORT_FIELDS:
+                value = row.get(key, "missing")
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int | float)
+                ):
+                    shown = "missing" if key not in row else f"{value!r}, not a number"
+                    raise ValueError(f"{sc}/{policy} field {key!r} is {shown}")
+            rows.append({"scenario": sc, "policy": policy, **row})
+    return [r for r in runs if isinstance(r, dict)], rows
+
+
+def _figures(path: Path) -> list[str]:
+    """The report's figures: regular files (not links) directly in `path`, plainly named."""
+    figures = sorted(
+        p.name
+        for p in path.iterdir()
+        if p.suffix in FIGURE_SUFFIXES
+        and _FIGURE_NAME.match(p.name)
+        and stat.S_ISREG(p.lstat().st_mode)
+    )
+    # An SVG and a PNG of one figure: show the SVG only.
+    stems = {Path(f).stem for f in figures if f.endswith(".svg")}
+    return [f for f in figures if f.endswith(".svg") or Path(f).stem not in stems]
+
+
 def load_report(name: str, folders: dict[str, Path]) -> Report:
-    """The report `name`; `NotFound` when it is not one of `folders`."""
+    """The report `name`; `NotFound` when it is not one of `folders`.
+
+    A report whose `summary.json` cannot be read or shown comes back with
+    its `problem` set rather than raising: one bad folder must not hide the others.
+    """
     if name not in folders:
         known = ", ".join(list(folders)[:5]) or "none"
         raise NotFound(f"no report {name!r} (reports: {known})")
     path = folders[name]
     try:
         payload = json.loads((path / "summary.json").read_text())
+        runs, scenarios = _scenario_rows(payload)
+        figures = _figures(path)
     except (OSError, ValueError) as exc:
-        raise NotFound(f"report {name!r}: {path / 'summary.json'} is unreadable ({exc})") from exc
-    runs = payload.get("runs", []) if isinstance(payload, dict) else []
-    by_scenario = payload.get("scenarios", {}) if isinstance(payload, dict) else {}
-    # {scenario: {policy: means over seeds}} (lmedge.bench.report.aggregate), one row each
-    scenarios = [
-        {"scenario": sc, "policy": policy, **row}
-        for sc, by_policy in (by_scenario.items() if isinstance(by_scenario, dict) else [])
-        if isinstance(by_policy, dict)
-        for policy, row in by_policy.items()
-        if isinstance(row, dict)
-    ]
-    figures = sorted(p.name for p in path.iterdir() if p.suffix in FIGURE_SUFFIXES and p.is_file())
-    # An SVG and a PNG of one figure: show the SVG only.
-    stems = {Path(f).stem for f in figures if f.endswith(".svg")}
-    figures = [f for f in figures if f.endswith(".svg") or Path(f).stem not in stems]
-    return Report(
-        name=name,
-        path=path,
-        runs=[r for r in runs if isinstance(r, dict)],
-        scenarios=scenarios,
-        figures=figures,
-    )
+        problem = f"{path / 'summary.json'} is unreadable ({exc})"
+        return Report(name=name, path=path, runs=[], scenarios=[], problem=problem)
+    return Report(name=name, path=path, runs=runs, scenarios=scenarios, figures=figures)
 
 
 def report_file(report: Report, filename: str) -> Path:
@@ -467,3 +603,18 @@ def report_file(report: Report, filename: str) -> Path:
     if filename not in report.figures:
         raise NotFound(f"report {report.name!r} has no figure {filename!r}")
     return report.path / filename
+
+
+def read_figure(report: Report, filename: str) -> bytes:
+    """The bytes of a figure of `report`: a regular file in its folder, opened without
+    following a link (one swapped in after the listing is refused too); `NotFound` else."""
+    path = report_file(report, filename)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise NotFound(f"report {report.name!r} has no figure {filename!r}") from exc
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FIGURE_BYTES:
+            raise NotFound(f"report {report.name!r} has no figure {filename!r} to serve")
+        return f.read(MAX_FIGURE_BYTES + 1)

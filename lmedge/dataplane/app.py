@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ from lmedge.errors import UserError
 
 __all__ = ["ApiSettings", "create_app"]
 
+log = logging.getLogger(__name__)
+
 #: Default largest request body, bytes: 64 prompts of text, or a few images.
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
@@ -119,6 +122,12 @@ def _error(status: int, message: str, kind: str, code: str | None = None) -> JSO
 def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
     """The gateway's ASGI app; closes the gateway (queues, clients, sink) on shutdown."""
     api = api or ApiSettings()
+    if api.token is None:
+        log.warning(
+            "gateway of %s has no user token: /v1/* is open to every caller "
+            "(development only; give --token-file)",
+            gateway.node,
+        )
     closers: list[Callable[[], Awaitable[None]]] = [gateway.close]
 
     @asynccontextmanager

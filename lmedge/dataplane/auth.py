@@ -174,8 +174,10 @@ class ServiceAccountAuth:
     async def authorize(self, token: str, scope: Scope) -> None:
         review = await self._review(token)
         if not review.authenticated or self.audience not in review.audiences:
-            raise Denied(401, "bearer token not accepted by the API server"
-                         + (f": {review.error}" if review.error else ""))  # fmt: skip
+            # The API server's reason (e.g. the audiences the token carries) is for the
+            # operator's log, not for a caller probing with tokens.
+            log.warning("control call refused: %s", review.error or "token not for this audience")
+            raise Denied(401, "bearer token not accepted by the API server")
         if review.username == self.controller:
             return
         if review.username == self.agent:
@@ -208,7 +210,11 @@ class ServiceAccountAuth:
 
 
 def check_credentials(token: str | None, control: ControlAuth | None) -> None:
-    """Refuse a user token without a control credential (one `ConfigError` line)."""
+    """Refuse a user token without a control credential, or equal to the control token.
+
+    One `ConfigError` line each: either would let the user token open the
+    control API.
+    """
     if token is not None and not token.strip():
         raise ConfigError("the user API token is empty")
     if token and control is None:
@@ -216,6 +222,15 @@ def check_credentials(token: str | None, control: ControlAuth | None) -> None:
             "a user API token is set but no control credential: give the gateway "
             "--control-token-file or --control-audience (the user token never opens "
             "the control API)"
+        )
+    if (
+        token
+        and isinstance(control, StaticTokenAuth)
+        and same_token(token.strip(), control.token.strip())
+    ):
+        raise ConfigError(
+            "the user API token and the control token are the same: give the control "
+            "API a token of its own (the user token never opens the control API)"
         )
 
 

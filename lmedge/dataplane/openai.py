@@ -27,9 +27,9 @@ import re
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from lmedge.api.inference import MAX_PROMPT_CHARS, MAX_PROMPTS, Output, Prompt
+from lmedge.api.inference import MAX_IMAGE_CHARS, MAX_PROMPT_CHARS, MAX_PROMPTS, Output, Prompt
 from lmedge.api.resources import Modality
 from lmedge.errors import BadRequest
 
@@ -66,6 +66,20 @@ class TextPart(_Lenient):
 class ImageURL(_Lenient):
     url: str = Field(max_length=12 * 1024 * 1024)
 
+    @field_validator("url")
+    @classmethod
+    def _image_fits(cls, url: str) -> str:
+        # The native endpoint's bound (`Prompt.image`), checked here so an oversized
+        # image is the same 422 on both endpoints, not a 500 when the prompt is built.
+        _, comma, data = url.partition(",")
+        if comma and url.startswith("data:") and len(data) > MAX_IMAGE_CHARS:
+            size = len(re.sub(r"\s+", "", data))
+            if size > MAX_IMAGE_CHARS:
+                raise ValueError(
+                    f"the image is {size} base64 characters; at most {MAX_IMAGE_CHARS}"
+                )
+        return url
+
 
 class ImagePart(_Lenient):
     type: Literal["image_url"]
@@ -83,9 +97,22 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+def _content_kind(value: Any) -> str:
+    return "parts" if isinstance(value, list) else "text"
+
+
+#: A message's content: a string (`text`) or a list of parts (`parts`). Chosen by
+#: the value's JSON type, so an error names the branch that was sent (a bad image
+#: part is `content.parts.0...`, not "content: Input should be a valid string").
+MessageContent = Annotated[
+    Annotated[str, Tag("text")] | Annotated[list[ContentPart], Tag("parts")],
+    Discriminator(_content_kind),
+]
+
+
 class ChatMessage(_Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: MessageContent | None = None
 
 
 class ChatCompletionRequest(_Lenient):
@@ -130,6 +157,8 @@ def _image_data(url: str) -> str:
             "the gateway does not fetch remote images"
         )
     data = re.sub(r"\s+", "", match.group("data"))
+    if not data:
+        raise BadRequest("image_url data is empty (whitespace only); send a base64 image")
     try:
         base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:

@@ -28,7 +28,8 @@ DEFAULT_SLOT_S = SLOT_S
 class RoutingTable:
     """Destinations (and refusals) of this node's LMs for the current slot.
 
-    `run_started_at` anchors the run clock (Unix seconds); `None` until the
+    `run` is the run id records are written under: the last push's that named
+    one. `run_started_at` anchors the run clock (Unix seconds); `None` until the
     controller pushes one, in which case the gateway's start time is used.
     `installed_at` is the monotonic time of the last push and `slot_s` how
     long that map is in force. `tau_s` is the run's deadline once a push
@@ -65,7 +66,10 @@ class RoutingTable:
         self._routes = routes
         self._models = models
         self._rejected = rejected
-        self.run = update.run
+        if update.run:
+            # A push without a run id (an older controller, a hand-made push) keeps the
+            # current one: records must not lose their run.
+            self.run = update.run
         self.slot = update.slot
         self.installed_at = now
         if update.slot_s is not None:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from lmedge.agents import AgenticDeployer, AgenticPlanner, AgenticRouter
+from lmedge.agents.llm import DIALECT_REFUSALS
 from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
 from lmedge.api import (
     ClusterContext,
@@ -260,22 +261,31 @@ def test_bogus_usage_is_estimated_not_trusted(
 
 
 @pytest.mark.parametrize("fault", ["no_json_schema", "json_schema_422", "json_schema_500"])
-def test_json_schema_rejection_switches_to_the_llama_dialect_once(
+def test_json_schema_refusals_switch_to_the_llama_dialect_once_repeated(
     fault: str, llm_server: LLMServer, world: Any
 ) -> None:
-    # Whatever the status of the refusal (400, 422, llama-cpp-python's 500), the client
-    # asks again at once in `{"type": "json_object", "schema": S}` and remembers it.
+    # Whatever the status of the refusal (400, 422, llama-cpp-python's 500), the refused
+    # call asks again at once in `{"type": "json_object", "schema": S}`; the endpoint is
+    # remembered to speak it after DIALECT_REFUSALS refused calls, not after one.
     llm_server.default = fault
-    first = _decide("deployer", llm_server, world)
-    second = _decide("deployer", llm_server, world)
-    assert (first.source, first.validated) == ("llm", True)
-    assert (second.source, second.validated) == ("llm", True)
-    assert llm_server.schemas == ["json_schema", "json_object", "json_object"]
+    decided = [_decide("deployer", llm_server, world) for _ in range(DIALECT_REFUSALS + 1)]
+    assert [(d.source, d.validated) for d in decided] == [("llm", True)] * len(decided)
+    assert llm_server.schemas == ["json_schema", "json_object"] * DIALECT_REFUSALS + ["json_object"]
     fmt = json.loads(llm_server.bodies[1])["response_format"]
     # the schema the grammar enforces: every LM of the scenario once, by name
     assert set(fmt["schema"]["properties"]["lms"]["required"]) == {"lm1", "lm2", "lm3", "lm4"}
     # the server enforces it: the prompt does not carry it
     assert "JSON Schema named" not in llm_server.bodies[1]
+
+
+def test_one_refusal_does_not_degrade_the_endpoint(llm_server: LLMServer, world: Any) -> None:
+    # A capable endpoint that once answers json_schema with a 500 naming the format
+    # (a transient failure) keeps being asked in json_schema afterwards.
+    llm_server.default = "json_schema_500"
+    assert _decide("deployer", llm_server, world).source == "llm"
+    llm_server.default = "good"
+    assert _decide("deployer", llm_server, world).source == "llm"
+    assert llm_server.schemas == ["json_schema", "json_object", "json_schema"]
 
 
 def test_every_request_bounds_its_generation(llm_server: LLMServer, world: Any) -> None:

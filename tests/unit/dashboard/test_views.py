@@ -39,9 +39,21 @@ def test_login_redirects_stay_on_the_site(target: str, kept: str) -> None:
     assert _local(target) == kept
 
 
+#: A scenario row with every field the reports page shows.
+ROW = {
+    "objective": 0.1,
+    "jain": 0.9,
+    "mean_latency_s": 2.0,
+    "success_ratio": 1.0,
+    "rejected_ratio": 0.0,
+    "conflict_ratio": None,
+    "seeds": [1],
+}
+
+
 def _report(folder: Path, figures: tuple[str, ...]) -> None:
     folder.mkdir(parents=True)
-    rows = {"testbed": {"ma": {"objective": 0.1, "seeds": [1]}}}
+    rows = {"testbed": {"ma": ROW}}
     (folder / "summary.json").write_text(json.dumps({"runs": [], "scenarios": rows}))
     for f in figures:
         (folder / f).write_bytes(b"x")
@@ -55,9 +67,7 @@ def test_reports_are_found_two_levels_deep_and_flattened(tmp_path: Path) -> None
     found = find_reports([root])
     assert list(found) == ["reports/bench/a", "reports/demo"]
     report = load_report("reports/demo", found)
-    assert report.scenarios == [
-        {"scenario": "testbed", "policy": "ma", "objective": 0.1, "seeds": [1]}
-    ]
+    assert report.scenarios == [{"scenario": "testbed", "policy": "ma", **ROW}]
     # An SVG and a PNG of one figure: the SVG only.
     assert report.figures == ["fig6-testbed.svg", "fig7-testbed.png"]
 
@@ -92,7 +102,7 @@ def test_the_cluster_view_keeps_the_fullest_kv_cache_per_node_and_slot(tmp_path:
             ]
         )
         store.flush()
-        cs = views.cluster_state(store, "r", None)
+        cs = views.cluster_state(views.read_cluster(store, "r"), None)
     assert cs.kv_usage == {("w1", 0): pytest.approx(0.7)}
     assert cs.kv_slots == [0]
     with (

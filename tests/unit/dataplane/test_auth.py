@@ -145,3 +145,23 @@ def test_an_unreachable_api_server_is_a_503_not_an_open_door() -> None:
     with pytest.raises(Denied) as denied:
         asyncio.run(_auth(reviewer).authorize("ctl", "control"))
     assert denied.value.status_code == 503
+
+
+@pytest.mark.parametrize(
+    ("user", "control"), [("same", "same"), ("same", " same\n")], ids=["equal", "equal-stripped"]
+)
+def test_the_same_token_for_users_and_control_is_refused(user: str, control: str) -> None:
+    with pytest.raises(ConfigError, match="the same"):
+        ApiSettings(token=user, control_token=control)
+
+
+def test_a_refused_token_is_told_no_more_than_refused(caplog: pytest.LogCaptureFixture) -> None:
+    """The API server's reason (the token's audiences) goes to the log, not to the caller."""
+    with (
+        pytest.raises(Denied) as denied,
+        caplog.at_level("WARNING", logger="lmedge.dataplane.auth"),
+    ):
+        asyncio.run(_auth(Reviewer(REVIEWS)).authorize("api-aud", "control"))
+    assert denied.value.status_code == 401
+    assert "audience" not in str(denied.value.detail)
+    assert any("token audiences [api]" in r.getMessage() for r in caplog.records)

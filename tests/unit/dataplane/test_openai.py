@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 
 import pytest
+from pydantic import ValidationError
 
+from lmedge.api.inference import MAX_IMAGE_CHARS, Prompt
 from lmedge.dataplane.openai import (
     BadRequest,
     ChatCompletionRequest,
@@ -81,3 +83,38 @@ def test_completions_and_images() -> None:
         image_prompts(
             ImageGenerationRequest(model="lm4", prompt="x", response_format="url"), "text-to-image"
         )
+
+
+@pytest.mark.parametrize("data", ["   ", "\n\t "], ids=["spaces", "whitespace"])
+def test_a_blank_image_is_refused_on_both_endpoints(data: str) -> None:
+    url = f"data:image/png;base64,{data}"
+    req = _chat([{"type": "image_url", "image_url": {"url": url}}])
+    with pytest.raises(BadRequest, match="empty"):
+        chat_prompts(req, "image-to-text")
+    for native in (data, ""):
+        with pytest.raises(ValidationError, match="image is empty"):
+            Prompt(image=native)
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [
+        ([{"type": "image_url"}], ("messages", 0, "content", "parts", 0, "image_url", "image_url")),
+        ([{"type": "text", "text": 5}], ("messages", 0, "content", "parts", 0, "text", "text")),
+        (5, ("messages", 0, "content", "text")),
+    ],
+    ids=["image-part-without-url", "text-part-not-a-string", "not-a-string-nor-a-list"],
+)
+def test_a_content_error_names_the_branch_that_was_sent(content: object, where: tuple) -> None:
+    with pytest.raises(ValidationError) as exc:
+        _chat(content)
+    assert [e["loc"] for e in exc.value.errors()] == [where]
+
+
+def test_an_image_over_the_native_bound_is_a_validation_error() -> None:
+    big = "A" * (MAX_IMAGE_CHARS + 4)
+    with pytest.raises(ValidationError, match=f"at most {MAX_IMAGE_CHARS}"):
+        _chat([{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{big}"}}])
+    # whitespace does not count: the same image wrapped in lines is within the bound
+    wrapped = "\n".join(PNG for _ in range(3))
+    assert _chat([{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{wrapped}"}}])

@@ -35,3 +35,11 @@ def test_update_keeps_only_own_routes_and_replaces_previous() -> None:
     assert table.destination("lm1") == "worker-1"  # the new slot's map no longer routes lm1
     assert table.destination("lm2") == "worker-5"
     assert table.run_started_at == 50.0  # kept when a push omits it
+
+
+def test_a_push_without_a_run_keeps_the_current_run() -> None:
+    table = RoutingTable(node="worker-1")
+    table.update(_update(1, ("worker-1", "lm1", "worker-2")))
+    anonymous = _update(2, ("worker-1", "lm1", "worker-3")).model_copy(update={"run": ""})
+    table.update(anonymous)
+    assert (table.run, table.slot, table.destination("lm1")) == ("r", 2, "worker-3")
