@@ -191,6 +191,30 @@ def lm_mean_latency(per_lm: Sequence[LMStats], deadlines: Mapping[str, float]) -
     return sum(values) / len(values) if values else None
 
 
+def penalized_latency(stats: LMStats, deadline: float) -> float | None:
+    """An LM's mean latency over all its requests, a failed one counted at its deadline.
+
+    (sum of the successes' latencies + (A_i - S_i) tau_i) / A_i: a request
+    refused by admission control, timed out, lost or failed counts at tau_i,
+    the latency no success can exceed, so a policy that refuses work cannot
+    look faster than one that serves it (the success-only `mean_latency_s`
+    can). None without arrivals.
+    """
+    if not stats.arrivals:
+        return None
+    served = stats.mean_latency_s * stats.successes if stats.mean_latency_s is not None else 0.0
+    return (served + (stats.arrivals - stats.successes) * deadline) / stats.arrivals
+
+
+def lm_mean_penalized_latency(
+    per_lm: Sequence[LMStats], deadlines: Mapping[str, float]
+) -> float | None:
+    """The unweighted mean over LMs with arrivals of `penalized_latency` (`deadlines[lm]`)."""
+    values = [penalized_latency(s, deadlines[s.lm]) for s in per_lm if s.arrivals]
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
 def objective(t_norm_value: float, f_norm_value: float, lam: float = LAMBDA) -> float:
     """J = lam T_norm + (1 - lam)(1 - F_norm); lower is better, in [0, 1]."""
     return lam * t_norm_value + (1.0 - lam) * (1.0 - f_norm_value)
@@ -295,6 +319,12 @@ class WindowTally:
             self.ok_latency_sum += t
             self.ok_ratio_sum += t / d
         self.conflicts.add(r)
+
+    def use_deadlines(self, tau_s: float, deadlines: Mapping[str, float] | None) -> None:
+        """Count the requests added from now on with these deadlines (a context changed)."""
+        self.tau_s = self.conflicts.tau_s = tau_s
+        self.deadlines = self.conflicts.deadlines = deadlines
+        self._deadline_of.clear()
 
     @property
     def names(self) -> set[str]:
@@ -713,28 +743,87 @@ def stranded_requests(
     had no instance (started, not yet stopped) at its destination in any
     slot from its arrival to its deadline: it only waited out tau. The
     instances are rebuilt from the actuation results (each node starts
-    empty; `actuation_slots[k]` is the slot of `actuations[k]`). Rejected
-    requests were refused at once and are never stranded. `deadlines` maps
-    a serving LM to its deadline in seconds.
+    empty; `actuation_slots[k]` is the slot of `actuations[k]`, in
+    non-decreasing order). Rejected requests were refused at once and are
+    never stranded. `deadlines` maps a serving LM to its deadline in seconds.
     """
-    alive: dict[str, set[str]] = defaultdict(set)
-    hosted: dict[tuple[str, str], set[int]] = defaultdict(set)
+    tally = StrandedTally(deadlines, slot_s, keep=True)
     for a, slot in zip(actuations, actuation_slots, strict=True):
-        node = alive[a.node]
+        tally.placed(slot, a)
+    for r in records:
+        tally.finished(r)
+    tally.close()
+    assert tally.found is not None
+    return tally.found
+
+
+class StrandedTally:
+    """`stranded_requests` as the run goes, without its history.
+
+    Each (node, LM)'s hosted slots are kept as runs of consecutive slots (a
+    new run only when an instance starts again), and a timed-out request
+    waits in `pending` until the slots of its horizon have been actuated, or
+    the run ends. `count` is the number found; `found` the requests, when
+    `keep`.
+    """
+
+    def __init__(self, deadlines: Mapping[str, float], slot_s: float, *, keep: bool = False):
+        self.deadlines, self.slot_s = deadlines, slot_s
+        self._alive: dict[str, set[str]] = defaultdict(set)
+        self._hosted: dict[tuple[str, str], list[list[int]]] = {}
+        self._last_slot = -1  # the last slot with an actuation
+        self.pending: list[tuple[RequestRecord, str, int]] = []  # (request, serving LM, last slot)
+        self.count = 0
+        self.found: list[RequestRecord] | None = [] if keep else None
+
+    def placed(self, slot: int, a: ActuationResult) -> None:
+        """An actuation of `slot` (slots come in non-decreasing order)."""
+        if slot < self._last_slot:
+            raise ValueError(f"actuation of slot {slot} after one of slot {self._last_slot}")
+        self._last_slot = slot
+        node = self._alive[a.node]
         node.difference_update(a.stopped)
         node.update(a.started, a.resized)
         for lm in node:
-            hosted[(a.node, lm)].add(slot)
-    out = []
-    for r in records:
+            runs = self._hosted.setdefault((a.node, lm), [])
+            if runs and runs[-1][1] >= slot - 1:
+                runs[-1][1] = slot
+            else:
+                runs.append([slot, slot])
+
+    def finished(self, r: RequestRecord, known: int | None = None) -> None:
+        """A finished request; the actuations of slots up to `known` are in (None: all)."""
         if r.outcome != "timeout" or r.prompts_done > 0:
-            continue
+            return
         lm = r.model or r.lm
-        horizon = math.ceil(deadlines.get(lm, TAU_S) / slot_s)
-        slots = hosted.get((r.destination, lm), set())
-        if not any(t in slots for t in range(r.slot, r.slot + horizon + 1)):
-            out.append(r)
-    return out
+        last = r.slot + math.ceil(self.deadlines.get(lm, TAU_S) / self.slot_s)
+        self._resolve(r, lm, last, known)
+
+    def advance(self, known: int) -> None:
+        """The actuations of slots up to `known` are in: decide the pending requests it can."""
+        waiting, self.pending = self.pending, []
+        for r, lm, last in waiting:
+            self._resolve(r, lm, last, known)
+
+    def close(self) -> None:
+        """The run is over: a request still pending was never hosted for."""
+        waiting, self.pending = self.pending, []
+        for r, lm, last in waiting:
+            self._resolve(r, lm, last, None)
+
+    def _resolve(self, r: RequestRecord, lm: str, last: int, known: int | None) -> None:
+        upto = last if known is None else min(last, known)
+        for first_run, last_run in reversed(self._hosted.get((r.destination, lm), ())):
+            if last_run < r.slot:
+                break
+            if first_run <= upto:
+                return  # hosted in its horizon: not stranded
+        if known is None or last <= known:
+            self.count += 1
+            if self.found is not None:
+                self.found.append(r)
+        else:
+            self.pending.append((r, lm, last))
 
 
 class AuditCounts(WireModel):
