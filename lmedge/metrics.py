@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import Field
@@ -164,9 +164,14 @@ def t_norm(latencies: Sequence[float], deadlines: Sequence[float]) -> float:
     """
     if len(latencies) != len(deadlines):
         raise ValueError("latencies and deadlines differ in length")
-    if not latencies:
-        return 1.0
-    return sum(t / d for t, d in zip(latencies, deadlines, strict=True)) / len(latencies)
+    return mean_t_norm(
+        sum(t / d for t, d in zip(latencies, deadlines, strict=True)), len(latencies)
+    )
+
+
+def mean_t_norm(ratio_sum: float, successes: int) -> float:
+    """T_norm from the sum of T_q / tau over `successes` successes (1.0 without one: `t_norm`)."""
+    return ratio_sum / successes if successes else 1.0
 
 
 def lm_mean_latency(per_lm: Sequence[LMStats], deadlines: Mapping[str, float]) -> float | None:
@@ -184,6 +189,30 @@ def lm_mean_latency(per_lm: Sequence[LMStats], deadlines: Mapping[str, float]) -
         if s.arrivals
     ]
     return sum(values) / len(values) if values else None
+
+
+def penalized_latency(stats: LMStats, deadline: float) -> float | None:
+    """An LM's mean latency over all its requests, a failed one counted at its deadline.
+
+    (sum of the successes' latencies + (A_i - S_i) tau_i) / A_i: a request
+    refused by admission control, timed out, lost or failed counts at tau_i,
+    the latency no success can exceed, so a policy that refuses work cannot
+    look faster than one that serves it (the success-only `mean_latency_s`
+    can). None without arrivals.
+    """
+    if not stats.arrivals:
+        return None
+    served = stats.mean_latency_s * stats.successes if stats.mean_latency_s is not None else 0.0
+    return (served + (stats.arrivals - stats.successes) * deadline) / stats.arrivals
+
+
+def lm_mean_penalized_latency(
+    per_lm: Sequence[LMStats], deadlines: Mapping[str, float]
+) -> float | None:
+    """The unweighted mean over LMs with arrivals of `penalized_latency` (`deadlines[lm]`)."""
+    values = [penalized_latency(s, deadlines[s.lm]) for s in per_lm if s.arrivals]
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
 
 
 def objective(t_norm_value: float, f_norm_value: float, lam: float = LAMBDA) -> float:
@@ -218,68 +247,143 @@ def window_metrics(
     `deadlines` maps an LM to its own deadline (LMService `deadlineS`); others
     use `tau_s`. With no request at all every aggregate is None.
     `conflict_ratio` follows `conflicts` (cross-node requests by default).
+    Computed by a `WindowTally`, as a run's summary is while it goes.
     """
-    recs = list(records)
-    order = list(dict.fromkeys([*lms, *sorted({r.lm for r in recs} - set(lms))]))
-    arrivals: dict[str, int] = dict.fromkeys(order, 0)
-    successes: dict[str, int] = dict.fromkeys(order, 0)
-    rejected: dict[str, int] = dict.fromkeys(order, 0)
-    latency_sum: dict[str, float] = dict.fromkeys(order, 0.0)
-    ok_latencies: list[float] = []
-    ok_deadlines: list[float] = []
-    for r in recs:
-        arrivals[r.lm] += 1
-        rejected[r.lm] += is_rejected(r)
+    tally = WindowTally(tau_s=tau_s, deadlines=deadlines, cross_node_only=cross_node_only)
+    for r in records:
+        tally.add(r)
+    return tally.metrics(lms, lam)
+
+
+class WindowTally:
+    """The running counts and sums of one window: `window_metrics` without keeping records.
+
+    `add` a record at a time, read `metrics` at any point; memory is a few
+    numbers per LM. Sums are accumulated in record order, as `sum()` over the
+    window's records would, so the result is the same to the last bit.
+    """
+
+    __slots__ = (
+        "_deadline_of",
+        "arrivals",
+        "conflicts",
+        "deadlines",
+        "latency_sum",
+        "ok",
+        "ok_latency_sum",
+        "ok_ratio_sum",
+        "rejected",
+        "requests",
+        "successes",
+        "tau_s",
+    )
+
+    def __init__(
+        self,
+        *,
+        tau_s: float = TAU_S,
+        deadlines: Mapping[str, float] | None = None,
+        cross_node_only: bool = True,
+    ) -> None:
+        self.tau_s = tau_s
+        self.deadlines = deadlines
+        self.requests = self.ok = 0
+        self.ok_latency_sum = self.ok_ratio_sum = 0.0  # sum of T_q; sum of T_q / tau_i
+        self.arrivals: dict[str, int] = {}
+        self.successes: dict[str, int] = {}
+        self.rejected: dict[str, int] = {}
+        self.latency_sum: dict[str, float] = {}
+        self._deadline_of: dict[str, float] = {}
+        self.conflicts = ConflictTally(
+            tau_s=tau_s, deadlines=deadlines, cross_node_only=cross_node_only
+        )
+
+    def add(self, r: MetricRecord) -> None:
+        """Count one finished request."""
+        lm = r.lm
+        self.requests += 1
+        if lm not in self.arrivals:
+            self.arrivals[lm] = self.successes[lm] = self.rejected[lm] = 0
+            self.latency_sum[lm] = 0.0
+        self.arrivals[lm] += 1
+        self.rejected[lm] += is_rejected(r)
         if is_success(r):
             t = r.latency_s
-            successes[r.lm] += 1
-            latency_sum[r.lm] += t
-            ok_latencies.append(t)
-            ok_deadlines.append(_deadline(r.model or r.lm, tau_s, deadlines))
-    per_lm = [
-        LMStats(
-            lm=lm,
-            arrivals=arrivals[lm],
-            successes=successes[lm],
-            success_ratio=successes[lm] / arrivals[lm] if arrivals[lm] else None,
-            mean_latency_s=latency_sum[lm] / successes[lm] if successes[lm] else None,
-            rejected=rejected[lm],
-        )
-        for lm in order
-    ]
-    conflicts = conflict_stats(
-        recs, tau_s=tau_s, deadlines=deadlines, cross_node_only=cross_node_only
-    )
-    if not recs:
+            serving = r.model or lm
+            d = self._deadline_of.get(serving)
+            if d is None:
+                d = self._deadline_of[serving] = _deadline(serving, self.tau_s, self.deadlines)
+            self.successes[lm] += 1
+            self.latency_sum[lm] += t
+            self.ok += 1
+            self.ok_latency_sum += t
+            self.ok_ratio_sum += t / d
+        self.conflicts.add(r)
+
+    def use_deadlines(self, tau_s: float, deadlines: Mapping[str, float] | None) -> None:
+        """Count the requests added from now on with these deadlines (a context changed)."""
+        self.tau_s = self.conflicts.tau_s = tau_s
+        self.deadlines = self.conflicts.deadlines = deadlines
+        self._deadline_of.clear()
+
+    @property
+    def names(self) -> set[str]:
+        """The LMs (or request classes) that had arrivals."""
+        return set(self.arrivals)
+
+    def per_lm(self, lms: Sequence[str]) -> list[LMStats]:
+        """Per-LM counts: `lms` in order, then LMs seen only in the records, sorted."""
+        order = list(dict.fromkeys([*lms, *sorted(set(self.arrivals) - set(lms))]))
+        out = []
+        for lm in order:
+            a, s = self.arrivals.get(lm, 0), self.successes.get(lm, 0)
+            out.append(
+                LMStats(
+                    lm=lm,
+                    arrivals=a,
+                    successes=s,
+                    success_ratio=s / a if a else None,
+                    mean_latency_s=self.latency_sum[lm] / s if s else None,
+                    rejected=self.rejected.get(lm, 0),
+                )
+            )
+        return out
+
+    def metrics(self, lms: Sequence[str], lam: float = LAMBDA) -> EpochMetrics:
+        """`window_metrics` of the records added so far."""
+        per_lm = self.per_lm(lms)
+        if not self.requests:
+            return EpochMetrics(
+                per_lm=per_lm,
+                requests=0,
+                successes=0,
+                mean_latency_s=None,
+                lm_mean_latency_s=None,
+                jain=None,
+                f_norm=None,
+                t_norm=None,
+                objective=None,
+            )
+        f, f_n = fairness([s.success_ratio for s in per_lm if s.success_ratio is not None])
+        tn = mean_t_norm(self.ok_ratio_sum, self.ok)
+        assert f_n is not None  # at least one LM had arrivals
         return EpochMetrics(
             per_lm=per_lm,
-            requests=0,
-            successes=0,
-            mean_latency_s=None,
-            lm_mean_latency_s=None,
-            jain=None,
-            f_norm=None,
-            t_norm=None,
-            objective=None,
+            requests=self.requests,
+            successes=self.ok,
+            rejected=sum(self.rejected.values()),
+            mean_latency_s=self.ok_latency_sum / self.ok if self.ok else None,
+            lm_mean_latency_s=lm_mean_latency(per_lm, self.lm_deadlines(per_lm)),
+            jain=f,
+            f_norm=f_n,
+            t_norm=tn,
+            objective=objective(tn, f_n, lam),
+            conflict_ratio=self.conflicts.stats().ratio or 0.0,
         )
-    f, f_n = fairness([s.success_ratio for s in per_lm if s.success_ratio is not None])
-    tn = t_norm(ok_latencies, ok_deadlines)
-    assert f_n is not None  # at least one LM had arrivals
-    return EpochMetrics(
-        per_lm=per_lm,
-        requests=len(recs),
-        successes=len(ok_latencies),
-        rejected=sum(rejected.values()),
-        mean_latency_s=sum(ok_latencies) / len(ok_latencies) if ok_latencies else None,
-        lm_mean_latency_s=lm_mean_latency(
-            per_lm, {lm: _deadline(lm, tau_s, deadlines) for lm in order}
-        ),
-        jain=f,
-        f_norm=f_n,
-        t_norm=tn,
-        objective=objective(tn, f_n, lam),
-        conflict_ratio=conflicts.ratio or 0.0,
-    )
+
+    def lm_deadlines(self, per_lm: Sequence[LMStats]) -> dict[str, float]:
+        """The deadline each row of `per_lm` is penalized at (its own, else tau)."""
+        return {s.lm: _deadline(s.lm, self.tau_s, self.deadlines) for s in per_lm}
 
 
 class SegmentMetrics(WireModel):
@@ -332,25 +436,75 @@ def segment_metrics(
         if end_slot is not None
         else max((r.slot for r in recs), default=start_slot - 1) + 1
     )
-    end = max(end, start_slot)
-    recs = [r for r in recs if r.slot < end]
-    count = -(-(end - start_slot) // window_slots)
-    buckets: list[list[RequestRecord]] = [[] for _ in range(count)]
-    for r in recs:
-        buckets[(r.slot - start_slot) // window_slots].append(r)
-    kw: dict[str, Any] = {"tau_s": tau_s, "lam": lam, "deadlines": deadlines}
-    windows = [window_metrics(b, lms, **kw) for b in buckets]
-    return SegmentMetrics(
-        window_slots=window_slots,
+    tally = SegmentTally(
+        window_slots,
         start_slot=start_slot,
         end_slot=end,
-        windows=windows,
-        overall=window_metrics(recs, lms, **kw),
-        window_mean_jain=_mean(w.jain for w in windows),
-        window_mean_latency_s=_mean(w.mean_latency_s for w in windows),
-        window_mean_lm_mean_latency_s=_mean(w.lm_mean_latency_s for w in windows),
-        window_mean_objective=_mean(w.objective for w in windows),
+        tau_s=tau_s,
+        lam=lam,
+        deadlines=deadlines,
     )
+    for r in recs:
+        tally.add(r)
+    return tally.metrics(lms)
+
+
+class SegmentTally:
+    """`segment_metrics` as records arrive: one `WindowTally` per window and one overall.
+
+    Records outside [start_slot, end_slot) are ignored; windows are made as
+    records reach them (and padded to the segment's length when read), so
+    memory is a few numbers per LM and window, never the records.
+    """
+
+    def __init__(
+        self,
+        window_slots: int,
+        *,
+        start_slot: int = 0,
+        end_slot: int,
+        tau_s: float = TAU_S,
+        lam: float = LAMBDA,
+        deadlines: Mapping[str, float] | None = None,
+    ) -> None:
+        if window_slots < 1:
+            raise ValueError("window_slots must be at least 1")
+        self.window_slots = window_slots
+        self.start_slot = start_slot
+        self.end_slot = max(end_slot, start_slot)
+        self.lam = lam
+        self._kw: dict[str, Any] = {"tau_s": tau_s, "deadlines": deadlines}
+        self.windows: list[WindowTally] = []
+        self.overall = WindowTally(**self._kw)
+
+    def add(self, r: RequestRecord) -> None:
+        """Count a finished request in its arrival slot's window (`RequestRecord.slot`)."""
+        slot = r.slot
+        if not self.start_slot <= slot < self.end_slot:
+            return
+        k = (slot - self.start_slot) // self.window_slots
+        while len(self.windows) <= k:
+            self.windows.append(WindowTally(**self._kw))
+        self.windows[k].add(r)
+        self.overall.add(r)
+
+    def metrics(self, lms: Sequence[str]) -> SegmentMetrics:
+        """The `SegmentMetrics` of what was added, every LM of `lms` in each window."""
+        count = -(-(self.end_slot - self.start_slot) // self.window_slots)
+        while len(self.windows) < count:
+            self.windows.append(WindowTally(**self._kw))
+        windows = [w.metrics(lms, self.lam) for w in self.windows]
+        return SegmentMetrics(
+            window_slots=self.window_slots,
+            start_slot=self.start_slot,
+            end_slot=self.end_slot,
+            windows=windows,
+            overall=self.overall.metrics(lms, self.lam),
+            window_mean_jain=_mean(w.jain for w in windows),
+            window_mean_latency_s=_mean(w.mean_latency_s for w in windows),
+            window_mean_lm_mean_latency_s=_mean(w.lm_mean_latency_s for w in windows),
+            window_mean_objective=_mean(w.objective for w in windows),
+        )
 
 
 def metric_lms(ctx: ClusterContext, records: Iterable[MetricRecord]) -> list[str]:
@@ -361,7 +515,11 @@ def metric_lms(ctx: ClusterContext, records: Iterable[MetricRecord]) -> list[str
     the classes (context order): an LM that only served a class is not a
     service type of the workload, so it gets no empty row.
     """
-    named = {r.lm for r in records}
+    return lms_named(ctx, {r.lm for r in records})
+
+
+def lms_named(ctx: ClusterContext, named: Set[str]) -> list[str]:
+    """`metric_lms` from the set of LMs (or request classes) the records name."""
     classes = [c for c in ctx.request_classes if c in named and not ctx.has_service(c)]
     if not classes:
         return ctx.lm_names
@@ -412,29 +570,61 @@ def conflict_stats(
     cross_node_only: bool = True,
 ) -> ConflictStats:
     """Table II over `records`; see `ConflictStats`."""
-    n = c = timeouts = 0
-    delay_c: list[float] = []
-    delay_n: list[float] = []
+    tally = ConflictTally(tau_s=tau_s, deadlines=deadlines, cross_node_only=cross_node_only)
     for r in records:
-        if is_rejected(r) or (cross_node_only and r.origin == r.destination):
-            continue
-        n += 1
-        delay = r.queue_s if is_success(r) else _deadline(r.model or r.lm, tau_s, deadlines)
-        if r.conflict:
-            c += 1
-            timeouts += not is_success(r)
-            delay_c.append(delay)
-        else:
-            delay_n.append(delay)
-    return ConflictStats(
-        scope="cross-node" if cross_node_only else "all",
-        requests=n,
-        conflicts=c,
-        ratio=c / n if n else None,
-        conflict_queue_delay_s=_mean(delay_c),
-        non_conflict_queue_delay_s=_mean(delay_n),
-        conflict_timeout_ratio=timeouts / c if c else None,
+        tally.add(r)
+    return tally.stats()
+
+
+class ConflictTally:
+    """`conflict_stats` as records arrive: counts and delay sums, in record order."""
+
+    __slots__ = (
+        "c",
+        "cross_node_only",
+        "deadlines",
+        "delay_c",
+        "delay_n",
+        "n",
+        "tau_s",
+        "timeouts",
     )
+
+    def __init__(
+        self,
+        *,
+        tau_s: float = TAU_S,
+        deadlines: Mapping[str, float] | None = None,
+        cross_node_only: bool = True,
+    ) -> None:
+        self.tau_s, self.deadlines, self.cross_node_only = tau_s, deadlines, cross_node_only
+        self.n = self.c = self.timeouts = 0
+        self.delay_c = self.delay_n = 0.0  # sums; their counts are c and n - c
+
+    def add(self, r: MetricRecord) -> None:
+        if is_rejected(r) or (self.cross_node_only and r.origin == r.destination):
+            return
+        self.n += 1
+        ok = is_success(r)
+        delay = r.queue_s if ok else _deadline(r.model or r.lm, self.tau_s, self.deadlines)
+        if r.conflict:
+            self.c += 1
+            self.timeouts += not ok
+            self.delay_c += delay
+        else:
+            self.delay_n += delay
+
+    def stats(self) -> ConflictStats:
+        c, n = self.c, self.n
+        return ConflictStats(
+            scope="cross-node" if self.cross_node_only else "all",
+            requests=n,
+            conflicts=c,
+            ratio=c / n if n else None,
+            conflict_queue_delay_s=self.delay_c / c if c else None,
+            non_conflict_queue_delay_s=self.delay_n / (n - c) if n - c else None,
+            conflict_timeout_ratio=self.timeouts / c if c else None,
+        )
 
 
 class LMReconfiguration(WireModel):
@@ -483,42 +673,61 @@ def reconfiguration_stats(
     `lms` lists LMs to report even with no events; others appear as they
     are seen, in order of first event.
     """
-    on: dict[str, int] = defaultdict(int)
-    off: dict[str, int] = defaultdict(int)
-    resized: dict[str, int] = defaultdict(int)
-    seen: dict[str, None] = dict.fromkeys(lms)
-    decisions = transitions = set_changes = 0
+    tally = ReconfigurationTally(lms)
     for a in actuations:
-        decisions += 1
-        transitions += bool(a.started or a.stopped or a.resized)
-        set_changes += bool(a.started or a.stopped)
-        for events, counts in ((a.started, on), (a.stopped, off), (a.resized, resized)):
+        tally.add(a)
+    return tally.stats()
+
+
+class ReconfigurationTally:
+    """`reconfiguration_stats` as actuation results arrive: counts per LM."""
+
+    def __init__(self, lms: Sequence[str] = ()) -> None:
+        self.on: dict[str, int] = defaultdict(int)
+        self.off: dict[str, int] = defaultdict(int)
+        self.resized: dict[str, int] = defaultdict(int)
+        self.seen: dict[str, None] = dict.fromkeys(lms)
+        self.decisions = self.transitions = self.set_changes = 0
+
+    def add(self, a: ActuationResult) -> None:
+        self.decisions += 1
+        self.transitions += bool(a.started or a.stopped or a.resized)
+        self.set_changes += bool(a.started or a.stopped)
+        for events, counts in (
+            (a.started, self.on),
+            (a.stopped, self.off),
+            (a.resized, self.resized),
+        ):
             for lm in events:
-                seen.setdefault(lm, None)
+                self.seen.setdefault(lm, None)
                 counts[lm] += 1
 
-    def per100(n: int) -> float | None:
-        return 100.0 * n / decisions if decisions else None
+    def stats(self) -> ReconfigurationStats:
+        decisions = self.decisions
+        on, off, resized = self.on, self.off, self.resized
 
-    def row(lm: str, a: int, d: int, r: int) -> LMReconfiguration:
-        return LMReconfiguration(
-            lm=lm,
-            activations=a,
-            deactivations=d,
-            resizes=r,
-            activations_per_100=per100(a),
-            deactivations_per_100=per100(d),
-            resizes_per_100=per100(r),
+        def per100(n: int) -> float | None:
+            return 100.0 * n / decisions if decisions else None
+
+        def row(lm: str, a: int, d: int, r: int) -> LMReconfiguration:
+            return LMReconfiguration(
+                lm=lm,
+                activations=a,
+                deactivations=d,
+                resizes=r,
+                activations_per_100=per100(a),
+                deactivations_per_100=per100(d),
+                resizes_per_100=per100(r),
+            )
+
+        return ReconfigurationStats(
+            decisions=decisions,
+            transitions=self.transitions,
+            per_lm=[row(lm, on[lm], off[lm], resized[lm]) for lm in self.seen],
+            total=row("*", sum(on.values()), sum(off.values()), sum(resized.values())),
+            set_changes=self.set_changes,
+            set_change_ratio=self.set_changes / decisions if decisions else None,
         )
-
-    return ReconfigurationStats(
-        decisions=decisions,
-        transitions=transitions,
-        per_lm=[row(lm, on[lm], off[lm], resized[lm]) for lm in seen],
-        total=row("*", sum(on.values()), sum(off.values()), sum(resized.values())),
-        set_changes=set_changes,
-        set_change_ratio=set_changes / decisions if decisions else None,
-    )
 
 
 def stranded_requests(
@@ -534,28 +743,87 @@ def stranded_requests(
     had no instance (started, not yet stopped) at its destination in any
     slot from its arrival to its deadline: it only waited out tau. The
     instances are rebuilt from the actuation results (each node starts
-    empty; `actuation_slots[k]` is the slot of `actuations[k]`). Rejected
-    requests were refused at once and are never stranded. `deadlines` maps
-    a serving LM to its deadline in seconds.
+    empty; `actuation_slots[k]` is the slot of `actuations[k]`, in
+    non-decreasing order). Rejected requests were refused at once and are
+    never stranded. `deadlines` maps a serving LM to its deadline in seconds.
     """
-    alive: dict[str, set[str]] = defaultdict(set)
-    hosted: dict[tuple[str, str], set[int]] = defaultdict(set)
+    tally = StrandedTally(deadlines, slot_s, keep=True)
     for a, slot in zip(actuations, actuation_slots, strict=True):
-        node = alive[a.node]
+        tally.placed(slot, a)
+    for r in records:
+        tally.finished(r)
+    tally.close()
+    assert tally.found is not None
+    return tally.found
+
+
+class StrandedTally:
+    """`stranded_requests` as the run goes, without its history.
+
+    Each (node, LM)'s hosted slots are kept as runs of consecutive slots (a
+    new run only when an instance starts again), and a timed-out request
+    waits in `pending` until the slots of its horizon have been actuated, or
+    the run ends. `count` is the number found; `found` the requests, when
+    `keep`.
+    """
+
+    def __init__(self, deadlines: Mapping[str, float], slot_s: float, *, keep: bool = False):
+        self.deadlines, self.slot_s = deadlines, slot_s
+        self._alive: dict[str, set[str]] = defaultdict(set)
+        self._hosted: dict[tuple[str, str], list[list[int]]] = {}
+        self._last_slot = -1  # the last slot with an actuation
+        self.pending: list[tuple[RequestRecord, str, int]] = []  # (request, serving LM, last slot)
+        self.count = 0
+        self.found: list[RequestRecord] | None = [] if keep else None
+
+    def placed(self, slot: int, a: ActuationResult) -> None:
+        """An actuation of `slot` (slots come in non-decreasing order)."""
+        if slot < self._last_slot:
+            raise ValueError(f"actuation of slot {slot} after one of slot {self._last_slot}")
+        self._last_slot = slot
+        node = self._alive[a.node]
         node.difference_update(a.stopped)
         node.update(a.started, a.resized)
         for lm in node:
-            hosted[(a.node, lm)].add(slot)
-    out = []
-    for r in records:
+            runs = self._hosted.setdefault((a.node, lm), [])
+            if runs and runs[-1][1] >= slot - 1:
+                runs[-1][1] = slot
+            else:
+                runs.append([slot, slot])
+
+    def finished(self, r: RequestRecord, known: int | None = None) -> None:
+        """A finished request; the actuations of slots up to `known` are in (None: all)."""
         if r.outcome != "timeout" or r.prompts_done > 0:
-            continue
+            return
         lm = r.model or r.lm
-        horizon = math.ceil(deadlines.get(lm, TAU_S) / slot_s)
-        slots = hosted.get((r.destination, lm), set())
-        if not any(t in slots for t in range(r.slot, r.slot + horizon + 1)):
-            out.append(r)
-    return out
+        last = r.slot + math.ceil(self.deadlines.get(lm, TAU_S) / self.slot_s)
+        self._resolve(r, lm, last, known)
+
+    def advance(self, known: int) -> None:
+        """The actuations of slots up to `known` are in: decide the pending requests it can."""
+        waiting, self.pending = self.pending, []
+        for r, lm, last in waiting:
+            self._resolve(r, lm, last, known)
+
+    def close(self) -> None:
+        """The run is over: a request still pending was never hosted for."""
+        waiting, self.pending = self.pending, []
+        for r, lm, last in waiting:
+            self._resolve(r, lm, last, None)
+
+    def _resolve(self, r: RequestRecord, lm: str, last: int, known: int | None) -> None:
+        upto = last if known is None else min(last, known)
+        for first_run, last_run in reversed(self._hosted.get((r.destination, lm), ())):
+            if last_run < r.slot:
+                break
+            if first_run <= upto:
+                return  # hosted in its horizon: not stranded
+        if known is None or last <= known:
+            self.count += 1
+            if self.found is not None:
+                self.found.append(r)
+        else:
+            self.pending.append((r, lm, last))
 
 
 class AuditCounts(WireModel):
@@ -582,9 +850,21 @@ def audit_counts(decisions: Iterable[Decision[Any]]) -> list[AuditCounts]:
     Rows are sorted by agent (planner, scheduler, deployer) then source, the
     `*` row first within an agent. Agents with no decision are absent.
     """
-    keys = ("calls", "parsed", "validated", "accepted", "replaced", "errors")
-    counts: dict[tuple[str, str], dict[str, int]] = {}
+    tally = AuditTally()
     for d in decisions:
+        tally.add(d)
+    return tally.counts()
+
+
+class AuditTally:
+    """`audit_counts` as decisions are made: six counters per (agent, source)."""
+
+    KEYS = ("calls", "parsed", "validated", "accepted", "replaced", "errors")
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], dict[str, int]] = {}
+
+    def add(self, d: Decision[Any]) -> None:
         flags = (
             1,
             d.parsed,
@@ -594,9 +874,12 @@ def audit_counts(decisions: Iterable[Decision[Any]]) -> list[AuditCounts]:
             d.error is not None,
         )
         for key in ((d.agent, d.source), (d.agent, "*")):
-            row = counts.setdefault(key, dict.fromkeys(keys, 0))
-            for k, flag in zip(keys, flags, strict=True):
+            row = self._counts.setdefault(key, dict.fromkeys(self.KEYS, 0))
+            for k, flag in zip(self.KEYS, flags, strict=True):
                 row[k] += int(flag)
-    agent_rank = {"planner": 0, "scheduler": 1, "deployer": 2}
-    order = sorted(counts, key=lambda k: (agent_rank.get(k[0], 3), k[0], k[1] != "*", k[1]))
-    return [AuditCounts(agent=a, source=s, **counts[(a, s)]) for a, s in order]
+
+    def counts(self) -> list[AuditCounts]:
+        counts = self._counts
+        agent_rank = {"planner": 0, "scheduler": 1, "deployer": 2}
+        order = sorted(counts, key=lambda k: (agent_rank.get(k[0], 3), k[0], k[1] != "*", k[1]))
+        return [AuditCounts(agent=a, source=s, **counts[(a, s)]) for a, s in order]

@@ -368,7 +368,7 @@ class CheckSpec:
 
 def measure_run(scenario: Path, policy: str, seed: int, slots: int) -> list[Request]:
     """One reference run (no store); module-level so a process pool can pickle it."""
-    outcome = run(RunSpec(scenario, PolicyChoice(policy), seed, slots))
+    outcome = run(RunSpec(scenario, PolicyChoice(policy), seed, slots, keep_history=True))
     return [
         Request(r.lm, r.outcome == "success", r.latency_s)
         for r in outcome.result.measured_records()

@@ -42,11 +42,12 @@ from typing import Any, Protocol, cast
 
 from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics
 from lmedge.backends.emulated.backend import EmulatedBackend
-from lmedge.bench.summary import summarize, timing_summary
+from lmedge.bench.summary import WINDOW_SLOTS, summarize, timing_summary
+from lmedge.bench.tally import RunTally
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop, RunResult
 from lmedge.errors import ConfigError, StoreUnavailable
-from lmedge.metrics import metric_lms
+from lmedge.metrics import lms_named
 from lmedge.sim import Scenario, load_scenario
 from lmedge.store import RunInfo, Store
 
@@ -99,6 +100,9 @@ class RunSpec:
     slots: int | None = None
     settle: bool = True
     overrides: dict[str, Any] | None = None
+    #: Keep every record, decision and placement in `RunOutcome.result` (for
+    #: figures and inspection); the summary never needs them (`RunTally`).
+    keep_history: bool = False
 
 
 @dataclass
@@ -111,6 +115,8 @@ class RunOutcome:
     result: RunResult
     summary: dict[str, Any]
     timing: dict[str, Any]
+    #: The measured requests as columns, when `run` was asked for them.
+    requests: RequestTable | None = None
 
 
 def load(spec: RunSpec) -> Scenario:
@@ -161,8 +167,15 @@ def run(
     store: Store | None = None,
     on_slot: Callable[[int, int], None] | None = None,
     scenario: Scenario | None = None,
+    request_columns: bool = False,
 ) -> RunOutcome:
-    """Perform `spec`; `on_slot(done, total)` reports progress."""
+    """Perform `spec`; `on_slot(done, total)` reports progress.
+
+    The summary is computed as the run goes (`RunTally`): without
+    `spec.keep_history` nothing per request is kept, and memory does not grow
+    with the slots. `request_columns` also collects the measured requests as
+    a `RequestTable` (`RunOutcome.requests`), about 30 bytes each.
+    """
     sc = scenario or load(spec)
     slots = spec.slots if spec.slots is not None else sc.spec.loop.slots
     if slots < 1:
@@ -184,6 +197,7 @@ def run(
             memory = []
     if store is not None:
         store.record_run(RunInfo(id=run_id, scenario=sc.name, policy=plugins.name, seed=spec.seed))
+    tally = RunTally(ctx, slots, WINDOW_SLOTS, columns=request_columns)
     loop = ControlLoop(
         backend,
         plugins,
@@ -193,6 +207,8 @@ def run(
         baseline=baseline,
         memory=memory,
         store_every=EMULATOR_STORE_EVERY,
+        keep_history=spec.keep_history,
+        recorder=tally,
     )
     settle = settle_slots(ctx) if spec.settle else 0
     total = slots + settle
@@ -215,9 +231,10 @@ def run(
     }
     kv = backend.emulator.kv_gib_s() if isinstance(backend, EmulatedBackend) else None
     summary = summarize(
-        result, scenario=sc.name, seed=spec.seed, components=components, kv_gib_s=kv
+        result, tally, scenario=sc.name, seed=spec.seed, components=components, kv_gib_s=kv
     )
-    return RunOutcome(spec, sc, run_id, result, summary, timing_summary(result, wall))
+    requests = request_table(tally) if request_columns else None
+    return RunOutcome(spec, sc, run_id, result, summary, timing_summary(tally, wall), requests)
 
 
 @dataclass(frozen=True)
@@ -245,27 +262,29 @@ class RequestTable:
         return len(self.slot)
 
 
-def request_table(result: RunResult) -> RequestTable:
-    """The columns of `result`'s measured requests, in record order."""
-    ctx = result.context
-    records = result.measured_records()
-    lms = list(metric_lms(ctx, records))
-    for r in records:  # an LM only in the records still counts (as in `window_metrics`)
-        if r.lm not in lms:
-            lms.append(r.lm)
+def request_table(tally: RunTally) -> RequestTable:
+    """The columns of the measured requests `tally` collected (`columns=True`), in record order."""
+    cols = tally.columns
+    if cols is None:
+        raise ValueError("the run did not collect its requests (RunTally(columns=True))")
+    ctx = tally.ctx
+    names = list(cols.names)
+    lms = list(lms_named(ctx, {names[k] for k in set(cols.lm)}))
+    for k in cols.lm:  # an LM only in the records still counts (as in `window_metrics`)
+        if names[k] not in lms:
+            lms.append(names[k])
     index = {lm: k for k, lm in enumerate(lms)}
+    code = [index.get(name, -1) for name in names]
+    deadline = [ctx.deadline_s(name) if ctx.has_service(name) else ctx.loop.tau_s for name in names]
     return RequestTable(
         lam=ctx.loop.lam,
         lms=tuple(lms),
-        slot=tuple(r.slot for r in records),
-        lm=tuple(index[r.lm] for r in records),
-        prompts=tuple(r.prompts for r in records),
-        success=tuple(r.outcome == "success" for r in records),
-        latency_s=tuple(round(r.latency_s, 6) for r in records),
-        deadline_s=tuple(
-            ctx.deadline_s(r.model or r.lm) if ctx.has_service(r.model or r.lm) else ctx.loop.tau_s
-            for r in records
-        ),
+        slot=tuple(cols.slot),
+        lm=tuple(code[k] for k in cols.lm),
+        prompts=tuple(cols.prompts),
+        success=tuple(bool(x) for x in cols.success),
+        latency_s=tuple(cols.latency_s),
+        deadline_s=tuple(deadline[k] for k in cols.serving),
     )
 
 
@@ -283,10 +302,11 @@ class RunData:
 def execute(spec: RunSpec) -> RunData:
     """Perform `spec` without a store; a module-level function, so a pool can pickle it."""
     cpu = time.process_time()
-    outcome = run(spec)
+    outcome = run(spec, request_columns=True)
     cpu_s = round(time.process_time() - cpu, 3)
     timing = {"run_id": outcome.run_id, **outcome.timing, "cpu_s": cpu_s}
-    return RunData(spec, outcome.summary, request_table(outcome.result), timing)
+    assert outcome.requests is not None
+    return RunData(spec, outcome.summary, outcome.requests, timing)
 
 
 #: `on_done(index, data)`: run `index` of the specs has finished.

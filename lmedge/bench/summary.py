@@ -1,7 +1,8 @@
 """The summary of one run: the numbers `lmedge simulate --json` prints and reports tabulate.
 
 Deterministic by construction: it is a function of the run's records,
-decisions and placements only (never of wall-clock time), floats are rounded
+decisions and placements only (never of wall-clock time; a `RunTally` folds
+them in as the run goes, so no history need be kept), floats are rounded
 to `DIGITS` decimals so the JSON is stable across platforms' last-bit
 differences, and keys come out in a fixed order. Wall-clock measurements live
 in `timing_summary`, kept apart so golden files can compare summaries exactly.
@@ -15,20 +16,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from typing import Any, cast, get_args
+from collections.abc import Iterable
+from typing import Any, cast
 
-from lmedge.api.records import RequestOutcome, RequestRecord
+from lmedge.api.records import RequestRecord
+from lmedge.bench.tally import RunTally, TokenTally
 from lmedge.controller.loop import RunResult
-from lmedge.metrics import (
-    audit_counts,
-    conflict_stats,
-    metric_lms,
-    reconfiguration_stats,
-    segment_metrics,
-    share,
-    stranded_requests,
-)
-from lmedge.sim.servicemodel import lower_bounds
+from lmedge.metrics import lm_mean_penalized_latency, lms_named, penalized_latency, share
 
 #: Decimals kept in summaries (6: sub-microsecond latencies, ratios to 1e-6).
 DIGITS = 6
@@ -54,6 +48,7 @@ def rounded(value: Any) -> Any:
 
 def summarize(
     result: RunResult,
+    tally: RunTally | None = None,
     *,
     scenario: str,
     seed: int,
@@ -63,33 +58,22 @@ def summarize(
 ) -> dict[str, Any]:
     """The deterministic summary of `result` (see the module docstring).
 
-    A run with token-level records (token-engine LMs) also gets `tokens`
-    (`token_summary`); `kv_gib_s` is its per-node KV memory-time.
+    `tally` followed the run as it went (`RunTally`, made with the same
+    `window_slots`); without one the result's kept history is replayed
+    into one. A run with token-level records (token-engine LMs) also gets
+    `tokens` (`token_summary`); `kv_gib_s` is its per-node KV memory-time.
     """
-    ctx = result.context
-    deadlines = {lm: ctx.deadline_s(lm) for lm in ctx.lm_names}
-    records = result.measured_records()
-    seg = segment_metrics(
-        records,
-        metric_lms(ctx, records),
-        window_slots,
-        start_slot=0,
-        end_slot=result.slots,
-        tau_s=ctx.loop.tau_s,
-        lam=ctx.loop.lam,
-        deadlines=deadlines,
-    )
+    if tally is None:
+        tally = RunTally.replay(result, window_slots)
+    ctx = tally.ctx
+    seg = tally.segment.metrics(lms_named(ctx, tally.segment.overall.names))
     o = seg.overall
-    bounds = lower_bounds(ctx, records, [s.lm for s in o.per_lm])
+    deadlines = tally.segment.overall.lm_deadlines(o.per_lm)
+    bounds = tally.bounds.bounds([s.lm for s in o.per_lm])
     # Table III counts what was actuated (started / stopped / resized), not what was decided.
-    measured = [
-        a
-        for a, slot in zip(result.actuations, result.placement_slots, strict=True)
-        if slot < result.slots
-    ]
-    reconf = reconfiguration_stats(measured, ctx.lm_names)
-    conflicts = conflict_stats(records, tau_s=ctx.loop.tau_s, deadlines=deadlines)
-    decisions = [d for d in result.decisions if d.slot < result.slots]
+    reconf = tally.reconfiguration.stats()
+    conflicts = tally.conflicts.stats()
+    tally.stranded.close()
     summary: dict[str, Any] = {
         "scenario": scenario,
         "policy": result.policy,
@@ -104,6 +88,8 @@ def summarize(
         "mean_latency_s": o.mean_latency_s,
         # the paper's headline latency: unweighted mean of the per-LM means (lmedge.metrics)
         "lm_mean_latency_s": o.lm_mean_latency_s,
+        # the same with every failed request at its deadline: refusing work cannot lower it
+        "lm_mean_penalized_latency_s": lm_mean_penalized_latency(o.per_lm, deadlines),
         "success_ratio": o.successes / o.requests if o.requests else None,
         "requests": o.requests,
         "successes": o.successes,
@@ -111,13 +97,14 @@ def summarize(
         "rejected": o.rejected,
         "rejected_ratio": share(o.rejected, o.requests),
         # every request ends in exactly one outcome; all but success are failures
-        "outcomes": _outcomes(records),
+        "outcomes": dict(tally.outcomes),
         "per_lm": [
             {
                 **s.model_dump(),
                 "rejected_ratio": share(s.rejected, s.arrivals),
                 # no-queue, no-cold-start bound of mean_latency_s (servicemodel.lower_bounds)
                 "lower_bound_s": bounds[s.lm],
+                "penalized_latency_s": penalized_latency(s, deadlines[s.lm]),
             }
             for s in o.per_lm
         ],
@@ -125,6 +112,9 @@ def summarize(
         "window_mean_jain": seg.window_mean_jain,
         "window_mean_latency_s": seg.window_mean_latency_s,
         "window_mean_lm_mean_latency_s": seg.window_mean_lm_mean_latency_s,
+        "window_mean_lm_mean_penalized_latency_s": _mean(
+            lm_mean_penalized_latency(w.per_lm, deadlines) for w in seg.windows
+        ),
         "window_mean_objective": seg.window_mean_objective,
         "windows": [
             {
@@ -133,6 +123,7 @@ def summarize(
                 "jain": w.jain,
                 "mean_latency_s": w.mean_latency_s,
                 "lm_mean_latency_s": w.lm_mean_latency_s,
+                "lm_mean_penalized_latency_s": lm_mean_penalized_latency(w.per_lm, deadlines),
                 "objective": w.objective,
                 "success_ratio": w.successes / w.requests if w.requests else None,
                 "rejected": w.rejected,
@@ -142,11 +133,7 @@ def summarize(
         ],
         "conflicts": conflicts.model_dump(),
         # timed out at a node where their LM never ran before the deadline (metrics.py)
-        "stranded": len(
-            stranded_requests(
-                records, result.actuations, result.placement_slots, deadlines, ctx.loop.slot_s
-            )
-        ),
+        "stranded": tally.stranded.count,
         "reconfiguration": {
             "decisions": reconf.decisions,
             "activations_per_100": reconf.total.activations_per_100,
@@ -155,65 +142,56 @@ def summarize(
             "set_change_ratio": reconf.set_change_ratio,
             "per_lm": [r.model_dump() for r in reconf.per_lm],
         },
-        "audit": [a.model_dump() for a in audit_counts(decisions)],
+        "audit": [a.model_dump() for a in tally.audit.counts()],
         "epochs": [
             {"epoch": i, "objective": e.objective, "jain": e.jain, "requests": e.requests}
             for i, e in enumerate(result.epochs)
         ],
     }
-    if any(r.output_tokens is not None for r in records):
-        summary["tokens"] = token_summary(records, kv_gib_s or {})
+    if tally.tokens:
+        summary["tokens"] = {
+            "per_lm": tally.tokens.per_lm(),
+            "kv_gib_s": dict(sorted((kv_gib_s or {}).items())),
+        }
     return cast(dict[str, Any], rounded(summary))
 
 
 def token_summary(records: list[RequestRecord], kv_gib_s: dict[str, float]) -> dict[str, Any]:
     """Per serving LM, TTFT and TPOT (mean, P50, P99) of its successful token-level
     requests and their mean tokens; per node, KV memory-time (GiB-seconds)."""
-    by_lm: dict[str, list[RequestRecord]] = {}
+    tokens = TokenTally()
     for r in records:
-        if r.output_tokens is not None:
-            by_lm.setdefault(r.model or r.lm, []).append(r)
-    per_lm = []
-    for lm, rs in by_lm.items():
-        ok = [r for r in rs if r.outcome == "success" and r.ttft_s is not None]
-        ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
-        tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
-        per_lm.append(
-            {
-                "lm": lm,
-                "requests": len(rs),
-                "successes": len(ok),
-                "input_tokens_mean": statistics.fmean(r.input_tokens or 0 for r in rs),
-                "output_tokens_mean": statistics.fmean(r.output_tokens or 0 for r in rs),
-                **_stats("ttft_s", ttft),
-                **_stats("tpot_s", tpot),
-            }
+        tokens.add(r)
+    return {"per_lm": tokens.per_lm(), "kv_gib_s": dict(sorted(kv_gib_s.items()))}
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def timing_summary(result: RunResult | RunTally, wall_s: float) -> dict[str, Any]:
+    """Wall-clock figures of a run; they differ between runs, so they stay out of summaries.
+
+    From the tally that followed the run, or the timings a result kept.
+    """
+    if isinstance(result, RunTally):
+        decide, store_s = list(result.decide_s), result.store_s
+    else:
+        decide, store_s = (
+            [t.decide_s for t in result.timings],
+            sum(t.store_s for t in result.timings),
         )
-    return {"per_lm": per_lm, "kv_gib_s": dict(sorted(kv_gib_s.items()))}
-
-
-def _stats(name: str, xs: list[float]) -> dict[str, float | None]:
-    return {
-        f"{name}_mean": statistics.fmean(xs) if xs else None,
-        f"{name}_p50": _quantile(xs, 0.5),
-        f"{name}_p99": _quantile(xs, 0.99),
-    }
-
-
-def timing_summary(result: RunResult, wall_s: float) -> dict[str, Any]:
-    """Wall-clock figures of a run; they differ between runs, so they stay out of summaries."""
-    decide = [t.decide_s for t in result.timings]
-    store = [t.store_s for t in result.timings]
     return cast(
         dict[str, Any],
         rounded(
             {
                 "wall_s": wall_s,
-                "slots_run": len(result.timings),
+                "slots_run": len(decide),
                 "decide_s_per_slot_mean": statistics.fmean(decide) if decide else None,
                 "decide_s_per_slot_p95": _quantile(decide, 0.95),
                 "decide_s_per_slot_max": max(decide, default=None),
-                "store_s_total": sum(store),
+                "store_s_total": store_s,
             }
         ),
     )
@@ -229,11 +207,3 @@ def _quantile(xs: list[float], q: float) -> float | None:
 def dumps(summary: dict[str, Any]) -> str:
     """The canonical JSON text of a summary (what `--json` prints and goldens hold)."""
     return json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def _outcomes(records: list[RequestRecord]) -> dict[str, int]:
-    """Records per outcome, every outcome named (0 when none), in `RequestOutcome` order."""
-    out = dict.fromkeys(get_args(RequestOutcome), 0)
-    for r in records:
-        out[r.outcome] += 1
-    return out

@@ -40,8 +40,10 @@ A run that lasts weeks (the controller on a cluster) must not grow:
 `keep_history=False` keeps no per-request or per-slot history in the
 `RunResult` (records, decisions, placements, actuations, timings; only the
 last `MAX_EPOCHS_KEPT` epochs' metrics), and the episodic memory handed to
-the planner is bounded. Records still reach the store, feedback and the
-epoch metrics, one slot at a time.
+the planner is bounded. Records still reach the store, feedback, a
+`RunRecorder` (a run's summary computed as it goes) and the epoch metrics,
+one slot at a time; the epoch metrics are running sums (`WindowTally`), not
+the epoch's records.
 
 Planning may run beside the slot loop (`background_planning=True`, the
 cluster path; `planning.py`): at an epoch boundary the observation is taken in the loop
@@ -78,7 +80,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from lmedge.api import (
     ActuationResult,
@@ -114,7 +116,7 @@ from lmedge.controller.planning import (
 )
 from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.controller.recording import StoreWriter
-from lmedge.metrics import MetricRow, metric_lms, window_metrics
+from lmedge.metrics import WindowTally, lms_named
 from lmedge.policies.classes import class_arrivals, lm_arrivals, routes_for_classes
 from lmedge.store import Store
 
@@ -150,6 +152,26 @@ class SlotTiming:
     #: wall time also counts the waits for a core)
     decide_cpu_s: float = 0.0
     deployers_cpu_s: float = 0.0
+
+
+class RunRecorder(Protocol):
+    """Follows a run slot by slot, e.g. to compute its summary without keeping its history.
+
+    The loop calls it in this order each slot: `placed` for every actuated
+    placement, then `finished` with the records drained at the slot end and
+    the context in force in that slot, `decided` with the slot's decisions,
+    and `timed`; `decided` once more at `close` for a plan that finished then.
+    """
+
+    def placed(self, slot: int, actuation: ActuationResult) -> None: ...
+
+    def finished(
+        self, slot: int, ctx: ClusterContext, records: Sequence[RequestRecord]
+    ) -> None: ...
+
+    def decided(self, decisions: Sequence[Decision[Any]]) -> None: ...
+
+    def timed(self, timing: SlotTiming) -> None: ...
 
 
 @dataclass
@@ -195,6 +217,7 @@ class ControlLoop:
         background_planning: bool = False,
         plan_lag_slots: int | None = None,
         metrics: ControlPlaneMetrics | None = None,
+        recorder: RunRecorder | None = None,
     ) -> None:
         if plan_lag_slots is not None and plan_lag_slots < 0:
             raise ValueError(f"plan_lag_slots must be >= 0, got {plan_lag_slots}")
@@ -211,8 +234,9 @@ class ControlLoop:
         self._memory: list[MemoryCase] = list(memory)
         self._macro: MacroPolicy | None = None
         self._placements: dict[str, Placement] = {}
-        # the epoch's requests as the metrics read them (MetricRow: ~10x smaller)
-        self._epoch_records: list[MetricRow] = []
+        # the epoch's metrics as running sums, never its requests (~500,000 at 1,000 workers)
+        self._epoch_tally = _epoch_tally(self.ctx)
+        self._recorder = recorder
         self._epoch_traffic: dict[str, int] = {}
         # requests routed this epoch, and those sent off-role (the planner sees the ratio)
         self._epoch_routed = 0
@@ -275,6 +299,8 @@ class ControlLoop:
             d = self._planning.close() if self._planning is not None else None
             if d is not None:
                 self._writer.hold(d)
+                if self._recorder is not None:
+                    self._recorder.decided([d])
                 if self._keep_decisions:
                     self.result.decisions.append(d)
             self._writer.flush()
@@ -304,6 +330,7 @@ class ControlLoop:
             self.ctx = update.context
             self._workers = [n for n in self.ctx.workers if n.name in self.plugins.deployers]
             self._placements = {k: v for k, v in self._placements.items() if self.ctx.has_node(k)}
+            self._epoch_tally.use_deadlines(self.ctx.loop.tau_s, _deadlines(self.ctx))
         ctx = self.ctx
         epoch = slot // ctx.loop.epoch_slots
         timing = SlotTiming(slot)
@@ -342,6 +369,8 @@ class ControlLoop:
         for d in d_places:
             self._placements[d.value.node] = d.value
             actuation = self.backend.apply_placement(d.value)
+            if self._recorder is not None:
+                self._recorder.placed(slot, actuation)
             if self._keep_history:
                 self.result.placements.append(d.value)
                 self.result.placement_slots.append(slot)
@@ -368,7 +397,12 @@ class ControlLoop:
             self.metrics.observe_decisions(decisions)
             self.metrics.observe_slot(slot, timing.decide_s)
         self._feedback(records)
-        self._epoch_records.extend(map(MetricRow.of, records))
+        for r in records:
+            self._epoch_tally.add(r)
+        if self._recorder is not None:
+            self._recorder.finished(slot, ctx, records)
+            self._recorder.decided(decisions)
+            self._recorder.timed(timing)
         if self._keep_history:
             self.result.records.extend(records)
             self.result.timings.append(timing)
@@ -534,13 +568,8 @@ class ControlLoop:
 
     def _end_epoch(self, epoch: int) -> None:
         ctx = self.ctx
-        metrics = window_metrics(
-            self._epoch_records,
-            metric_lms(ctx, self._epoch_records),
-            tau_s=ctx.loop.tau_s,
-            lam=ctx.loop.lam,
-            deadlines={lm: ctx.deadline_s(lm) for lm in ctx.lm_names},
-        )
+        tally = self._epoch_tally
+        metrics = tally.metrics(lms_named(ctx, tally.names), ctx.loop.lam)
         if self._epoch_routed:
             ratio = self._epoch_off_role / self._epoch_routed
             metrics = metrics.model_copy(update={"off_role_ratio": round(ratio, 6)})
@@ -569,7 +598,16 @@ class ControlLoop:
         self._last_metrics = metrics
         self._last_traffic = self._epoch_traffic
         self._epoch_traffic = {}
-        self._epoch_records = []
+        self._epoch_tally = _epoch_tally(ctx)
+
+
+def _deadlines(ctx: ClusterContext) -> dict[str, float]:
+    return {lm: ctx.deadline_s(lm) for lm in ctx.lm_names}
+
+
+def _epoch_tally(ctx: ClusterContext) -> WindowTally:
+    """An epoch's metrics, each request counted with the deadlines in force when it finished."""
+    return WindowTally(tau_s=ctx.loop.tau_s, deadlines=_deadlines(ctx))
 
 
 def route_index(routing: RoutingMap) -> dict[tuple[str, str], Route]:

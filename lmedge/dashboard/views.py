@@ -30,7 +30,13 @@ from typing import Any, Final, cast
 from lmedge.api.constants import LoopConstants
 from lmedge.api.decisions import MacroPolicy, Placement
 from lmedge.api.records import NodeTelemetry, RequestRecord
-from lmedge.metrics import conflict_stats, fairness, segment_metrics
+from lmedge.metrics import (
+    conflict_stats,
+    fairness,
+    lm_mean_penalized_latency,
+    penalized_latency,
+    segment_metrics,
+)
 from lmedge.store import AnyDecision, RunInfo, Store
 
 #: Decisions read for one run's cluster view: enough for a 1000-slot run of
@@ -214,11 +220,13 @@ def run_state(
         lam=c.lam,
     )
     o = seg.overall
+    deadlines = {s.lm: c.tau_s for s in o.per_lm}  # the store keeps tau, not each LM's deadline
     conflicts = conflict_stats(records, tau_s=c.tau_s)
     headline: dict[str, float | int | None] = {
         "objective": o.objective,
         "jain": o.jain,
         "lm_mean_latency_s": o.lm_mean_latency_s,
+        "lm_mean_penalized_latency_s": lm_mean_penalized_latency(o.per_lm, deadlines),
         "mean_latency_s": o.mean_latency_s,
         "success_ratio": o.successes / o.requests if o.requests else None,
         "requests": o.requests,
@@ -237,6 +245,7 @@ def run_state(
             "jain": w.jain,
             "mean_latency_s": w.mean_latency_s,
             "lm_mean_latency_s": w.lm_mean_latency_s,
+            "lm_mean_penalized_latency_s": lm_mean_penalized_latency(w.per_lm, deadlines),
             "success_ratio": w.successes / w.requests if w.requests else None,
             "rejected_ratio": w.rejected / w.requests if w.requests else None,
             "conflict_ratio": w.conflict_ratio,
@@ -260,7 +269,11 @@ def run_state(
         records=len(records),
         headline=headline,
         per_lm=[
-            {**s.model_dump(), "rejected_ratio": s.rejected / s.arrivals if s.arrivals else None}
+            {
+                **s.model_dump(),
+                "rejected_ratio": s.rejected / s.arrivals if s.arrivals else None,
+                "penalized_latency_s": penalized_latency(s, deadlines[s.lm]),
+            }
             for s in o.per_lm
         ],
         lms=lms,

@@ -172,23 +172,66 @@ def lower_bounds(
     LM's mean latency is never below its bound; an LM with no success gets
     the bound over its arrivals, and one with neither None. A record's LM may
     be a request class: its serving `model` (else the class's default model)
-    is the LM bounded. Unknown LMs and origins give None.
+    is the LM bounded. Unknown LMs and origins give None. Every record is
+    bounded in `ctx`; `LowerBoundTally` takes each one's own context.
     """
-    network = Network(ctx.nodes)
-    cache: dict[tuple[str, str, int], float | None] = {}
-    out: dict[str, float | None] = {}
-    for name in lms:
-        mine = [r for r in records if r.lm == name]
-        pool = [r for r in mine if r.outcome == "success"] or mine
-        values: list[float] = []
-        for r in pool:
-            lm = r.model or (name if ctx.has_service(name) else ctx.default_model(name))
-            if lm is None or not ctx.has_service(lm) or not ctx.has_node(r.origin):
+    tally = LowerBoundTally()
+    for r in records:
+        tally.add(ctx, r)
+    return tally.bounds(lms)
+
+
+class LowerBoundTally:
+    """`lower_bounds` as requests finish, each bounded in the context in force then.
+
+    A run's context changes (a timeline adds an LMService or a node): a
+    request is bounded with the LMs, nodes and links it could have used, so
+    an LM that arrives mid-run has a bound like any other. Memory: four
+    numbers per LM and the bounds of the (LM, origin, prompts) keys of the
+    current context.
+    """
+
+    def __init__(self) -> None:
+        self._ctx: ClusterContext | None = None
+        self._network: Network | None = None
+        self._cache: dict[tuple[str, str, int], float | None] = {}
+        # per metric LM: [successes, sum and count of their bounds, sum and count of all bounds]
+        self._per_lm: dict[str, list[float]] = {}
+
+    def add(self, ctx: ClusterContext, r: RequestRecord) -> None:
+        """Bound one finished request in `ctx`, the context in force when it ran."""
+        if ctx is not self._ctx:
+            self._ctx, self._network, self._cache = ctx, Network(ctx.nodes), {}
+        assert self._network is not None
+        name = r.lm
+        row = self._per_lm.get(name)
+        if row is None:
+            row = self._per_lm[name] = [0, 0.0, 0, 0.0, 0]
+        ok = r.outcome == "success"
+        row[0] += ok
+        lm = r.model or (name if ctx.has_service(name) else ctx.default_model(name))
+        if lm is None or not ctx.has_service(lm) or not ctx.has_node(r.origin):
+            return
+        key = (lm, r.origin, r.prompts)
+        if key not in self._cache:
+            self._cache[key] = no_queue_lower_bound(ctx, self._network, lm, r.origin, r.prompts)
+        if (v := self._cache[key]) is None:
+            return
+        if ok:
+            row[1] += v
+            row[2] += 1
+        row[3] += v
+        row[4] += 1
+
+    def bounds(self, lms: Sequence[str]) -> dict[str, float | None]:
+        """Per LM of `lms`: the mean bound of its successes, else of its arrivals, else None."""
+        out: dict[str, float | None] = {}
+        for name in lms:
+            row = self._per_lm.get(name)
+            if row is None:
+                out[name] = None
                 continue
-            key = (lm, r.origin, r.prompts)
-            if key not in cache:
-                cache[key] = no_queue_lower_bound(ctx, network, lm, r.origin, r.prompts)
-            if (v := cache[key]) is not None:
-                values.append(v)
-        out[name] = sum(values) / len(values) if values else None
-    return out
+            successes, ok_sum, ok_n, all_sum, all_n = row
+            total, n = (ok_sum, ok_n) if successes else (all_sum, all_n)
+            out[name] = total / n if n else None
+        return out

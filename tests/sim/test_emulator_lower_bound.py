@@ -24,7 +24,7 @@ TESTBED = Path(__file__).resolve().parents[2] / "examples" / "testbed"
 @pytest.mark.parametrize("policy", ["rr", "ll"])
 def test_no_success_is_faster_than_its_bound(policy: str) -> None:
     sc = load_scenario(TESTBED, emulation={"service_time_cv": 0.0})
-    out = run(RunSpec(TESTBED, PolicyChoice(policy), 1, 12), scenario=sc)
+    out = run(RunSpec(TESTBED, PolicyChoice(policy), 1, 12, keep_history=True), scenario=sc)
     ctx = out.result.context
     net = Network(ctx.nodes)
     ok = [r for r in out.result.measured_records() if r.outcome == "success"]

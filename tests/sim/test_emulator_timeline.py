@@ -278,7 +278,7 @@ def test_churn_no_request_vanishes_and_the_loop_replans_on_changes() -> None:
     """Every generated request of the measured slots has exactly one record."""
     folder = ROOT / "examples" / "churn"
     slots, seed = 200, 2
-    result = run(RunSpec(folder, PolicyChoice("rr"), seed, slots)).result
+    result = run(RunSpec(folder, PolicyChoice("rr"), seed, slots, keep_history=True)).result
     scenario = load_scenario(folder)
     workload = Workload(scenario, seed)
     # the generator's users ask only for LMs in force at the slot

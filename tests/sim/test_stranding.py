@@ -23,7 +23,7 @@ TESTBED = Path(__file__).parents[2] / "examples" / "testbed"
 
 
 def _stranded(profile: str, seed: int, slots: int) -> tuple[list[RequestRecord], int]:
-    out = run(RunSpec(TESTBED, PolicyChoice(profile), seed=seed, slots=slots))
+    out = run(RunSpec(TESTBED, PolicyChoice(profile), seed=seed, slots=slots, keep_history=True))
     result, ctx = out.result, out.result.context
     records = result.measured_records()
     found = stranded_requests(
