@@ -31,7 +31,14 @@ from lmedge.agents.settings import agentic_params
 from lmedge.api.params_file import ParamsFile, merge_params, read_params
 from lmedge.api.runconfig import DEFAULT_PROFILE
 from lmedge.bench.executors import executor_for
-from lmedge.bench.runner import RunData, RunOutcome, RunSpec, resolve_scenario, run
+from lmedge.bench.runner import (
+    RunData,
+    RunExecutor,
+    RunOutcome,
+    RunSpec,
+    resolve_scenario,
+    run,
+)
 from lmedge.bench.summary import dumps
 from lmedge.cli.console import (
     AddressOpt,
@@ -375,7 +382,11 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--scenario", "-f", help="Scenario folder or example name; repeatable."),
         ] = None,
-        policies: str = typer.Option("rr,rf,ll", help="Comma-separated policy profiles."),
+        policies: str | None = typer.Option(
+            None,
+            help="Comma-separated policy profiles (default rr,rf,ll; with --generated the "
+            "paper's nine and cema, lyreo).",
+        ),
         slots: int | None = typer.Option(None, help="Measured slots (default: the scenario's)."),
         seeds: str = typer.Option("1", help="Comma-separated seeds, e.g. 1,2,3."),
         out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = BENCH_OUT,
@@ -386,6 +397,16 @@ def register(app: typer.Typer) -> None:
         workers: WorkersOpt = None,
         executor_name: ExecutorOpt = "local",
         address: AddressOpt = None,
+        generated: int | None = typer.Option(
+            None,
+            min=1,
+            help="Robustness bench: run on this many generated scenarios (`lmedge scenarios "
+            "generate`, 4-12 workers, 3-8 LMs, 60 slots; written under OUT/scenarios) and "
+            "rank each profile against the best of each scenario and seed.",
+        ),
+        first: int = typer.Option(
+            1, "--from", min=0, help="With --generated: the first generator seed."
+        ),
     ) -> None:
         """Run policies side by side on identical traces and write a report folder.
 
@@ -394,7 +415,21 @@ def register(app: typer.Typer) -> None:
         """
         register_plugins()
         _check_slots(slots)
-        names = [p.strip() for p in policies.split(",") if p.strip()]
+        if generated is not None:
+            if scenarios or store is not None:
+                raise ConfigError("--generated draws its own scenarios: drop -f/--store with it")
+            _robustness(
+                generated,
+                first,
+                policies,
+                slots,
+                seeds,
+                out_dir,
+                params_file,
+                executor_for(workers, executor_name, address, setup=register_plugins),
+            )
+            return
+        names = [p.strip() for p in (policies or "rr,rf,ll").split(",") if p.strip()]
         if not names:
             raise ConfigError("--policies names no policy")
         choices = [_choice(n, None, None, None) for n in names]
@@ -503,6 +538,55 @@ def register(app: typer.Typer) -> None:
             soft_wrap=True,
         )
         _exit_on(_store_problem(st, run_id))
+
+
+def _robustness(
+    count: int,
+    first: int,
+    policies: str | None,
+    slots: int | None,
+    seeds: str,
+    out_dir: Path,
+    params_file: Path | None,
+    executor: RunExecutor,
+) -> None:
+    """`bench --generated`: generate, run every profile on each scenario and seed, score."""
+    from lmedge.bench import paper, robustness
+    from lmedge.cli.scenarios import default_pool
+    from lmedge.sim.generator import load_pool
+
+    given = policies or ",".join(paper.METHODS + paper.EXTRAS)
+    names = [p.strip() for p in given.split(",") if p.strip()]
+    if not names:
+        raise ConfigError("--policies names no policy")
+    choices = [_choice(n, None, None, None) for n in names]
+    if params_file:
+        choices = _with_params(choices, read_params(params_file))
+    seed_list = parse_seeds(seeds)
+    folder = _report_folder(out_dir)
+    pool = load_pool(default_pool())
+    paths = robustness.write_scenarios(
+        first, count, folder / "scenarios", pool, robustness.BENCH_BOUNDS
+    )
+    grid = [
+        RunSpec(path, choice, seed, slots)
+        for path in paths
+        for seed in seed_list
+        for choice in choices
+    ]
+    with _progress(err.is_terminal) as update:
+        done = [0]
+
+        def step(_: int, d: RunData) -> None:
+            done[0] += 1
+            update(done[0], len(grid), f"{count} generated scenarios x {len(seed_list)} seeds")
+
+        runs = executor.map(grid, step)
+    tau = {name: tau_s for name, (_, tau_s) in _loops(paths).items()}
+    payload = robustness.score([d.summary for d in runs], tau)
+    md = robustness.write(folder, payload)
+    out.print(robustness.markdown(payload), markup=False, highlight=False, soft_wrap=True)
+    out.print(f"report: {md}", soft_wrap=True)
 
 
 def _store_problem(store: Store | None, run_id: str) -> str | None:

@@ -194,6 +194,15 @@ class WorkloadSpec(SpecModel):
     origins: list[K8sName] | None = Field(
         default=None, description="Origin nodes; default: every worker (paper §V-B)."
     )
+    origin_prompts: dict[K8sName, dict[K8sName, PromptRange]] = Field(
+        default_factory=dict,
+        description=(
+            "Per-origin demand: {origin: {LM or request class: K range}}. A named cell "
+            "(origin, class) draws its K from this range in every phase, instead of the "
+            "phase's or workload.prompts' range; cells not named keep those. U{0..0} "
+            "silences an origin for a class. Default: every origin alike (paper §V-B)."
+        ),
+    )
     classes: list[K8sName] | None = Field(
         default=None,
         description=(
@@ -408,6 +417,16 @@ def _check(s: Scenario, source: str) -> None:
             if not ctx.has_node(o) or ctx.node(o).spec.role != "worker":
                 raise ManifestError(
                     source, f"Scenario.workload.origins.{i}", f"{o!r} is not a worker"
+                )
+    origins = set(s.origins)
+    for o, per_class in s.spec.workload.origin_prompts.items():
+        where = f"Scenario.workload.originPrompts.{o}"
+        if o not in origins:
+            raise ManifestError(source, where, f"{o!r} is not an origin of the workload")
+        for cls in per_class:
+            if cls not in lm_names and cls not in wanted:
+                raise ManifestError(
+                    source, f"{where}.{cls}", "neither an LMService nor a request class"
                 )
     wl = s.spec.workload
     lengths = [("Scenario.workload.tokenLengths", wl.token_lengths)]

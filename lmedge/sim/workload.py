@@ -7,7 +7,9 @@ K ~ U{min..max} prompts (paper §V-B: K in {0..8}, K = 0 means no request),
 arriving at a uniform offset within the slot. Phases give bursty traces
 (per-phase per-LM K ranges). A slot's requests are drawn from their own
 random stream, seeded by (seed, slot), so they are the same whatever the
-controller decides and whichever slot is asked for first.
+controller decides and whichever slot is asked for first. Per-origin demand
+(`workload.originPrompts`) gives chosen (origin, class) cells their own K
+range in every phase; a scenario without it generates what it always did.
 
 `record_trace` writes the generated workload as a trace file (CSV or JSONL,
 see `trace.py`) that can replace the generator to replay the same arrivals.
@@ -40,6 +42,7 @@ class Workload:
         # request classes; by default the LM names (each LM its own class)
         self._lms = scenario.request_classes
         spec = scenario.spec.workload
+        self._per_origin = spec.origin_prompts
         self._phases: list[tuple[int, np.ndarray, np.ndarray]] = []
         start = 0
         for phase in spec.phases or []:
@@ -53,11 +56,19 @@ class Workload:
         self._cache: dict[int, list[RequestSpec]] = {}
 
     def _ranges(self, per_lm: Any, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(origins x classes) K bounds: the origin's own range, else the phase's, else `lo..hi`."""
+
+        def bound(origin: str, lm: str, attr: str, default: int) -> int:
+            own = self._per_origin.get(origin, {})
+            if lm in own:
+                return int(getattr(own[lm], attr))
+            return int(getattr(per_lm[lm], attr)) if lm in per_lm else default
+
         lows = np.array(
-            [per_lm[lm].min if lm in per_lm else lo for lm in self._lms], dtype=np.int64
+            [[bound(o, lm, "min", lo) for lm in self._lms] for o in self._origins], dtype=np.int64
         )
         highs = np.array(
-            [per_lm[lm].max if lm in per_lm else hi for lm in self._lms], dtype=np.int64
+            [[bound(o, lm, "max", hi) for lm in self._lms] for o in self._origins], dtype=np.int64
         )
         return lows, highs
 

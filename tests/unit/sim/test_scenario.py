@@ -79,6 +79,21 @@ def _edit(path: Path, fn: object) -> None:
         ({"workload": {"trace": "nope.csv"}}, "Scenario.workload.trace", "no such file"),
         ({"emulation": {"gpuDemand": {"lm9": 0.5}}}, "Scenario.emulation.gpuDemand.lm9", "unknown"),
         ({"emulation": {"gpuDemand": {"lm1": 0}}}, "Scenario.emulation.gpuDemand.lm1", "(0, 1]"),
+        (
+            {"workload": {"originPrompts": {"control": {"lm1": {"max": 2}}}}},
+            "Scenario.workload.originPrompts.control",
+            "not an origin",
+        ),
+        (
+            {"workload": {"originPrompts": {"worker-1": {"lm9": {"max": 2}}}}},
+            "Scenario.workload.originPrompts.worker-1.lm9",
+            "neither an LMService nor a request class",
+        ),
+        (
+            {"workload": {"originPrompts": {"worker-1": {"lm1": {"min": 3, "max": 2}}}}},
+            "Scenario.workload.originPrompts.worker-1.lm1",
+            "exceeds",
+        ),
     ],
     ids=[
         "negative-tau",
@@ -94,6 +109,9 @@ def _edit(path: Path, fn: object) -> None:
         "trace-missing",
         "demand-lm",
         "demand-range",
+        "origin-prompts-not-an-origin",
+        "origin-prompts-unknown-lm",
+        "origin-prompts-range",
     ],
 )
 def test_invalid_parameters_name_file_and_field(

@@ -49,6 +49,26 @@ def test_bursty_phases_raise_the_burst_lms() -> None:
     assert wl.phase_index(10**6) == 2  # the last phase continues
 
 
+def test_origin_prompts_concentrate_one_lm_at_one_origin() -> None:
+    plain = load_scenario(EXAMPLES / "testbed")
+    others = [o for o in plain.origins if o != "worker-1"]
+    skewed = load_scenario(
+        EXAMPLES / "testbed",
+        workload={
+            "originPrompts": {
+                "worker-1": {"lm4": {"min": 6, "max": 12}},
+                **{o: {"lm4": {"min": 0, "max": 0}} for o in others},
+            }
+        },
+    )
+    a, b = Workload(plain, seed=2), Workload(skewed, seed=2)
+    for t in range(30):
+        lm4 = [r for r in b.slot(t) if r.lm == "lm4"]
+        assert [r.origin for r in lm4] == ["worker-1"]
+        assert 6 <= lm4[0].prompts <= 12
+        assert {r.origin for r in a.slot(t) if r.lm == "lm4"} != {"worker-1"}
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_a_recorded_trace_replays_the_generator(tmp_path: Path, suffix: str) -> None:
     folder = tmp_path / "tb"

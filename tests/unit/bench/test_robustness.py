@@ -1,0 +1,78 @@
+"""The robustness bench's scoring: ratios to each case's best, penalized latency, orderings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lmedge.bench.robustness import markdown, penalized_lm_mean, score
+
+TAU = 900.0
+
+
+def _summary(
+    scenario: str, seed: int, policy: str, j: float, success: float, lat: float
+) -> dict[str, Any]:
+    """One LM, 10 arrivals, `success` of them served at `lat` s each."""
+    ok = round(success * 10)
+    return {
+        "scenario": scenario,
+        "seed": seed,
+        "policy": policy,
+        "objective": j,
+        "success_ratio": success,
+        "lm_mean_latency_s": lat,
+        "window_mean_jain": 1 - j,
+        "per_lm": [
+            {"lm": "a", "arrivals": 10, "successes": ok, "mean_latency_s": lat if ok else None},
+            {"lm": "b", "arrivals": 0, "successes": 0, "mean_latency_s": None},
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("successes", "latency", "expected"),
+    [(10, 20.0, 20.0), (5, 20.0, (5 * 20 + 5 * TAU) / 10), (0, None, TAU)],
+    ids=["all-served", "half-failed-at-tau", "none-served"],
+)
+def test_penalized_latency_counts_every_failure_at_tau(
+    successes: int, latency: float | None, expected: float
+) -> None:
+    s = {"per_lm": [{"arrivals": 10, "successes": successes, "mean_latency_s": latency}]}
+    assert penalized_lm_mean(s, TAU) == pytest.approx(expected)
+
+
+def test_ratios_are_to_the_best_of_the_same_case() -> None:
+    runs = [
+        # case 1: ma best J; mal 2x
+        _summary("g1", 1, "ma", 0.10, 1.0, 10.0),
+        _summary("g1", 1, "mal", 0.20, 0.5, 5.0),
+        # case 2: mal best J; ma 1.04x (within 5%)
+        _summary("g1", 2, "ma", 0.104, 1.0, 10.0),
+        _summary("g1", 2, "mal", 0.10, 1.0, 12.0),
+    ]
+    payload = score(runs, {"g1": TAU})
+    ma, mal = payload["profiles"]["ma"], payload["profiles"]["mal"]
+    assert payload["cases"] == 2
+    assert ma["objective"]["wins"] == 0.5 and ma["objective"]["within_near"] == 1.0
+    assert ma["objective"]["worst_ratio"] == pytest.approx(1.04)
+    assert mal["objective"]["worst_ratio"] == pytest.approx(2.0)
+    assert mal["objective"]["worst_case"] == "g1 s1"
+    # mal's served-only latency is lower in case 1, but half its requests failed:
+    # penalized, it is (5 * 5 + 5 * 900) / 10 = 452.5 s against ma's 10 s
+    assert ma["penalized_latency"]["wins"] == 1.0
+    assert mal["penalized_latency"]["worst_ratio"] == pytest.approx(45.25)
+    assert mal["success"]["worst_ratio"] == pytest.approx(2.0)  # best 1.0 / its 0.5
+    lowest = next(o for o in payload["orderings"] if o["claim"] == "MA has the lowest latency")
+    assert (lowest["holds"], lowest["measured"]) == (1, 2)
+
+
+def test_markdown_has_a_row_per_profile_and_the_orderings() -> None:
+    runs = [_summary("g1", 1, p, j, 1.0, 10.0) for p, j in (("ma", 0.1), ("rr", 0.3))]
+    text = markdown(score(runs, {"g1": TAU}))
+    rows = [
+        line for line in text.splitlines() if line.startswith("| ma ") or line.startswith("| rr ")
+    ]
+    assert len(rows) == 2 and "| 3.00 |" in rows[1]
+    assert "MA < MAL < PerLLM < MILP in latency | – | 0 / 0" in text
