@@ -144,11 +144,8 @@ def read_run(store: Store, run_id: str) -> RunData:
     info = find_run(store, run_id)
     records = list(store.requests(run_id))
     newest = store.decisions(run=run_id, limit=1)
-    latest = latest_decision_time(store, run_id)
-    last = max(
-        [r.slot for r in records] + [d.slot for d in newest],
-        default=-1,
-    )
+    latest = latest_decision_time(store, run_id) if newest else None
+    last = max([r.slot for r in records] + [d.slot for d in newest], default=-1)
     return RunData(info=info, records=records, latest_decision=latest, slots=last + 1)
 
 
