@@ -27,7 +27,7 @@ def default_pool() -> Path:
 
 
 def _help() -> str:
-    lines = "\n\n".join(f"- {line}" for line in DISTRIBUTIONS.splitlines())
+    lines = "\n\n".join(f"- {line}" for line in DISTRIBUTIONS)
     return (
         "Write a scenario folder drawn from these distributions (docs/scenarios.md); "
         "every draw is in its generated.yaml, and the same seed writes the same bytes.\n\n" + lines
@@ -50,10 +50,12 @@ def register(app: typer.Typer) -> None:
         min_workers: int = typer.Option(4, min=1, help="Fewest workers to draw."),
         max_workers: int = typer.Option(60, min=1, help="Most workers to draw."),
         max_sites: int = typer.Option(8, min=1, help="Most sites to draw."),
-        pool: Path | None = typer.Option(
-            None,
-            help=f"LMService manifests to draw LMs from (default: examples/{POOL_SCENARIO}'s).",
-        ),
+        pool: Annotated[
+            Path | None,
+            typer.Option(
+                help=f"LMService manifests to draw LMs from (default: examples/{POOL_SCENARIO}'s)."
+            ),
+        ] = None,
     ) -> None:
         bounds = Bounds(
             min_workers=min_workers, max_workers=max_workers, max_sites=max_sites, slots=slots

@@ -552,6 +552,7 @@ def _robustness(
 ) -> None:
     """`bench --generated`: generate, run every profile on each scenario and seed, score."""
     from lmedge.bench import paper, robustness
+    from lmedge.bench.grid import heaviest_first
     from lmedge.cli.scenarios import default_pool
     from lmedge.sim.generator import load_pool
 
@@ -565,15 +566,18 @@ def _robustness(
     seed_list = parse_seeds(seeds)
     folder = _report_folder(out_dir)
     pool = load_pool(default_pool())
-    paths = robustness.write_scenarios(
-        first, count, folder / "scenarios", pool, robustness.BENCH_BOUNDS
+    # the timeline is drawn over the run: --slots sets the generator's run length
+    bounds = robustness.BENCH_BOUNDS
+    bounds = dataclasses.replace(bounds, slots=slots) if slots is not None else bounds
+    paths = robustness.write_scenarios(first, count, folder / "scenarios", pool, bounds)
+    grid = heaviest_first(
+        [
+            RunSpec(path, choice, seed, bounds.slots)
+            for path in paths
+            for seed in seed_list
+            for choice in choices
+        ]
     )
-    grid = [
-        RunSpec(path, choice, seed, slots)
-        for path in paths
-        for seed in seed_list
-        for choice in choices
-    ]
     with _progress(err.is_terminal) as update:
         done = [0]
 

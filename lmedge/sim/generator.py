@@ -5,7 +5,7 @@ module draws them. `generate(seed, pool)` returns the files of one scenario
 folder (`write` puts them on disk): `nodes.yaml`, `services.yaml`,
 `scenario.yaml`, `timeline.yaml` and `generated.yaml`, which lists every
 value drawn, so a folder reads and re-runs on its own. Same seed, bounds and
-pool -> the same bytes. Every distribution below is one line of `DISTRIBUTIONS`,
+pool -> the same bytes. Every distribution is one line of `DISTRIBUTIONS`,
 the text the command's help and `docs/scenarios.md` show.
 
 The LMs are drawn from a pool of shipped LMService manifests (by default
@@ -76,20 +76,36 @@ EMULATION: dict[str, Any] = {
 }
 
 #: Every distribution the generator draws from, as the help and docs/scenarios.md show it.
-DISTRIBUTIONS = """\
-sites S ~ U{1..8}; districts D ~ U{1..ceil(S/2)}, each site in one (uniform, every district used)
-workers W ~ U{max(4, S)..60}: one per site first, the rest uniform over sites; one control node
-links: in a site 10 Gbit/s 0.5 ms (rack); same district 1 Gbit/s 2 ms (metro); else 500 Mbit/s 8 ms (backhaul); latency x U[0.75, 1.5] per site pair
-node kind per worker: CPU-only / 1 GPU / 2 GPUs / 4 GPUs with probabilities (c, (1-c) 0.6, (1-c) 0.3, (1-c) 0.1), c ~ U[0, 0.4]; worker 1 always has a GPU
-GPU class: 1-3 classes per scenario from A5000, RTX-3090, RTX-4090, L4 (24 GiB), A2 (16), RTX-3080 (10), uniform per node; vGPUs per GPU in {1, 2, 4} w.p. (0.25, 0.5, 0.25)
-node size: CPU-only cores {16, 24, 32}, memory {32, 64} GiB; GPU node cores {8, 16, 32}, memory {24, 32, 64} GiB (uniform)
-LMs L ~ U{3..10} from the pool without replacement, at least one CPU-capable and one GPU-only
-load rho ~ U[0.5, 1.2] of the GPU capacity estimate; bottleneck w.p. 0.5: one LM takes a share U[0.4, 0.7] of the GPU time, the rest Dirichlet(2); else Dirichlet(5) shares
-per-origin demand per LM: uniform w.p. 0.5; skewed w.p. 0.3 (origin weights Dirichlet(0.5)); hotspot w.p. 0.2 (one site's origins get U[0.6, 0.9] of it); K ~ U{0..k} per origin, sum of k = round(2 x mean prompts per slot) by largest remainder (>= 1)
-node churn: U{0..max(1, W/4)} workers (never worker 1) down at a slot U[0.1, 0.8] T, back after U[0.1, 0.3] T, or deleted for good w.p. 0.25
-LMService applied w.p. 0.7 at U[0.2, 0.6] T (a pool LM not yet in use, with its own share); edited w.p. 0.5 at U[0.3, 0.7] T (service times x U[0.7, 1.3], new image); deleted w.p. 0.5 at U[0.5, 0.9] T (not the bottleneck or the edited one)
-link shock (S >= 2) w.p. 0.6: a site pair at U[0.2, 0.7] T, latency x U[3, 20], bandwidth / U[2, 20], restored after U[0.1, 0.3] T
-loop and emulation: the testbed's (30-s slots, 50-slot epochs, tau 900 s); T = the run length in slots"""
+DISTRIBUTIONS: tuple[str, ...] = (
+    "sites S ~ U{1..8}; districts D ~ U{1..ceil(S/2)}, each site in one (uniform, every "
+    "district used)",
+    "workers W ~ U{max(4, S)..60}: one per site first, the rest uniform over sites; one "
+    "control node",
+    "links: in a site 10 Gbit/s 0.5 ms (rack); same district 1 Gbit/s 2 ms (metro); else "
+    "500 Mbit/s 8 ms (backhaul); latency x U[0.75, 1.5] per site pair",
+    "node kind per worker: CPU-only / 1 GPU / 2 GPUs / 4 GPUs with probabilities (c, "
+    "(1-c) 0.6, (1-c) 0.3, (1-c) 0.1), c ~ U[0, 0.4]; worker 1 always has a GPU",
+    "GPU class: 1-3 classes per scenario from A5000, RTX-3090, RTX-4090, L4 (24 GiB), A2 "
+    "(16), RTX-3080 (10), uniform per node; vGPUs per GPU in {1, 2, 4} w.p. (0.25, 0.5, 0.25)",
+    "node size: CPU-only cores {16, 24, 32}, memory {32, 64} GiB; GPU node cores {8, 16, 32}, "
+    "memory {24, 32, 64} GiB (uniform)",
+    "LMs L ~ U{3..10} from the pool without replacement, at least one CPU-capable and one GPU-only",
+    "load rho ~ U[0.5, 1.2] of the GPU capacity estimate; bottleneck w.p. 0.5: one LM takes "
+    "a share U[0.4, 0.7] of the GPU time, the rest Dirichlet(2); else Dirichlet(5) shares",
+    "per-origin demand per LM: uniform w.p. 0.5; skewed w.p. 0.3 (origin weights "
+    "Dirichlet(0.5)); hotspot w.p. 0.2 (one site's origins get U[0.6, 0.9] of it); K ~ "
+    "U{0..k} per origin, sum of k = round(2 x mean prompts per slot) by largest remainder "
+    "(>= 1)",
+    "node churn: U{0..max(1, W/4)} workers (never worker 1) down at a slot U[0.1, 0.8] T, "
+    "back after U[0.1, 0.3] T, or deleted for good w.p. 0.25",
+    "LMService applied w.p. 0.7 at U[0.2, 0.6] T (a pool LM not yet in use, with its own "
+    "share); edited w.p. 0.5 at U[0.3, 0.7] T (service times x U[0.7, 1.3], new image); "
+    "deleted w.p. 0.5 at U[0.5, 0.9] T (not the bottleneck or the edited one)",
+    "link shock (S >= 2) w.p. 0.6: a site pair at U[0.2, 0.7] T, latency x U[3, 20], "
+    "bandwidth / U[2, 20], restored after U[0.1, 0.3] T",
+    "loop and emulation: the testbed's (30-s slots, 50-slot epochs, tau 900 s); T = the run "
+    "length in slots",
+)
 
 
 @dataclass(frozen=True)
@@ -436,10 +452,9 @@ class _Draw:
         drawn: dict[str, Any] = {}
         # node churn: never the first worker (the one sure GPU node)
         n_churn = self.i(0, max(1, len(workers) // 4)) if len(workers) > 1 else 0
+        size = min(n_churn, len(workers) - 1)
         picked = (
-            self.rng.choice(len(workers) - 1, size=min(n_churn, len(workers) - 1), replace=False)
-            if n_churn
-            else []
+            self.rng.choice(len(workers) - 1, size=size, replace=False).tolist() if size else []
         )
         churn = []
         for k in sorted(int(x) + 1 for x in picked):
