@@ -5,6 +5,8 @@ from lmedge.policies.cema.quality import (
     PriorQualityPredictor,
     QualityPredictor,
     RagQualityPredictor,
+    StoreParams,
+    StoreQualityPredictor,
     rag_available,
 )
 from lmedge.policies.cema.router import NAME, CemaParams, CemaRouter, build
@@ -18,6 +20,8 @@ __all__ = [
     "PriorQualityPredictor",
     "QualityPredictor",
     "RagQualityPredictor",
+    "StoreParams",
+    "StoreQualityPredictor",
     "Weights",
     "build",
     "rag_available",

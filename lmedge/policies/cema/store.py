@@ -153,7 +153,7 @@ class QualityStore:
 
     def embedding(self, prompt_id: str) -> Array:
         """The stored embedding of a row (either split)."""
-        return self.embeddings[self._row[prompt_id]]
+        return np.asarray(self.embeddings[self._row[prompt_id]])
 
     def neighbours(self, query: Array) -> tuple[Array, Array]:
         """(similarities, store rows) of the top-K profiled prompts at or above the threshold."""
@@ -167,7 +167,7 @@ class QualityStore:
         """q_hat(query, m) for every store model (Eq. 3; the model means below threshold)."""
         sims, rows = self.neighbours(query)
         if len(rows) == 0 or sims.sum() <= 0:
-            return self._mean.astype(np.float64)
+            return np.asarray(self._mean, dtype=np.float64)
         return np.asarray(sims @ self.scores[rows] / sims.sum(), dtype=np.float64)
 
     def predict(self, query: Array, model: str) -> float:
@@ -187,4 +187,4 @@ class QualityStore:
         """Store rows of the profiled prompts (of one family, when given)."""
         if family is None:
             return self._profile
-        return self._profile[np.asarray(self.families)[self._profile] == family]
+        return np.asarray(self._profile[np.asarray(self.families)[self._profile] == family])
