@@ -1,5 +1,6 @@
 """CEMA-Router: memetic batch routing over quality, cost, energy and completion time."""
 
+from lmedge.policies.cema import dataset
 from lmedge.policies.cema.evaluator import BatchEvaluator, Gene, Weights
 from lmedge.policies.cema.quality import (
     PriorQualityPredictor,
@@ -24,5 +25,6 @@ __all__ = [
     "StoreQualityPredictor",
     "Weights",
     "build",
+    "dataset",
     "rag_available",
 ]

@@ -227,8 +227,8 @@ def generate(
 
 
 def dumps(rows: Iterable[ScoredPrompt]) -> str:
-    """JSON lines, one row each (the committed file's format)."""
-    return "".join(json.dumps(r.model_dump(), sort_keys=True) + "\n" for r in rows)
+    """JSON lines, one row each, fields and models in order (the committed file's format)."""
+    return "".join(json.dumps(r.model_dump()) + "\n" for r in rows)
 
 
 def load(path: Path = DATA_FILE) -> list[ScoredPrompt]:
