@@ -188,3 +188,15 @@ class QualityStore:
         if family is None:
             return self._profile
         return np.asarray(self._profile[np.asarray(self.families)[self._profile] == family])
+
+    def workload_ids(self, family: str | None = None) -> list[str]:
+        """Ids of the never-indexed `workload` prompts (of one family), the prompts a run sends.
+
+        A request-level router asks about request i of a class by the id of
+        `workload_ids(family)[i % len]` (`embedding(id)`), so no run needs torch.
+        """
+        return [
+            i
+            for i, f, sp in zip(self.ids, self.families, self.splits, strict=True)
+            if sp == "workload" and family in (None, f)
+        ]

@@ -149,6 +149,8 @@ def test_q_hat_falls_back_to_the_models_profiled_mean() -> None:
     assert store.predict(away, "a") == pytest.approx(0.5)  # (1 + 0 + 0.5) / 3
     assert store.predict(away, "b") == pytest.approx(0.5)
     # the workload row w0 sits on p0 but is never a neighbour (scores 0 there)
+    assert store.workload_ids() == store.workload_ids("f") == ["w0"]
+    assert store.workload_ids("g") == []
     assert store.predict(store.embedding("w0"), "a") > 0.5
 
 
