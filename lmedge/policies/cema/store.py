@@ -86,6 +86,8 @@ class QualityStore:
         self.embeddings = np.ascontiguousarray(self.embeddings, dtype=np.float32)
         self.scores = np.asarray(self.scores, dtype=np.float32)
         self._profile = np.flatnonzero(np.asarray(self.splits) == "profile")
+        if len(self._profile) == 0:
+            raise ConfigError("cema quality store: no `profile` prompts to index")
         self._index = faiss.IndexFlatIP(self.embeddings.shape[1])
         self._index.add(self.embeddings[self._profile])
         self._row = {i: k for k, i in enumerate(self.ids)}

@@ -152,6 +152,15 @@ def test_q_hat_falls_back_to_the_models_profiled_mean() -> None:
     assert store.workload_ids() == store.workload_ids("f") == ["w0"]
     assert store.workload_ids("g") == []
     assert store.predict(store.embedding("w0"), "a") > 0.5
+    with pytest.raises(ConfigError, match="no `profile` prompts"):
+        QualityStore(
+            ids=["w0"],
+            families=["f"],
+            splits=["workload"],
+            models=["a"],
+            embeddings=np.ones((1, 2), dtype=np.float32),
+            scores=np.ones((1, 1), dtype=np.float32),
+        )
 
 
 @needs_cema
