@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "lmedge.cli.dashboard",
     "lmedge.cli.policies",
     "lmedge.cli.scenarios",
+    "lmedge.cli.cema",
 ]
 
 app = typer.Typer(

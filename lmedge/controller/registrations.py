@@ -129,6 +129,14 @@ def cema(reg: Registry) -> None:
         "CEMA-Router: memetic batch routing over quality, cost, energy, completion time",
         Capabilities(routes_request_classes=True),
     )
+    from lmedge.policies.cema.uniroute import build as build_uniroute
+
+    reg.add_router(
+        "uniroute",
+        lambda b: build_uniroute(b.context, b.seed, b.params),
+        "UniRoute (CEMA's baseline): per-cluster error + 0.05 x normalized cost, quality store",
+        Capabilities(routes_request_classes=True),
+    )
 
 
 def lyreo(reg: Registry) -> None:
@@ -207,6 +215,13 @@ def register_profiles(reg: Registry) -> None:
         Profile("milp", "static", "milp", "milp", "MILP: joint routing and activation per slot"),
         Profile(
             "cema", "static", "cema", "lyapunov", "CEMA-Router batch routing + Lyapunov deployment"
+        ),
+        Profile(
+            "uniroute",
+            "static",
+            "uniroute",
+            "lyapunov",
+            "UniRoute quality-cost routing (CEMA's baseline) + Lyapunov deployment",
         ),
         Profile(
             "lyreo",

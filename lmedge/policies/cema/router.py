@@ -46,6 +46,7 @@ from lmedge.policies.cema.quality import (
     PriorQualityPredictor,
     QualityPredictor,
     RagQualityPredictor,
+    StoreParams,
     rag_available,
 )
 from lmedge.policies.kit.params import PluginParams, parse_params
@@ -75,8 +76,11 @@ class CemaParams(PluginParams):
     w_energy: float = Field(default=0.25, ge=0)
     w_time: float = Field(default=0.25, ge=0)
     radio_watts: float = Field(default=2.0, ge=0, description="Transmit power for comm energy, W.")
-    predictor: str = Field(default="prior", pattern="^(prior|rag)$")
+    predictor: str = Field(default="prior", pattern="^(prior|rag|store)$")
     default_quality: float = Field(default=1.0, ge=0, le=1, description="Prior when unset.")
+    store: StoreParams = Field(
+        default_factory=lambda: StoreParams(), description="The quality store (`store`)."
+    )
 
 
 class CemaRouter:
@@ -165,11 +169,14 @@ class CemaRouter:
 def build(context: ClusterContext, seed: int, params: Mapping[str, Any]) -> CemaRouter:
     p = parse_params(CemaParams, params, NAME)
     predictor: QualityPredictor
-    if p.predictor == "rag":
+    if p.predictor in ("rag", "store"):
         missing = rag_available()
         if missing:
-            raise ConfigError(f"cema predictor=rag: {missing}")
+            raise ConfigError(f"cema predictor={p.predictor}: {missing}")
+    if p.predictor == "rag":
         predictor = RagQualityPredictor(context, default=p.default_quality)
+    elif p.predictor == "store":
+        predictor = p.store.predictor(context, p.default_quality)
     else:
         predictor = PriorQualityPredictor(context, default=p.default_quality)
     return CemaRouter(context, seed, p, predictor)
