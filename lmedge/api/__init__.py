@@ -4,6 +4,7 @@ schemas, store validators and every interface between the parts."""
 from lmedge.api.constants import LoopConstants
 from lmedge.api.decisions import (
     AgentKind,
+    Assignment,
     Decision,
     LMPlacement,
     LMRouting,
@@ -69,6 +70,7 @@ __all__ = [
     "NO_CAPABILITIES",
     "ActuationResult",
     "AgentKind",
+    "Assignment",
     "Arrival",
     "Capabilities",
     "Clock",
