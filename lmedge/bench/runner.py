@@ -42,7 +42,7 @@ from typing import Any, Protocol, cast
 
 from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics
 from lmedge.backends.emulated.backend import EmulatedBackend
-from lmedge.bench.summary import summarize, timing_summary
+from lmedge.bench.summary import balance_summary, summarize, timing_summary
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop, RunResult
 from lmedge.errors import ConfigError, StoreUnavailable
@@ -217,6 +217,8 @@ def run(
     summary = summarize(
         result, scenario=sc.name, seed=spec.seed, components=components, kv_gib_s=kv
     )
+    if isinstance(backend, EmulatedBackend) and backend.emulator.kv_samples:
+        summary["balance"] = balance_summary(result, backend.emulator.kv_samples)
     return RunOutcome(spec, sc, run_id, result, summary, timing_summary(result, wall))
 
 

@@ -20,8 +20,10 @@ from typing import Any, cast, get_args
 from lmedge.api.records import RequestOutcome, RequestRecord
 from lmedge.controller.loop import RunResult
 from lmedge.metrics import (
+    BALANCE_EPSILON,
     audit_counts,
     conflict_stats,
+    load_balance_stats,
     metric_lms,
     reconfiguration_stats,
     segment_metrics,
@@ -190,6 +192,43 @@ def token_summary(records: list[RequestRecord], kv_gib_s: dict[str, float]) -> d
             }
         )
     return {"per_lm": per_lm, "kv_gib_s": dict(sorted(kv_gib_s.items()))}
+
+
+def balance_summary(
+    result: RunResult,
+    kv_samples: list[dict[str, tuple[float, float]]],
+    *,
+    epsilon: float = BALANCE_EPSILON,
+) -> dict[str, Any]:
+    """LYREO's metrics of a token-level run: mean and P99 end-to-end latency of its
+    successful measured requests, and the load deviation Y, virtual-queue length Z
+    and high-KV share (`lmedge.metrics.load_balance_stats`) over its measured slots.
+
+    `kv_samples` is the emulator's reading at every slot boundary
+    (`Emulator.kv_samples`); a server's memory-time capacity is its GPU memory
+    (memory on a CPU-only node), over the servers that ran a token engine.
+    """
+    ctx = result.context
+    ok = [r.latency_s for r in result.measured_records() if r.outcome == "success"]
+    servers = sorted({s for sample in kv_samples for s in sample})
+    capacity = {}
+    for s in servers:
+        spec = ctx.node(s).spec if ctx.has_node(s) else None
+        if spec is not None:
+            capacity[s] = (spec.total_vram_gib if spec.has_gpu else spec.memory_gib) * 1024**3
+    lb = load_balance_stats(
+        kv_samples[: result.slots + 1], capacity, ctx.loop.slot_s, epsilon
+    )
+    return cast(
+        dict[str, Any],
+        rounded(
+            {
+                "mean_latency_s": statistics.fmean(ok) if ok else None,
+                "p99_latency_s": _quantile(ok, 0.99),
+                **lb.model_dump(),
+            }
+        ),
+    )
 
 
 def _stats(name: str, xs: list[float]) -> dict[str, float | None]:
