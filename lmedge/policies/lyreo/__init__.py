@@ -11,15 +11,25 @@ from lmedge.policies.lyreo.router import (
     memory_per_prompt,
     workload,
 )
+from lmedge.policies.lyreo.perrequest import (
+    VARIANTS,
+    LyreoRequestParams,
+    LyreoRequestRouter,
+    build_request_router,
+)
 
 __all__ = [
     "NAME",
     "Candidate",
     "LyreoLearner",
     "LyreoParams",
+    "LyreoRequestParams",
+    "LyreoRequestRouter",
     "LyreoRouter",
     "NoLearner",
+    "VARIANTS",
     "build",
+    "build_request_router",
     "memory_per_prompt",
     "workload",
 ]
