@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import Field
@@ -663,7 +664,7 @@ def load_balance_stats(
     ys: list[float] = []
     zs: list[float] = []
     high = 0
-    for before, after in zip(samples, samples[1:], strict=False):
+    for before, after in pairwise(samples):
         loads = {
             s: (after.get(s, (0.0, 0.0))[0] - before.get(s, (0.0, 0.0))[0])
             / (capacity_bytes[s] * slot_s)

@@ -216,9 +216,7 @@ def balance_summary(
         spec = ctx.node(s).spec if ctx.has_node(s) else None
         if spec is not None:
             capacity[s] = (spec.total_vram_gib if spec.has_gpu else spec.memory_gib) * 1024**3
-    lb = load_balance_stats(
-        kv_samples[: result.slots + 1], capacity, ctx.loop.slot_s, epsilon
-    )
+    lb = load_balance_stats(kv_samples[: result.slots + 1], capacity, ctx.loop.slot_s, epsilon)
     return cast(
         dict[str, Any],
         rounded(

@@ -158,7 +158,9 @@ class Emulator:
         users = scenario.spec.workload.users
         self._radio = users.radio if users is not None else None
         self._server_at = (
-            server_positions([n.name for n in scenario.nodes if n.spec.role == "worker"], users.area_m)
+            server_positions(
+                [n.name for n in scenario.nodes if n.spec.role == "worker"], users.area_m
+            )
             if users is not None
             else {}
         )
@@ -1020,9 +1022,7 @@ class Emulator:
         for n in self.nodes.values():
             engines = [i.engine for i in n.instances.values() if i.engine is not None]
             if engines or n.kv_byte_s_done:
-                usage = max(
-                    (e.kv_used_tokens / e.kv_capacity_tokens for e in engines), default=0.0
-                )
+                usage = max((e.kv_used_tokens / e.kv_capacity_tokens for e in engines), default=0.0)
                 sample[n.name] = (n.kv_byte_s(now), usage)
         self.kv_samples.append(sample)
 

@@ -433,7 +433,9 @@ def _check(s: Scenario, source: str) -> None:
                 )
             read_length_trace(s.folder / spec.file)
     if wl.users is not None and wl.trace is not None:
-        raise ManifestError(source, "Scenario.workload.users", "a trace replaces the users: give one")
+        raise ManifestError(
+            source, "Scenario.workload.users", "a trace replaces the users: give one"
+        )
     trace = s.trace_path
     if trace is not None and not trace.is_file():
         raise ManifestError(source, "Scenario.workload.trace", f"no such file: {trace}")

@@ -111,7 +111,6 @@ class Workload:
             )
         ]
 
-
     def _generate_users(self, slot: int) -> list[RequestSpec]:
         """One request per active user, in user order: a uniform class, a uniform
         position in the area, its nearest server as origin (ties: manifest order)."""
@@ -126,9 +125,7 @@ class Workload:
         names, at = self._servers
         nearest = np.argmin(((pos[:, None, :] - at[None, :, :]) ** 2).sum(axis=2), axis=1)
         return [
-            RequestSpec(
-                slot, names[s], self._lms[c], 1, off, user=u, x_m=float(x), y_m=float(y)
-            )
+            RequestSpec(slot, names[s], self._lms[c], 1, off, user=u, x_m=float(x), y_m=float(y))
             for u, (s, c, off, (x, y)) in enumerate(
                 zip(nearest.tolist(), cls.tolist(), offsets.tolist(), pos.tolist(), strict=True)
             )

@@ -1,5 +1,11 @@
 """LYREO: Lyapunov load-balanced routing over KV memory-time workload, with a learner seam."""
 
+from lmedge.policies.lyreo.perrequest import (
+    VARIANTS,
+    LyreoRequestParams,
+    LyreoRequestRouter,
+    build_request_router,
+)
 from lmedge.policies.lyreo.router import (
     NAME,
     Candidate,
@@ -11,15 +17,10 @@ from lmedge.policies.lyreo.router import (
     memory_per_prompt,
     workload,
 )
-from lmedge.policies.lyreo.perrequest import (
-    VARIANTS,
-    LyreoRequestParams,
-    LyreoRequestRouter,
-    build_request_router,
-)
 
 __all__ = [
     "NAME",
+    "VARIANTS",
     "Candidate",
     "LyreoLearner",
     "LyreoParams",
@@ -27,7 +28,6 @@ __all__ = [
     "LyreoRequestRouter",
     "LyreoRouter",
     "NoLearner",
-    "VARIANTS",
     "build",
     "build_request_router",
     "memory_per_prompt",

@@ -4,4 +4,10 @@ from lmedge.policies.random.deployer import RandomDeployer
 from lmedge.policies.random.planner import RandomPlanner, random_macro_policy
 from lmedge.policies.random.router import RandomRequestRouter, RandomRouter
 
-__all__ = ["RandomDeployer", "RandomPlanner", "RandomRequestRouter", "RandomRouter", "random_macro_policy"]
+__all__ = [
+    "RandomDeployer",
+    "RandomPlanner",
+    "RandomRequestRouter",
+    "RandomRouter",
+    "random_macro_policy",
+]
