@@ -36,13 +36,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from lmedge.api import (
     Arrival,
     Assignment,
     ClusterContext,
     Decision,
-    Mode,
     Route,
     RoutingMap,
     SlotObservation,
@@ -94,7 +94,9 @@ class RequestSlot:
             state = states.get(node)
             inst = state.instance(lm) if state is not None else None
             modes = ctx.modes(node, lm)
-            mode: Mode = inst.mode if inst is not None else (modes[0] if modes else "gpu")
+            mode: Literal["gpu", "cpu"] = (
+                inst.mode if inst is not None else ("cpu" if modes[:1] == ("cpu",) else "gpu")
+            )
             profile = throughput_profile(spec, nspec, mode)
             if tokens is None or profile is None:
                 continue
