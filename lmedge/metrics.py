@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence, Set
+from itertools import pairwise
 from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import Field
@@ -883,3 +884,85 @@ class AuditTally:
         agent_rank = {"planner": 0, "scheduler": 1, "deployer": 2}
         order = sorted(counts, key=lambda k: (agent_rank.get(k[0], 3), k[0], k[1] != "*", k[1]))
         return [AuditCounts(agent=a, source=s, **counts[(a, s)]) for a, s in order]
+
+
+
+# -- LYREO's load-balance metrics (seed lyreo.txt §III-D, §IV-A, §V) ---------------
+#
+# W_s(t): server s's normalized KV memory-time in slot t, the KV bytes it held
+# integrated over the slot over its memory-time capacity M_s x slot (M_s: its
+# GPU memory, or memory on a CPU-only node). Y_s = |W_s - mean W| is its
+# deviation, and Z_s(t+1) = max(Z_s(t) + Y_s(t) - eps, 0) its virtual queue.
+# The high-KV share is the share of server-time at or above `HIGH_KV` of its
+# engine's KV pool in use, sampled at every slot boundary (a server with several
+# engines counts its fullest).
+
+#: KV-pool occupancy at or above which a server counts as high-KV.
+HIGH_KV = 0.9
+#: Tolerated deviation epsilon of the evaluation's virtual queues (LYREO's setting).
+BALANCE_EPSILON = 0.01
+
+
+def load_deviations(loads: Mapping[str, float]) -> dict[str, float]:
+    """Y_s = |W_s - mean_s W| per server (empty for no server)."""
+    mean = math.fsum(loads.values()) / max(len(loads), 1)
+    return {s: abs(w - mean) for s, w in loads.items()}
+
+
+def next_virtual_queues(
+    z: Mapping[str, float], deviations: Mapping[str, float], epsilon: float
+) -> dict[str, float]:
+    """Z_s(t+1) = max(Z_s(t) + Y_s(t) - epsilon, 0); a server new to `z` starts at 0."""
+    return {s: max(z.get(s, 0.0) + y - epsilon, 0.0) for s, y in deviations.items()}
+
+
+class LoadBalanceStats(WireModel):
+    """LYREO's balance metrics over a run's slots (see the section comment above)."""
+
+    slots: int = Field(ge=0, description="Slots with a workload reading.")
+    mean_deviation: float | None = Field(description="Mean over slots of mean_s Y_s.")
+    mean_virtual_queue: float | None = Field(description="Mean over slots of mean_s Z_s.")
+    high_kv_share: float | None = Field(description="Share of server-time at >= HIGH_KV.")
+
+
+def load_balance_stats(
+    samples: Sequence[Mapping[str, tuple[float, float]]],
+    capacity_bytes: Mapping[str, float],
+    slot_s: float,
+    epsilon: float,
+) -> LoadBalanceStats:
+    """Y, Z and the high-KV share from readings at consecutive slot boundaries.
+
+    `samples[t][s]` = (KV byte-seconds server s held up to the start of slot
+    t, the share of its KV pool in use then); slot t's W_s is the growth to
+    `samples[t + 1]` over `capacity_bytes[s] * slot_s`. Servers are those in
+    `capacity_bytes` (one absent from a reading has held nothing yet); Z starts
+    at 0 and is averaged after each slot's update.
+    """
+    servers = list(capacity_bytes)
+    if not servers or len(samples) < 2:
+        return LoadBalanceStats(
+            slots=0, mean_deviation=None, mean_virtual_queue=None, high_kv_share=None
+        )
+    z: dict[str, float] = dict.fromkeys(servers, 0.0)
+    ys: list[float] = []
+    zs: list[float] = []
+    high = 0
+    for before, after in pairwise(samples):
+        loads = {
+            s: (after.get(s, (0.0, 0.0))[0] - before.get(s, (0.0, 0.0))[0])
+            / (capacity_bytes[s] * slot_s)
+            for s in servers
+        }
+        dev = load_deviations(loads)
+        z = next_virtual_queues(z, dev, epsilon)
+        ys.append(math.fsum(dev.values()) / len(servers))
+        zs.append(math.fsum(z.values()) / len(servers))
+        high += sum(1 for s in servers if before.get(s, (0.0, 0.0))[1] >= HIGH_KV)
+    n = len(ys)
+    return LoadBalanceStats(
+        slots=n,
+        mean_deviation=math.fsum(ys) / n,
+        mean_virtual_queue=math.fsum(zs) / n,
+        high_kv_share=high / (n * len(servers)),
+    )

@@ -4,6 +4,7 @@ schemas, store validators and every interface between the parts."""
 from lmedge.api.constants import LoopConstants
 from lmedge.api.decisions import (
     AgentKind,
+    Assignment,
     Decision,
     LMPlacement,
     LMRouting,
@@ -70,6 +71,7 @@ __all__ = [
     "ActuationResult",
     "AgentKind",
     "Arrival",
+    "Assignment",
     "Capabilities",
     "Clock",
     "ClusterBackend",

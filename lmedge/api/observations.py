@@ -213,12 +213,23 @@ class Snapshot(WireModel):
 
 
 class Arrival(WireModel):
-    """Requests of one LM arriving at one origin during the slot."""
+    """Requests of one LM arriving at one origin during the slot.
+
+    `request` names one request when the world knows it before routing (the
+    emulator, which submits one `Arrival` per request): a per-request router
+    addresses it in `RoutingMap.assignments`. `input_tokens` is its prompt's
+    length for a token-engine LM (the output length is not known until it
+    ends). Both are None on an aggregate arrival (a gateway's count).
+    """
 
     origin: str
     lm: str
     requests: int = Field(ge=0)
     prompts: int = Field(ge=0)
+    request: str | None = Field(default=None, description="The request's id, when known.")
+    input_tokens: int | None = Field(
+        default=None, ge=0, description="Input tokens of its prompts (token-engine LMs)."
+    )
 
 
 class LMStats(WireModel):

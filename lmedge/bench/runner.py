@@ -42,7 +42,7 @@ from typing import Any, Protocol, cast
 
 from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics
 from lmedge.backends.emulated.backend import EmulatedBackend
-from lmedge.bench.summary import WINDOW_SLOTS, summarize, timing_summary
+from lmedge.bench.summary import WINDOW_SLOTS, balance_summary, summarize, timing_summary
 from lmedge.bench.tally import RunTally
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop, RunResult
@@ -233,6 +233,8 @@ def run(
     summary = summarize(
         result, tally, scenario=sc.name, seed=spec.seed, components=components, kv_gib_s=kv
     )
+    if isinstance(backend, EmulatedBackend) and backend.emulator.kv_samples:
+        summary["balance"] = balance_summary(tally, backend.emulator.kv_samples)
     requests = request_table(tally) if request_columns else None
     return RunOutcome(spec, sc, run_id, result, summary, timing_summary(tally, wall), requests)
 

@@ -22,7 +22,14 @@ from typing import Any, cast
 from lmedge.api.records import RequestRecord
 from lmedge.bench.tally import RunTally, TokenTally
 from lmedge.controller.loop import RunResult
-from lmedge.metrics import lm_mean_penalized_latency, lms_named, penalized_latency, share
+from lmedge.metrics import (
+    BALANCE_EPSILON,
+    lm_mean_penalized_latency,
+    lms_named,
+    load_balance_stats,
+    penalized_latency,
+    share,
+)
 
 #: Decimals kept in summaries (6: sub-microsecond latencies, ratios to 1e-6).
 DIGITS = 6
@@ -163,6 +170,40 @@ def token_summary(records: list[RequestRecord], kv_gib_s: dict[str, float]) -> d
     for r in records:
         tokens.add(r)
     return {"per_lm": tokens.per_lm(), "kv_gib_s": dict(sorted(kv_gib_s.items()))}
+
+
+def balance_summary(
+    tally: RunTally,
+    kv_samples: list[dict[str, tuple[float, float]]],
+    *,
+    epsilon: float = BALANCE_EPSILON,
+) -> dict[str, Any]:
+    """LYREO's metrics of a token-level run: mean and P99 end-to-end latency of its
+    successful measured requests, and the load deviation Y, virtual-queue length Z
+    and high-KV share (`lmedge.metrics.load_balance_stats`) over its measured slots.
+
+    `kv_samples` is the emulator's reading at every slot boundary
+    (`Emulator.kv_samples`); a server's memory-time capacity is its GPU memory
+    (memory on a CPU-only node), over the servers that ran a token engine.
+    """
+    ctx = tally.ctx
+    servers = sorted({s for sample in kv_samples for s in sample})
+    capacity = {}
+    for s in servers:
+        spec = ctx.node(s).spec if ctx.has_node(s) else None
+        if spec is not None:
+            capacity[s] = (spec.total_vram_gib if spec.has_gpu else spec.memory_gib) * 1024**3
+    lb = load_balance_stats(kv_samples[: tally.slots + 1], capacity, ctx.loop.slot_s, epsilon)
+    return cast(
+        dict[str, Any],
+        rounded(
+            {
+                "mean_latency_s": tally.success_latency.mean(),
+                "p99_latency_s": tally.success_latency.quantile(0.99),
+                **lb.model_dump(),
+            }
+        ),
+    )
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

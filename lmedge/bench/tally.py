@@ -192,6 +192,7 @@ class RunTally:
         self.stranded = StrandedTally(self.deadlines, ctx.loop.slot_s)
         self.bounds = LowerBoundTally()
         self.tokens = TokenTally()
+        self.success_latency = QuantileTally()  # LYREO's mean and P99 (`balance_summary`)
         self.decide_s = array("d")  # one a slot: 8 bytes
         self.store_s = 0.0
         self.columns = RequestColumns() if columns else None
@@ -214,6 +215,8 @@ class RunTally:
             self.stranded.finished(r, slot)
             self.bounds.add(ctx, r)
             self.tokens.add(r)
+            if r.outcome == "success":
+                self.success_latency.add(r.latency_s)
             if self.columns is not None:
                 self.columns.add(r)
 

@@ -11,9 +11,10 @@ root registers these (`lmedge.processes.plugins.register_plugins`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
-from lmedge.api import Capabilities
+from lmedge.api import Capabilities, Router
 from lmedge.controller.catalog import BuildContext, Profile, Registry
 from lmedge.policies.kit.support import no_params
 
@@ -56,6 +57,11 @@ def baselines(reg: Registry) -> None:
         "random",
         _plain("router", "random", lambda b: rnd.RandomRouter(b.seed)),
         "uniformly random feasible destination per (origin, LM)",
+    )
+    reg.add_router(
+        "random-request",
+        _plain("router", "random-request", lambda b: rnd.RandomRequestRouter(b.seed)),
+        "uniformly random server per request (LYREO's Random baseline)",
     )
     reg.add_router(
         "uniform",
@@ -139,6 +145,12 @@ def cema(reg: Registry) -> None:
     )
 
 
+def _request_router(name: str, b: BuildContext) -> Router:
+    from lmedge.policies.lyreo import build_request_router
+
+    return build_request_router(name, b.params)
+
+
 def lyreo(reg: Registry) -> None:
     """LYREO load-balanced routing."""
     from lmedge.policies.lyreo import build as build_lyreo
@@ -147,6 +159,33 @@ def lyreo(reg: Registry) -> None:
         "lyreo",
         lambda b: build_lyreo(b.context, b.seed, b.params),
         "LYREO: drift-plus-penalty routing, latency vs KV memory-time load balance",
+    )
+    for name, summary in (
+        ("lyreo-ly", "LYREO's Lyapunov greedy per request on token-level KV memory-time"),
+        ("lyreo-nolb", "LYREO-NoLB: lyreo-ly without the balance term (latency only)"),
+        ("lyreo-count", "LYREO-Count: lyreo-ly with active requests as the workload"),
+    ):
+        reg.add_router(name, partial(_request_router, name), summary)
+
+
+def per_request(reg: Registry) -> None:
+    """LYREO's per-request baselines: Least-Loaded (global) and Static batching."""
+    from lmedge.policies import leastloaded, staticbatch
+
+    reg.add_router(
+        "ll-kv",
+        lambda b: leastloaded.build("ll-kv", b.params),
+        "Least-Loaded: each request to the server with the least KV memory-time now",
+    )
+    reg.add_router(
+        "ll-count",
+        lambda b: leastloaded.build("ll-count", b.params),
+        "Least-Loaded: each request to the server with the fewest active requests",
+    )
+    reg.add_router(
+        "static-batch",
+        _plain("router", "static-batch", lambda b: staticbatch.StaticBatchRouter()),
+        "Static: each request where a static batch of the slot would finish it first",
     )
 
 
@@ -179,7 +218,21 @@ FAMILIES: tuple[tuple[str, Callable[[Registry], None]], ...] = (
     ("milp", milp),
     ("cema", cema),
     ("lyreo", lyreo),
+    ("per-request", per_request),
     ("agentic", agentic),
+)
+
+
+#: LYREO's setting (examples/lyreo): every server runs its model throughout (`full`),
+#: the router is what differs. (profile, router, summary)
+LYREO_PROFILES: tuple[tuple[str, str, str], ...] = (
+    ("lyreo-ly", "lyreo-ly", "LYREO's Lyapunov scheduler per request (no PPO)"),
+    ("lyreo-nolb", "lyreo-nolb", "LYREO-NoLB ablation: no load-balance term"),
+    ("lyreo-count", "lyreo-count", "LYREO-Count ablation: request count as workload"),
+    ("static-batch", "static-batch", "Static batching baseline (LYREO §V-B)"),
+    ("ll-kv", "ll-kv", "Least-Loaded by KV memory-time (global, per request)"),
+    ("ll-count", "ll-count", "Least-Loaded by active requests (global, per request)"),
+    ("random-request", "random-request", "Random server per request"),
 )
 
 
@@ -229,6 +282,10 @@ def register_profiles(reg: Registry) -> None:
             "lyreo",
             "lyapunov",
             "LYREO load-balanced routing + Lyapunov deployment",
+        ),
+        *(
+            Profile(name, "static", router, "full", summary)
+            for name, router, summary in LYREO_PROFILES
         ),
     ):
         reg.add_profile(p)

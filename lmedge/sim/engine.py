@@ -102,6 +102,7 @@ from lmedge.sim.entities import (
     NodeSim,
 )
 from lmedge.sim.network import Network
+from lmedge.sim.radio import server_positions, uplink_s
 from lmedge.sim.scenario import Scenario
 from lmedge.sim.servicemodel import amdahl, cpu_base_seconds, lognormal_unit
 from lmedge.sim.tokens.batching import BatchingEngine, TokenRequest
@@ -152,6 +153,22 @@ class Emulator:
         self._jitter = lognormal_unit(self.em.service_time_cv) if self.em.service_time_cv else None
         self._routing: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
         self._rejected: dict[int, set[tuple[str, str]]] = {}
+        self._assigned: dict[int, dict[str, tuple[str, str]]] = {}
+        # users with a wireless uplink (lmedge.sim.radio), and where the servers are
+        users = scenario.spec.workload.users
+        self._radio = users.radio if users is not None else None
+        self._server_at = (
+            server_positions(
+                [n.name for n in scenario.nodes if n.spec.role == "worker"], users.area_m
+            )
+            if users is not None
+            else {}
+        )
+        # (slot, token lengths of its requests by request id), drawn once for arrivals and submits
+        self._slot_lengths: tuple[int, dict[str, list[tuple[int, int]]]] | None = None
+        #: per slot boundary, per node running a token engine: (KV byte-seconds so far,
+        #: KV tokens in use / pool of its fullest engine); see `kv_samples`
+        self.kv_samples: list[dict[str, tuple[float, float]]] = []
         self._deadlines: dict[float, deque[Job]] = {}
         self._default: dict[tuple[str, str], str] = {}
         self._hostable = self._hostable_pairs()
@@ -334,10 +351,43 @@ class Emulator:
             ctx = self._context_at(slot)
             down = self.timeline.step_at(slot).down
             rows = [r for r in rows if r.origin not in down and ctx.is_request_class(r.lm)]
-        return [
-            built(Arrival, {"origin": r.origin, "lm": r.lm, "requests": 1, "prompts": r.prompts})
-            for r in rows
-        ]
+        lengths = self._lengths_of(slot)
+        out = []
+        for r in rows:
+            rid = self._request_id(r)
+            pairs = lengths.get(rid)
+            out.append(
+                built(
+                    Arrival,
+                    {
+                        "origin": r.origin,
+                        "lm": r.lm,
+                        "requests": 1,
+                        "prompts": r.prompts,
+                        "request": rid,
+                        "input_tokens": None if pairs is None else sum(i for i, _ in pairs),
+                    },
+                )
+            )
+        return out
+
+    def _lengths_of(self, slot: int) -> dict[str, list[tuple[int, int]]]:
+        """The token lengths of `slot`'s requests by request id (empty without token LMs).
+
+        Drawn once a slot, for every request in submit order from the stream
+        (seed, 4, slot): a request's lengths depend on the seed, its slot and the
+        requests before it, never on decisions or on who asked first.
+        """
+        got = self._slot_lengths
+        if got is not None and got[0] == slot:
+            return got[1]
+        table: dict[str, list[tuple[int, int]]] = {}
+        if self._token_lms:
+            rng = np.random.default_rng([self.seed, TOKEN_STREAM, slot])
+            for r in sorted(self._requests(slot), key=_OFFSET):
+                table[self._request_id(r)] = self._draw_lengths(rng, r)
+        self._slot_lengths = (slot, table)
+        return table
 
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
         """Install the slot's map: (origin, class) -> (destination, serving LM).
@@ -356,9 +406,15 @@ class Emulator:
                 table[(r.origin, r.lm)] = (r.destination, model)
         self._routing[slot] = table
         self._rejected[slot] = routing.rejected() - table.keys()
+        assigned: dict[str, tuple[str, str]] = {}
+        for a in routing.assignments:
+            hit = (a.destination, a.model) if a.model is not None else None
+            assigned[a.request] = hit or (a.destination, "")
+        self._assigned[slot] = assigned
         for old in [s for s in self._routing if s < slot - 2]:
             del self._routing[old]
             self._rejected.pop(old, None)
+            self._assigned.pop(old, None)
 
     def default_destination(self, origin: str, lm: str) -> str:
         """Local if the origin can host the LM, else the nearest feasible worker.
@@ -390,12 +446,15 @@ class Emulator:
             # in force) changes only at slot boundaries, so one event per request
             # (its arrival at the destination) replaces a submit and an arrival.
             # In submit order, so that each deadline FIFO stays in deadline order.
-            rng = (
-                np.random.default_rng([self.seed, TOKEN_STREAM, slot]) if self._token_lms else None
-            )
-            for r in sorted(self._requests(slot), key=_OFFSET):
-                lengths = self._draw_lengths(rng, r) if rng is not None else None
-                self._submit(r, now + max(0.0, start + r.offset_s - now), lengths)
+            if self._token_lms:
+                self._sample_kv(now)
+            lengths = self._lengths_of(slot)
+            rows = sorted(self._requests(slot), key=_OFFSET)
+            # each server's uplink band is shared by the requests sent to it in the slot
+            sharing = self._uplink_sharing(rows) if self._radio is not None else None
+            for r in rows:
+                at = now + max(0.0, start + r.offset_s - now)
+                self._submit(r, at, lengths.get(self._request_id(r)), sharing)
             slot += 1
             yield env.timeout(max(0.0, slot * self.slot_s - env.now))
 
@@ -410,31 +469,66 @@ class Emulator:
         inp, out = sampler.draw(rng, r.prompts, _UNCLIPPED)
         return list(zip(inp.tolist(), out.tolist(), strict=True))
 
-    def _submit(
-        self, r: RequestSpec, at: float, lengths: list[tuple[int, int]] | None = None
-    ) -> None:
-        """Submit `r` at time `at` (now or later in the slot): refuse it, or start its uplink."""
-        env = self.env
+    def _destination(self, r: RequestSpec) -> tuple[str, str] | RequestOutcome:
+        """(destination, serving LM) of `r`, or the outcome it is refused with at once.
+
+        Its assignment if the slot's map has one it can follow, else its
+        (origin, class) route, else its class's first model at the local or
+        nearest node. Pure: the same answer whenever it is asked in the slot.
+        """
         if r.origin in self._down:
-            self._refuse(r, at, "node_lost")  # the origin's gateway is gone
-            return
+            return "node_lost"  # the origin's gateway is gone
         if (r.origin, r.lm) in self._rejected.get(r.slot, ()):
-            self._refuse(r, at)
-            return
+            return "rejected"
+        assigned = self._assigned.get(r.slot)
+        if assigned:
+            one = assigned.get(self._request_id(r))
+            if one is not None:
+                dest, model = one[0], one[1] or r.lm
+                if (dest, model) in self._hostable and (
+                    model == r.lm or model in self.ctx.models_for(r.lm)
+                ):
+                    return dest, model
         hit = self._routing.get(r.slot, {}).get((r.origin, r.lm))
         if hit is not None and hit in self._hostable:
-            dest, model = hit
-        else:
-            # an unmapped class is served by its first model, at the local/nearest node
-            found = self.ctx.default_model(r.lm)
-            if found is None:
-                self._refuse(r, at, "lm_removed")  # no LM in force serves the class
-                return
-            model = found
-            if not self.ctx.feasible_nodes(model):
-                self._refuse(r, at, "node_lost")  # every node that could host it is down
-                return
-            dest = self.default_destination(r.origin, model)
+            return hit
+        # an unmapped class is served by its first model, at the local/nearest node
+        found = self.ctx.default_model(r.lm)
+        if found is None:
+            return "lm_removed"  # no LM in force serves the class
+        if not self.ctx.feasible_nodes(found):
+            return "node_lost"  # every node that could host it is down
+        return self.default_destination(r.origin, found), found
+
+    def _uplink_sharing(self, rows: list[RequestSpec]) -> dict[str, int]:
+        """Requests of users sent to each server in the slot (they share its uplink band)."""
+        n: dict[str, int] = {}
+        for r in rows:
+            if r.user >= 0:
+                hit = self._destination(r)
+                if isinstance(hit, tuple):
+                    n[hit[0]] = n.get(hit[0], 0) + 1
+        return n
+
+    def _submit(
+        self,
+        r: RequestSpec,
+        at: float,
+        lengths: list[tuple[int, int]] | None = None,
+        sharing: dict[str, int] | None = None,
+    ) -> None:
+        """Submit `r` at time `at` (now or later in the slot): refuse it, or start its uplink.
+
+        A user's request (`r.user >= 0`) goes up the wireless channel of
+        `lmedge.sim.radio`, its server's band shared by `sharing[dest]`
+        requests, and has no downlink; any other crosses the wired network.
+        """
+        env = self.env
+        hit = self._destination(r)
+        if not isinstance(hit, tuple):
+            self._refuse(r, at, hit)
+            return
+        dest, model = hit
         tau = self.ctx.deadline_s(model)
         job = Job(self._request_id(r), r, dest, model, at, at + tau)
         self.stats["submitted"] += 1
@@ -448,8 +542,19 @@ class Emulator:
             ]
             job.tok_in = sum(i for i, _ in job.lengths)
             job.tok_out = sum(o for _, o in job.lengths)
-        prof = self.services[model].spec.profile
-        job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
+        if r.user >= 0 and self._radio is not None:
+            job.wireless = True
+            tokens_in = job.tok_in if job.lengths else 70 * r.prompts
+            job.uplink_s = uplink_s(
+                self._radio,
+                (r.x_m, r.y_m),
+                self._server_at[dest],
+                tokens_in,
+                (sharing or {}).get(dest, 1),
+            )
+        else:
+            prof = self.services[model].spec.profile
+            job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
         self._watch_deadline(job, tau)
         now = env.now
         arrive = at + job.uplink_s
@@ -459,7 +564,9 @@ class Emulator:
             self._arrive(job)
 
     def _request_id(self, r: RequestSpec) -> str:
-        """The record id of a request (served or refused alike)."""
+        """The record id of a request (served or refused alike); `Arrival.request`."""
+        if r.user >= 0:
+            return f"{self.seed}-{r.slot}-u{r.user}-{r.lm}"
         return f"{self.seed}-{r.slot}-{r.origin}-{r.lm}"
 
     def _refuse(self, r: RequestSpec, at: float, outcome: RequestOutcome = "rejected") -> None:
@@ -545,9 +652,13 @@ class Emulator:
             self._rebalance(node)
 
     def _respond(self, job: Job, now: float) -> None:
-        """`job` is served: its response starts back to the origin."""
+        """`job` is served: its response starts back to the origin (a user's has no downlink)."""
         prof = self.services[job.lm].spec.profile
-        job.downlink_s = self.network.delay(job.dest, job.origin, prof.response_kib * job.prompts)
+        job.downlink_s = (
+            0.0
+            if job.wireless
+            else self.network.delay(job.dest, job.origin, prof.response_kib * job.prompts)
+        )
         job.state = DOWNLINK
         job.down_since = now
         if job.downlink_s > 0:
@@ -633,7 +744,8 @@ class Emulator:
         job.inst = None
         del inst.jobs[job]
         # TTFT: submit to the first token at the origin (one link latency back)
-        job.ttft_s = job.first_s - job.submit + self.network.delay(job.dest, job.origin, 0.0)
+        back = 0.0 if job.wireless else self.network.delay(job.dest, job.origin, 0.0)
+        job.ttft_s = job.first_s - job.submit + back
         self._respond(job, now)
 
     def _close_attempt(self, job: Job, now: float) -> None:
@@ -903,6 +1015,16 @@ class Emulator:
     def telemetry(self) -> list[NodeTelemetry]:
         up = [n for n in self.nodes.values() if n.name not in self._down]
         return observation.telemetry(up, self.env.now)
+
+    def _sample_kv(self, now: float) -> None:
+        """Append a `kv_samples` entry: each node with a token engine, at `now`."""
+        sample: dict[str, tuple[float, float]] = {}
+        for n in self.nodes.values():
+            engines = [i.engine for i in n.instances.values() if i.engine is not None]
+            if engines or n.kv_byte_s_done:
+                usage = max((e.kv_used_tokens / e.kv_capacity_tokens for e in engines), default=0.0)
+                sample[n.name] = (n.kv_byte_s(now), usage)
+        self.kv_samples.append(sample)
 
     def kv_gib_s(self) -> dict[str, float]:
         """KV memory-time (GiB-seconds) so far of every node that ran a token engine."""

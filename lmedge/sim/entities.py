@@ -62,6 +62,7 @@ class Job:
         "ttft_s",
         "uplink_s",
         "wait_since",
+        "wireless",
     )
 
     def __init__(
@@ -98,6 +99,7 @@ class Job:
         self.tpot_num = 0.0  # sum over finished sequences of (last - first token) ...
         self.tpot_den = 0  # ... and of (output tokens - 1): TPOT = num / den
         self.ttft_s = 0.0
+        self.wireless = False  # a user's request: wireless uplink, no downlink (sim/radio.py)
 
 
 class Instance:

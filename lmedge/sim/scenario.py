@@ -33,6 +33,7 @@ from lmedge.api.manifests import (
 )
 from lmedge.api.observations import ClusterContext, NodeInfo, ServiceInfo
 from lmedge.errors import InfeasibleScenarioError, ManifestError
+from lmedge.sim.radio import UsersSpec
 from lmedge.sim.timeline import Timeline, compile_timeline, read_timeline, static_timeline
 from lmedge.sim.tokens.lengths import LognormalLengths, TokenLengthsSpec, read_length_trace
 from lmedge.sim.trace import RequestSpec, read_trace
@@ -226,6 +227,14 @@ class WorkloadSpec(SpecModel):
     lm_token_lengths: dict[K8sName, TokenLengthsSpec] = Field(
         default_factory=dict,
         description="Per LM (or request class) token lengths, overriding tokenLengths.",
+    )
+    users: UsersSpec | None = Field(
+        default=None,
+        description=(
+            "Mobile users with a wireless uplink (lmedge/sim/radio.py) instead of per-node "
+            "origins: each user sends one one-prompt request of a uniformly drawn class per "
+            "slot (with probability `activity`); `prompts` and `phases` are then unused."
+        ),
     )
 
 
@@ -442,6 +451,10 @@ def _check(s: Scenario, source: str) -> None:
                     source, f"{where}.file", f"no such file: {s.folder / spec.file}"
                 )
             read_length_trace(s.folder / spec.file)
+    if wl.users is not None and wl.trace is not None:
+        raise ManifestError(
+            source, "Scenario.workload.users", "a trace replaces the users: give one"
+        )
     trace = s.trace_path
     if trace is not None and not trace.is_file():
         raise ManifestError(source, "Scenario.workload.trace", f"no such file: {trace}")

@@ -21,13 +21,20 @@ TRACE_FIELDS = ("slot", "origin", "lm", "prompts", "offset_s")
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """One request to be submitted: K prompts of one LM at one origin, `offset_s` into the slot."""
+    """One request to be submitted: K prompts of one LM at one origin, `offset_s` into the slot.
+
+    A request of a mobile user (`workload.users`, `lmedge.sim.radio`) names the
+    user and where it is (m); `origin` is then the server nearest to it.
+    """
 
     slot: int
     origin: str
     lm: str
     prompts: int
     offset_s: float
+    user: int = -1
+    x_m: float = 0.0
+    y_m: float = 0.0
 
 
 def read_trace(

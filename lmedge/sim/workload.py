@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from lmedge.sim.radio import server_positions
 from lmedge.sim.scenario import Scenario
 from lmedge.sim.trace import TRACE_FIELDS, RequestSpec, trace_row
 
@@ -53,6 +54,11 @@ class Workload:
             lo, hi = self._ranges({}, spec.prompts.min, spec.prompts.max)
             self._phases.append((0, lo, hi))
         self._trace = scenario.trace
+        self._users = spec.users
+        if self._users is not None:
+            workers = [n.name for n in scenario.nodes if n.spec.role == "worker"]
+            at = server_positions(workers, self._users.area_m)
+            self._servers = (workers, np.array([at[w] for w in workers]))
         self._cache: dict[int, list[RequestSpec]] = {}
 
     def _ranges(self, per_lm: Any, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +91,12 @@ class Workload:
         cached = self._cache.get(slot)
         if cached is not None:
             return cached
-        out = self._trace.get(slot, []) if self._trace is not None else self._generate(slot)
+        if self._trace is not None:
+            out = self._trace.get(slot, [])
+        elif self._users is not None:
+            out = self._generate_users(slot)
+        else:
+            out = self._generate(slot)
         self._cache[slot] = out
         if len(self._cache) > 4096:
             self._cache.pop(next(iter(self._cache)))
@@ -109,6 +120,27 @@ class Workload:
                 offsets[rows, cols].tolist(),
                 strict=True,
             )
+        ]
+
+    def _generate_users(self, slot: int) -> list[RequestSpec]:
+        """One request per active user, in user order: a uniform class, a uniform
+        position in the area, its nearest server as origin (ties: manifest order)."""
+        users = self._users
+        assert users is not None
+        rng = np.random.default_rng([self._seed, WORKLOAD_STREAM, slot])
+        n = users.count
+        active = rng.random(n) < users.activity
+        cls = rng.integers(0, len(self._lms), size=n)
+        pos = rng.random((n, 2)) * users.area_m
+        offsets = rng.random(n) * self._spread
+        names, at = self._servers
+        nearest = np.argmin(((pos[:, None, :] - at[None, :, :]) ** 2).sum(axis=2), axis=1)
+        return [
+            RequestSpec(slot, names[s], self._lms[c], 1, off, user=u, x_m=float(x), y_m=float(y))
+            for u, (s, c, off, (x, y)) in enumerate(
+                zip(nearest.tolist(), cls.tolist(), offsets.tolist(), pos.tolist(), strict=True)
+            )
+            if active[u]
         ]
 
 

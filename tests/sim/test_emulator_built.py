@@ -27,15 +27,18 @@ def test_records_and_arrivals_equal_validated_models(
         assert r.latency_s == again.latency_s
         r.run = "run-1"  # the loop stamps the run id on drained records
         assert r.run == "run-1"
-    assert arrivals == [Arrival(origin=r[1], lm=r[2], requests=1, prompts=r[3]) for r in rows[:2]]
+    assert arrivals == [
+        Arrival(origin=r[1], lm=r[2], requests=1, prompts=r[3], request=f"0-0-{r[1]}-{r[2]}")
+        for r in rows[:2]
+    ]
 
 
 def test_built_names_every_field_given() -> None:
-    a = built(Arrival, {"origin": "w1", "lm": "a", "requests": 1, "prompts": 3})
-    assert a == Arrival(origin="w1", lm="a", requests=1, prompts=3)
-    assert (
-        a.model_dump_json() == Arrival(origin="w1", lm="a", requests=1, prompts=3).model_dump_json()
-    )
+    fields = {"origin": "w1", "lm": "a", "requests": 1, "prompts": 3}
+    a = built(Arrival, {**fields, "request": "r1", "input_tokens": None})
+    want_a = Arrival(**fields, request="r1")  # type: ignore[arg-type]
+    assert a == want_a
+    assert a.model_dump_json() == want_a.model_dump_json()
     # the rule router's routes: every field named, `model` as its default
     r = built(Route, {"origin": "w1", "lm": "a", "destination": "w2", "model": None})
     want = Route(origin="w1", lm="a", destination="w2")

@@ -1,5 +1,11 @@
 """LYREO: Lyapunov load-balanced routing over KV memory-time workload, with a learner seam."""
 
+from lmedge.policies.lyreo.perrequest import (
+    VARIANTS,
+    LyreoRequestParams,
+    LyreoRequestRouter,
+    build_request_router,
+)
 from lmedge.policies.lyreo.router import (
     NAME,
     Candidate,
@@ -14,12 +20,16 @@ from lmedge.policies.lyreo.router import (
 
 __all__ = [
     "NAME",
+    "VARIANTS",
     "Candidate",
     "LyreoLearner",
     "LyreoParams",
+    "LyreoRequestParams",
+    "LyreoRequestRouter",
     "LyreoRouter",
     "NoLearner",
     "build",
+    "build_request_router",
     "memory_per_prompt",
     "workload",
 ]

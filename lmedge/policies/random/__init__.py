@@ -2,6 +2,12 @@
 
 from lmedge.policies.random.deployer import RandomDeployer
 from lmedge.policies.random.planner import RandomPlanner, random_macro_policy
-from lmedge.policies.random.router import RandomRouter
+from lmedge.policies.random.router import RandomRequestRouter, RandomRouter
 
-__all__ = ["RandomDeployer", "RandomPlanner", "RandomRouter", "random_macro_policy"]
+__all__ = [
+    "RandomDeployer",
+    "RandomPlanner",
+    "RandomRequestRouter",
+    "RandomRouter",
+    "random_macro_policy",
+]

@@ -1,10 +1,12 @@
-"""Router `random`: each (origin, LM) pair goes to a uniformly random feasible node."""
+"""Router `random`: each (origin, LM) pair goes to a uniformly random feasible node;
+`random-request`: each request to a uniformly random server of its LM."""
 
 from __future__ import annotations
 
 import random
 
-from lmedge.api import Decision, Route, RoutingMap, SlotObservation
+from lmedge.api import Arrival, Decision, Route, RoutingMap, SlotObservation
+from lmedge.policies.kit.requests import RequestSlot, route_requests
 from lmedge.policies.kit.support import FeasibleNodes
 
 
@@ -28,3 +30,19 @@ class RandomRouter:
         return Decision[RoutingMap](
             agent="scheduler", policy=self.name, source="rule", value=RoutingMap(routes=routes)
         )
+
+
+class RandomRequestRouter:
+    """Uniformly random server per request (LYREO's Random baseline), seeded."""
+
+    name = "random-request"
+
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = random.Random(seed)
+
+    def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        def choose(slot: RequestSlot, a: Arrival, tokens: int) -> int:
+            del a, tokens
+            return self._rng.randrange(len(slot.servers))
+
+        return route_requests(obs, self.name, choose)
