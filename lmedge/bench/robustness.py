@@ -14,7 +14,9 @@ and seed* (a case):
 - success ratio (higher is better): the same four figures, the ratio being
   best success / its success (>= 1, like the others);
 - how often each of the MA paper's Fig. 6 orderings holds
-  (`lmedge.bench.evaluation.fig6_checks`), per case, on the paper's methods.
+  (`lmedge.bench.evaluation.fig6_checks`), per case, on the paper's methods;
+- the scenarios where `ma` is worse than `mal` by J on every seed (beyond the
+  seeds' spread): the two differ only in the deployer.
 
 Pure: it reads summaries and writes no runs; the CLI runs them.
 """
@@ -151,8 +153,30 @@ def score(summaries: Sequence[Summary], tau_s: Mapping[str, float]) -> dict[str,
         "near": NEAR,
         "profiles": table,
         "orderings": list(ordering.values()),
+        "worse_beyond_seeds": [
+            _worse_beyond_seeds(cases, a, b) for a, b in PAIRS if {a, b} <= set(profiles)
+        ],
         "per_case": rows,
     }
+
+
+#: (profile, rival): the scenarios where the profile's J is above the rival's on every seed.
+PAIRS = (("ma", "mal"),)
+
+
+def _worse_beyond_seeds(
+    cases: Mapping[tuple[str, int], Mapping[str, Summary]], a: str, b: str
+) -> dict[str, Any]:
+    """Scenarios where `a`'s best J over the seeds is above `b`'s worst: worse beyond the
+    seeds' spread (with one seed, simply worse)."""
+    js: dict[str, dict[str, list[float]]] = {}
+    for (scenario, _), by in cases.items():
+        if a in by and b in by:
+            per = js.setdefault(scenario, {a: [], b: []})
+            per[a].append(by[a]["objective"])
+            per[b].append(by[b]["objective"])
+    worse = sorted(sc for sc, per in js.items() if min(per[a]) > max(per[b]))
+    return {"profile": a, "rival": b, "scenarios": len(js), "worse": worse}
 
 
 def _summary(xs: list[tuple[float, str]]) -> dict[str, Any]:
@@ -204,7 +228,14 @@ def markdown(payload: Mapping[str, Any]) -> str:
     for o in payload["orderings"]:
         share = f"{o['holds'] / o['measured']:.0%}" if o["measured"] else "–"
         orders.append(f"| {o['claim']} | {share} | {o['holds']} / {o['measured']} |")
-    return "\n".join(head + lines + orders) + "\n"
+    pairs = [""]
+    for w in payload.get("worse_beyond_seeds", []):
+        pairs.append(
+            f"`{w['profile']}` worse than `{w['rival']}` by J on every seed: "
+            f"{len(w['worse'])} of {w['scenarios']} scenarios"
+            + (f" ({', '.join(w['worse'])})" if w["worse"] else "")
+        )
+    return "\n".join(head + lines + orders + pairs) + "\n"
 
 
 def write(folder: Path, payload: Mapping[str, Any]) -> Path:

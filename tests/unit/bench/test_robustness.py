@@ -66,6 +66,21 @@ def test_ratios_are_to_the_best_of_the_same_case() -> None:
     assert mal["success"]["worst_ratio"] == pytest.approx(2.0)  # best 1.0 / its 0.5
     lowest = next(o for o in payload["orderings"] if o["claim"] == "MA has the lowest latency")
     assert (lowest["holds"], lowest["measured"]) == (1, 2)
+    # ma is worse than mal on seed 2 only: within the seeds' spread
+    assert payload["worse_beyond_seeds"] == [
+        {"profile": "ma", "rival": "mal", "scenarios": 1, "worse": []}
+    ]
+
+
+def test_worse_on_every_seed_is_named() -> None:
+    runs = [
+        _summary("g1", seed, p, j, 1.0, 10.0)
+        for seed in (1, 2)
+        for p, j in (("ma", 0.2 + seed / 100), ("mal", 0.1 + seed / 100))
+    ]
+    payload = score(runs, {"g1": TAU})
+    assert payload["worse_beyond_seeds"][0]["worse"] == ["g1"]
+    assert "worse than `mal` by J on every seed: 1 of 1 scenarios (g1)" in markdown(payload)
 
 
 def test_markdown_has_a_row_per_profile_and_the_orderings() -> None:
