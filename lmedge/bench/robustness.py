@@ -56,22 +56,6 @@ def write_scenarios(
     return out
 
 
-def penalized_lm_mean(summary: Summary, tau_s: float) -> float | None:
-    """LM-mean latency with every failed request at tau (see the module docstring).
-
-    Computed here from `per_lm` until summaries carry it; the one place to re-point.
-    """
-    values = []
-    for x in summary["per_lm"]:
-        n = x["arrivals"]
-        if not n:
-            continue
-        ok = x["successes"]
-        served = (x["mean_latency_s"] or 0.0) * ok
-        values.append((served + (n - ok) * tau_s) / n)
-    return sum(values) / len(values) if values else None
-
-
 @dataclass(frozen=True)
 class _Metric:
     key: str
@@ -86,10 +70,11 @@ METRICS = (
 )
 
 
-def _values(s: Summary, tau_s: float) -> dict[str, float | None]:
+def _values(s: Summary) -> dict[str, float | None]:
     return {
         "objective": s["objective"],
-        "penalized_latency": penalized_lm_mean(s, tau_s),
+        # every failed request at its LM's deadline (`lmedge.metrics.penalized_latency`)
+        "penalized_latency": s["lm_mean_penalized_latency_s"],
         "success": s["success_ratio"],
     }
 
@@ -100,10 +85,10 @@ def _ratio(value: float, best: float, lower_is_better: bool) -> float:
     return max(best, FLOOR) / max(value, FLOOR)
 
 
-def score(summaries: Sequence[Summary], tau_s: Mapping[str, float]) -> dict[str, Any]:
+def score(summaries: Sequence[Summary]) -> dict[str, Any]:
     """The bench's payload: per-profile scores, ordering counts and every case's values.
 
-    `tau_s` maps a scenario name to its deadline. A case is a (scenario, seed)
+    A case is a (scenario, seed)
     pair; a profile missing a value in a case is left out of that case.
     """
     cases: dict[tuple[str, int], dict[str, Summary]] = {}
@@ -117,7 +102,7 @@ def score(summaries: Sequence[Summary], tau_s: Mapping[str, float]) -> dict[str,
     rows = []
     for (scenario, seed), by in sorted(cases.items()):
         case = f"{scenario} s{seed}"
-        vals = {p: _values(s, tau_s[scenario]) for p, s in by.items()}
+        vals = {p: _values(s) for p, s in by.items()}
         for m in METRICS:
             have = {p: v[m.key] for p, v in vals.items() if v[m.key] is not None}
             if not have:

@@ -586,8 +586,7 @@ def _robustness(
             update(done[0], len(grid), f"{count} generated scenarios x {len(seed_list)} seeds")
 
         runs = executor.map(grid, step)
-    tau = {name: tau_s for name, (_, tau_s) in _loops(paths).items()}
-    payload = robustness.score([d.summary for d in runs], tau)
+    payload = robustness.score([d.summary for d in runs])
     md = robustness.write(folder, payload)
     out.print(robustness.markdown(payload), markup=False, highlight=False, soft_wrap=True)
     out.print(f"report: {md}", soft_wrap=True)
