@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "lmedge.cli.reproduce",
     "lmedge.cli.dashboard",
     "lmedge.cli.policies",
+    "lmedge.cli.train",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,149 @@
+"""Per-candidate features of one routing decision: the actor's input, the same for any cluster.
+
+The actor scores each candidate server of a batch from that candidate's row
+alone (shared weights), so a policy trained on 8 servers decides on 3 or 30.
+A row is the sequence-MDP state seen from one candidate: the server's
+capability and dynamic status (KV-cache usage, running and waiting sequences,
+backlog, workload deviation W_s - mean W, virtual queue Z_s), the router's
+estimate of the batch's latency there and its Lyapunov balance term, and the
+batch's size. Scales are fixed (log1p of counts, shares in 0..1), so the
+policy file needs no normalizer. `ppo-fixed` sees no virtual queue: its Z and
+balance columns are zero.
+
+Not here: the scores themselves (`actor`), and the Lyapunov terms, which the
+router computes (`Candidate`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from lmedge.api import NodeState, SlotObservation
+from lmedge.policies.lyreo.router import Candidate, workload
+
+#: Column names, in order (the policy file records them; a file whose names differ is refused).
+FEATURES: tuple[str, ...] = (
+    "latency_over_deadline",
+    "balance",
+    "z",
+    "mean_z",
+    "deviation",
+    "backlog",
+    "kv_usage",
+    "lm_kv_usage",
+    "running",
+    "waiting",
+    "vram",
+    "free_vram",
+    "gpu_util",
+    "lm_ready",
+    "local",
+    "batch_prompts",
+)
+WIDTH = len(FEATURES)
+#: Latency estimates past this many deadlines all read the same (a hopeless candidate).
+LATENCY_CAP = 10.0
+
+
+def _signed_log(x: float) -> float:
+    return math.copysign(math.log1p(abs(x)), x)
+
+
+class SlotFeatures:
+    """The per-node part of the rows for one slot, computed once and reused by its batches.
+
+    `loads` are the slot's W_s (the router's `workload`); `deviation(node)` is
+    W_s - mean W, which `ppo-fixed` also prices in its cost.
+    """
+
+    def __init__(self, obs: SlotObservation, z: Mapping[str, float], use_z: bool) -> None:
+        ctx = obs.context
+        self.obs = obs
+        self.use_z = use_z
+        self.states: dict[str, NodeState] = {s.name: s for s in obs.snapshot.nodes}
+        workers = [n.name for n in ctx.workers]
+        for n in workers:
+            self.states.setdefault(n, NodeState(name=n))
+        self.loads = {n: workload(ctx, self.states[n]) for n in workers}
+        self.mean_load = sum(self.loads.values()) / max(len(self.loads), 1)
+        self.mean_z = sum(z.get(n, 0.0) for n in workers) / max(len(workers), 1)
+        self.z = z
+        self._matrix: tuple[dict[str, int], np.ndarray[Any, Any]] | None = None
+        self._lm: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
+
+    def deviation(self, node: str) -> float:
+        return self.loads.get(node, self.mean_load) - self.mean_load
+
+    def kv_usage(self, node: str, lm: str | None = None) -> float:
+        """Highest KV-cache share in use on `node` (of `lm`'s engines only, when given)."""
+        engines = self.states[node].engines or []
+        return max(
+            (e.kv_cache_usage or 0.0 for e in engines if lm is None or e.lm == lm), default=0.0
+        )
+
+    def _node_matrix(self) -> tuple[dict[str, int], np.ndarray[Any, Any]]:
+        """Every worker's node columns (z, mean z, deviation, ..., gpu_util), built once a slot."""
+        if self._matrix is None:
+            ctx = self.obs.context
+            names = list(self.loads)
+            rows = []
+            for node in names:
+                state = self.states[node]
+                engines = state.engines or []
+                total_vram = ctx.node(node).spec.total_vram_gib
+                rows.append(
+                    [
+                        math.log1p(self.z.get(node, 0.0)) if self.use_z else 0.0,
+                        math.log1p(self.mean_z) if self.use_z else 0.0,
+                        _signed_log(self.deviation(node)),
+                        math.log1p(sum(max(q, 0) for q in state.backlog.values())),
+                        self.kv_usage(node),
+                        math.log1p(sum(e.running for e in engines)),
+                        math.log1p(sum(e.waiting for e in engines)),
+                        total_vram / 24.0,
+                        state.free_vram_gib / total_vram if total_vram > 0 else 0.0,
+                        state.gpu_util,
+                    ]
+                )
+            self._matrix = ({n: i for i, n in enumerate(names)}, np.array(rows).reshape(-1, 10))
+        return self._matrix
+
+    def _lm_columns(self, lm: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """(KV share of `lm`'s engines, 1 where `lm` is ready) per worker, once a slot."""
+        got = self._lm.get(lm)
+        if got is None:
+            index, _ = self._node_matrix()
+            kv, ready = np.zeros(len(index)), np.zeros(len(index))
+            for node, i in index.items():
+                kv[i] = self.kv_usage(node, lm)
+                ready[i] = any(x.lm == lm and x.status == "ready" for x in self.states[node].instances)
+            got = self._lm[lm] = (kv, ready)
+        return got
+
+    def rows(self, b: int, cands: Sequence[Candidate]) -> np.ndarray[Any, Any]:
+        """The (len(cands), WIDTH) rows of batch `b` (an index into the slot's arrivals)."""
+        a = self.obs.arrivals[b]
+        index, matrix = self._node_matrix()
+        at = np.array([index[c.node] for c in cands], dtype=np.int64)
+        lat = np.array([c.latency_s for c in cands]) / self.obs.context.deadline_s(a.lm)
+        out = np.empty((len(cands), WIDTH))
+        out[:, 0] = np.where(np.isfinite(lat), np.minimum(lat, LATENCY_CAP), LATENCY_CAP)
+        if self.use_z:
+            bal = np.array([c.balance for c in cands])
+            bal = np.where(np.isfinite(bal), bal, 0.0)
+            out[:, 1] = np.sign(bal) * np.log1p(np.abs(bal))
+        else:
+            out[:, 1] = 0.0
+        node = matrix[at]
+        kv, ready = self._lm_columns(a.lm)
+        out[:, 2:7] = node[:, 0:5]
+        out[:, 7] = kv[at]
+        out[:, 8:13] = node[:, 5:10]
+        out[:, 13] = ready[at]
+        out[:, 14] = [1.0 if c.node == a.origin else 0.0 for c in cands]
+        out[:, 15] = math.log1p(a.prompts)
+        return out
