@@ -54,7 +54,8 @@ class LearnerParams(PluginParams):
 
     @model_validator(mode="after")
     def _penalty_for_variant(self) -> LearnerParams:
-        if self.variant != "ppo-fixed" and "fixed_penalty" in self.model_fields_set:
+        default = type(self).model_fields["fixed_penalty"].default
+        if self.variant != "ppo-fixed" and self.fixed_penalty != default:
             raise ValueError(
                 "fixed_penalty applies to variant ppo-fixed only (the others use virtual queues)"
             )

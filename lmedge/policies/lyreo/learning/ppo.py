@@ -110,6 +110,9 @@ class Trainer:
     """The networks and optimizers of one training, updated after each episode."""
 
     def __init__(self, params: LearnerParams, seed: int) -> None:
+        # One thread: the networks are small, and on a shared machine torch's
+        # thread pool spins against the emulator (and is not reproducible across counts).
+        torch.set_num_threads(1)
         torch.manual_seed(seed)
         self.p = params
         self.net = ActorCritic(params.hidden)
