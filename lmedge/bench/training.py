@@ -115,9 +115,13 @@ def train(
     params: LearnerParams,
     *,
     slots: int | None = None,
-    on_episode: Callable[[Episode], None] | None = None,
+    on_episode: Callable[[Episode, PolicyFile], None] | None = None,
 ) -> PolicyFile:
     """Train for `episodes` episodes; the policy file of the last actor, with its curve.
+
+    `on_episode(point, policy)` gets each curve point and the policy as it is
+    after that episode's update (the CLI writes it, so a stopped training keeps
+    its latest policy).
 
     Imports torch (the `lyreo` extra); without it a `ConfigError` says how to install it.
     """
@@ -133,7 +137,26 @@ def train(
         raise ConfigError(f"--episodes must be at least 0, got {episodes}")
     n = _slots(scenario, slots)
     trainer = Trainer(params, seed)
+    commit = git_commit(Path(__file__).resolve().parent)
     curve: list[Episode] = []
+
+    def policy() -> PolicyFile:
+        return PolicyFile(
+            variant=params.variant,
+            features=list(FEATURES),
+            params=params,
+            actor=trainer.net.numpy_layers(),
+            provenance=Provenance(
+                scenario=scenario.name,
+                seed=seed,
+                episodes=len(curve),
+                slots=n,
+                commit=commit,
+                lmedge_version=__version__,
+            ),
+            curve=list(curve),
+        )
+
     for k in range(episodes):
         s = episode_seed(seed, k)
         learner = RolloutLearner(params, trainer.actor(), np.random.default_rng(s), measured_slots=n)
@@ -142,19 +165,5 @@ def train(
         point = Episode(episode=k, seed=s, **learner.stats())  # type: ignore[arg-type]
         curve.append(point)
         if on_episode is not None:
-            on_episode(point)
-    return PolicyFile(
-        variant=params.variant,
-        features=list(FEATURES),
-        params=params,
-        actor=trainer.net.numpy_layers(),
-        provenance=Provenance(
-            scenario=scenario.name,
-            seed=seed,
-            episodes=episodes,
-            slots=n,
-            commit=git_commit(Path(__file__).resolve().parent),
-            lmedge_version=__version__,
-        ),
-        curve=curve,
-    )
+            on_episode(point, policy())
+    return policy()

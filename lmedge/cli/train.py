@@ -7,7 +7,8 @@ Hyperparameters are `LearnerParams` (`--param horizon=250`); a bad key or
 value is one line on stderr naming it. Training needs the `lyreo` extra
 (torch); using the file (`--router-param policy=policy.json`, or shipping it
 as `lmedge/policies/lyreo/trained/<variant>.json`) does not. The bar shows the
-episodes; each finished episode prints its curve point on stderr.
+episodes; each finished episode prints its curve point on stderr and
+rewrites the policy file, so a training stopped early keeps its latest actor.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from lmedge.bench.runner import resolve_scenario
 from lmedge.cli.console import ScenarioOpt, err, progress_bar
 from lmedge.errors import ConfigError
 from lmedge.policies.kit.params import parse_params
-from lmedge.policies.lyreo.learning import Episode, LearnerParams, save_policy
+from lmedge.policies.lyreo.learning import Episode, LearnerParams, PolicyFile, save_policy
 from lmedge.sim import load_scenario
 
 
@@ -67,7 +68,8 @@ def register(app: typer.Typer) -> None:
         with progress_bar(terminal_only=False) as bar:
             task = bar.add_task(f"train {params.variant} on {sc.name}", total=episodes)
 
-            def done(e: Episode) -> None:
+            def done(e: Episode, so_far: PolicyFile) -> None:
+                save_policy(so_far, out)  # a stopped training keeps its latest policy
                 bar.advance(task)
                 err.print(
                     f"episode {e.episode}: latency {e.mean_latency_s:.2f} s, "

@@ -86,8 +86,11 @@ class PolicyFile(BaseModel):
 
 
 def save_policy(policy: PolicyFile, path: Path) -> None:
+    """Write `policy` atomically (a reader never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(policy.model_dump(mode="json"), indent=1) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(policy.model_dump(mode="json"), indent=1) + "\n")
+    tmp.replace(path)
 
 
 def load_policy(path: Path) -> PolicyFile:
@@ -138,11 +141,6 @@ class NumpyActor:
         return np.asarray(h[:, 0])
 
 
-def feasible(cands: Sequence[Candidate]) -> Array:
-    """True where a candidate's score is finite (some mode can serve the LM there)."""
-    return np.array([math.isfinite(c.score) for c in cands], dtype=bool)
-
-
 def pick(bias_len: int, j: int) -> list[float]:
     """The bias that makes the router take candidate `j`: 0 there, +inf elsewhere."""
     out = [math.inf] * bias_len
@@ -173,11 +171,10 @@ class ActorLearner:
     def bias(
         self, obs: SlotObservation, z: Mapping[str, float], b: int, cands: Sequence[Candidate]
     ) -> Sequence[float]:
-        ok = feasible(cands)
+        rows, ok = self.features(obs, z).rows(b, cands)
         if not ok.any():
             return [0.0] * len(cands)
-        logits = self.actor.logits(self.features(obs, z).rows(b, cands))
-        return pick(len(cands), int(np.argmax(np.where(ok, logits, -np.inf))))
+        return pick(len(cands), int(np.argmax(np.where(ok, self.actor.logits(rows), -np.inf))))
 
     def record(
         self,

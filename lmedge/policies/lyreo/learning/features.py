@@ -45,6 +45,7 @@ FEATURES: tuple[str, ...] = (
     "batch_prompts",
 )
 WIDTH = len(FEATURES)
+Array = np.ndarray[Any, Any]
 #: Latency estimates past this many deadlines all read the same (a hopeless candidate).
 LATENCY_CAP = 10.0
 
@@ -72,8 +73,9 @@ class SlotFeatures:
         self.mean_load = sum(self.loads.values()) / max(len(self.loads), 1)
         self.mean_z = sum(z.get(n, 0.0) for n in workers) / max(len(workers), 1)
         self.z = z
-        self._matrix: tuple[dict[str, int], np.ndarray[Any, Any]] | None = None
-        self._lm: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
+        self._matrix: tuple[dict[str, int], Array] | None = None
+        self._index: dict[str, int] = {}
+        self._lm: dict[str, tuple[Array, float]] = {}
 
     def deviation(self, node: str) -> float:
         return self.loads.get(node, self.mean_load) - self.mean_load
@@ -110,40 +112,40 @@ class SlotFeatures:
                     ]
                 )
             self._matrix = ({n: i for i, n in enumerate(names)}, np.array(rows).reshape(-1, 10))
+            self._index = self._matrix[0]
         return self._matrix
 
-    def _lm_columns(self, lm: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """(KV share of `lm`'s engines, 1 where `lm` is ready) per worker, once a slot."""
+    def _template(self, lm: str) -> tuple[Array, float]:
+        """(every worker's row for a batch of `lm`, batch columns zero; `lm`'s deadline)."""
         got = self._lm.get(lm)
         if got is None:
-            index, _ = self._node_matrix()
-            kv, ready = np.zeros(len(index)), np.zeros(len(index))
+            index, matrix = self._node_matrix()
+            out = np.zeros((len(index), WIDTH))
+            out[:, 2:7] = matrix[:, 0:5]
+            out[:, 8:13] = matrix[:, 5:10]
             for node, i in index.items():
-                kv[i] = self.kv_usage(node, lm)
-                ready[i] = any(x.lm == lm and x.status == "ready" for x in self.states[node].instances)
-            got = self._lm[lm] = (kv, ready)
+                out[i, 7] = self.kv_usage(node, lm)
+                ready = any(x.lm == lm and x.status == "ready" for x in self.states[node].instances)
+                out[i, 13] = 1.0 if ready else 0.0
+            got = self._lm[lm] = (out, self.obs.context.deadline_s(lm))
         return got
 
-    def rows(self, b: int, cands: Sequence[Candidate]) -> np.ndarray[Any, Any]:
-        """The (len(cands), WIDTH) rows of batch `b` (an index into the slot's arrivals)."""
+    def rows(self, b: int, cands: Sequence[Candidate]) -> tuple[Array, Array]:
+        """(the (len(cands), WIDTH) rows of batch `b`, True where a candidate is feasible).
+
+        `b` indexes the slot's arrivals; a candidate is feasible when its score
+        is finite (some mode can serve the LM there).
+        """
         a = self.obs.arrivals[b]
-        index, matrix = self._node_matrix()
-        at = np.array([index[c.node] for c in cands], dtype=np.int64)
-        lat = np.array([c.latency_s for c in cands]) / self.obs.context.deadline_s(a.lm)
-        out = np.empty((len(cands), WIDTH))
-        out[:, 0] = np.where(np.isfinite(lat), np.minimum(lat, LATENCY_CAP), LATENCY_CAP)
+        template, deadline = self._template(a.lm)
+        index = self._index
+        terms = np.array([(c.latency_s, c.balance, c.score) for c in cands]).reshape(-1, 3)
+        out = template[[index[c.node] for c in cands]]
+        lat = terms[:, 0] / deadline
+        out[:, 0] = np.minimum(np.nan_to_num(lat, nan=LATENCY_CAP), LATENCY_CAP)
         if self.use_z:
-            bal = np.array([c.balance for c in cands])
-            bal = np.where(np.isfinite(bal), bal, 0.0)
+            bal = np.nan_to_num(terms[:, 1], nan=0.0, posinf=0.0, neginf=0.0)
             out[:, 1] = np.sign(bal) * np.log1p(np.abs(bal))
-        else:
-            out[:, 1] = 0.0
-        node = matrix[at]
-        kv, ready = self._lm_columns(a.lm)
-        out[:, 2:7] = node[:, 0:5]
-        out[:, 7] = kv[at]
-        out[:, 8:13] = node[:, 5:10]
-        out[:, 13] = ready[at]
-        out[:, 14] = [1.0 if c.node == a.origin else 0.0 for c in cands]
+        out[:, 14] = [c.node == a.origin for c in cands]
         out[:, 15] = math.log1p(a.prompts)
-        return out
+        return out, np.isfinite(terms[:, 2])

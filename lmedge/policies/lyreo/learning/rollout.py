@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from lmedge.api import RequestRecord, SlotObservation
-from lmedge.policies.lyreo.learning.actor import NumpyActor, feasible, pick
+from lmedge.policies.lyreo.learning.actor import NumpyActor, pick
 from lmedge.policies.lyreo.learning.features import WIDTH, SlotFeatures
 from lmedge.policies.lyreo.learning.params import LearnerParams
 from lmedge.policies.lyreo.router import Candidate
@@ -101,8 +101,7 @@ class RolloutLearner:
     def bias(
         self, obs: SlotObservation, z: Mapping[str, float], b: int, cands: Sequence[Candidate]
     ) -> Sequence[float]:
-        rows = self._features(obs, z).rows(b, cands)
-        ok = feasible(cands)
+        rows, ok = self._features(obs, z).rows(b, cands)
         if not ok.any():
             ok[:] = True  # the greedy takes the first; the step is still recorded
         logits = np.where(ok, self.actor.logits(rows), -np.inf)
