@@ -11,6 +11,7 @@ and added to reports/bench-policies.json.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import statistics
@@ -70,7 +71,7 @@ def full_size_policy(path: Path) -> Path:
     sizes = [len(FEATURES), 64, 64, 1]
     layers = [
         Layer(weight=rng.normal(0, 0.3, size=(a, b)).tolist(), bias=np.zeros(b).tolist())
-        for a, b in zip(sizes, sizes[1:], strict=False)
+        for a, b in itertools.pairwise(sizes)
     ]
     policy = PolicyFile(
         variant="lyreo",

@@ -159,10 +159,12 @@ def train(
 
     for k in range(episodes):
         s = episode_seed(seed, k)
-        learner = RolloutLearner(params, trainer.actor(), np.random.default_rng(s), measured_slots=n)
+        learner = RolloutLearner(
+            params, trainer.actor(), np.random.default_rng(s), measured_slots=n
+        )
         run_episode(scenario, s, learner, params, n)
         trainer.update(learner.trajectory())
-        point = Episode(episode=k, seed=s, **learner.stats())  # type: ignore[arg-type]
+        point = Episode(episode=k, seed=s, **learner.stats())
         curve.append(point)
         if on_episode is not None:
             on_episode(point, policy())

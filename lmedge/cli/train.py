@@ -45,7 +45,9 @@ def register(app: typer.Typer) -> None:
     def lyreo(
         scenario: ScenarioOpt,
         out: Annotated[Path, typer.Option("--out", "-o", help="The policy file to write.")],
-        seed: Annotated[int, typer.Option(help="Training seed (episode seeds derive from it).")] = 1,
+        seed: Annotated[
+            int, typer.Option(help="Training seed (episode seeds derive from it).")
+        ] = 1,
         episodes: Annotated[int, typer.Option(help="Emulated runs to learn from.")] = 20,
         slots: Annotated[
             int | None, typer.Option(help="Slots per episode (default: the scenario's).")

@@ -32,7 +32,7 @@ from lmedge.policies.lyreo.learning.features import FEATURES, SlotFeatures
 from lmedge.policies.lyreo.learning.params import LearnerParams, Variant
 from lmedge.policies.lyreo.router import Candidate
 
-FORMAT = "lmedge-lyreo-policy/1"
+FORMAT: Literal["lmedge-lyreo-policy/1"] = "lmedge-lyreo-policy/1"
 #: Where the shipped policies live in the package: `<variant>.json`.
 SHIPPED = Path(__file__).resolve().parent.parent / "trained"
 
@@ -53,7 +53,9 @@ class Episode(BaseModel):
 
     episode: int = Field(ge=0)
     seed: int
-    mean_latency_s: float = Field(description="Mean end-to-end latency per prompt, timeouts at tau.")
+    mean_latency_s: float = Field(
+        description="Mean end-to-end latency per prompt, timeouts at tau."
+    )
     failure_share: float = Field(ge=0, le=1, description="Prompts that did not succeed.")
     mean_z: float = Field(ge=0, description="Mean virtual-queue length over slots and nodes.")
     mean_cost: float = Field(description="Mean cost per decision (what the learner minimizes).")

@@ -75,6 +75,8 @@ class SlotFeatures:
         self.z = z
         self._matrix: tuple[dict[str, int], Array] | None = None
         self._index: dict[str, int] = {}
+        self._lm_kv: dict[tuple[str, str], float] | None = None
+        self._ready: set[tuple[str, str]] = set()
         self._lm: dict[str, tuple[Array, float]] = {}
 
     def deviation(self, node: str) -> float:
@@ -120,13 +122,19 @@ class SlotFeatures:
         got = self._lm.get(lm)
         if got is None:
             index, matrix = self._node_matrix()
+            if self._lm_kv is None:  # (node, LM) -> KV share / ready, for every LM at once
+                self._lm_kv, self._ready = {}, set()
+                for node in index:
+                    state = self.states[node]
+                    for e in state.engines or []:
+                        key = (node, e.lm)
+                        self._lm_kv[key] = max(self._lm_kv.get(key, 0.0), e.kv_cache_usage or 0.0)
+                    self._ready.update((node, x.lm) for x in state.instances if x.status == "ready")
             out = np.zeros((len(index), WIDTH))
             out[:, 2:7] = matrix[:, 0:5]
             out[:, 8:13] = matrix[:, 5:10]
-            for node, i in index.items():
-                out[i, 7] = self.kv_usage(node, lm)
-                ready = any(x.lm == lm and x.status == "ready" for x in self.states[node].instances)
-                out[i, 13] = 1.0 if ready else 0.0
+            out[:, 7] = [self._lm_kv.get((n, lm), 0.0) for n in index]
+            out[:, 13] = [(n, lm) in self._ready for n in index]
             got = self._lm[lm] = (out, self.obs.context.deadline_s(lm))
         return got
 
@@ -141,11 +149,13 @@ class SlotFeatures:
         index = self._index
         terms = np.array([(c.latency_s, c.balance, c.score) for c in cands]).reshape(-1, 3)
         out = template[[index[c.node] for c in cands]]
-        lat = terms[:, 0] / deadline
-        out[:, 0] = np.minimum(np.nan_to_num(lat, nan=LATENCY_CAP), LATENCY_CAP)
+        finite = np.isfinite(terms)
+        out[:, 0] = np.where(
+            finite[:, 0], np.minimum(terms[:, 0] / deadline, LATENCY_CAP), LATENCY_CAP
+        )
         if self.use_z:
-            bal = np.nan_to_num(terms[:, 1], nan=0.0, posinf=0.0, neginf=0.0)
+            bal = np.where(finite[:, 1], terms[:, 1], 0.0)
             out[:, 1] = np.sign(bal) * np.log1p(np.abs(bal))
         out[:, 14] = [c.node == a.origin for c in cands]
         out[:, 15] = math.log1p(a.prompts)
-        return out, np.isfinite(terms[:, 2])
+        return out, finite[:, 2]

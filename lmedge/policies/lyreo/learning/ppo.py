@@ -61,7 +61,7 @@ class ActorCritic(nn.Module):
             last.bias.zero_()
 
     def logits(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        raw = self.actor(rows).squeeze(-1)
+        raw: torch.Tensor = self.actor(rows).squeeze(-1)
         return raw.masked_fill(~mask, -1e9)
 
     def values(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -69,7 +69,8 @@ class ActorCritic(nn.Module):
         m = mask.unsqueeze(-1).float()
         mean = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
         top = h.masked_fill(~mask.unsqueeze(-1), -1e9).max(1).values
-        return self.value(torch.cat([mean, top], -1)).squeeze(-1)
+        v: torch.Tensor = self.value(torch.cat([mean, top], -1)).squeeze(-1)
+        return v
 
     def numpy_layers(self) -> list[Layer]:
         linear = [m for m in self.actor if isinstance(m, nn.Linear)]
@@ -91,7 +92,8 @@ class ReturnPredictor(nn.Module):
 
     def forward(self, seq: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(seq)
-        return self.head(out).squeeze(-1)
+        g: torch.Tensor = self.head(out).squeeze(-1)
+        return g
 
 
 def gae(rewards: Array, values: Array, ends: Array, gamma: float, lam: float) -> Array:
@@ -188,7 +190,9 @@ class Trainer:
         order = torch.Generator().manual_seed(self.episodes)
         losses: dict[str, float] = {}
         for _ in range(self.p.ppo_epochs):
-            for idx in torch.randperm(n, generator=order).split(self.p.minibatch):
+            perm = torch.randperm(n, generator=order)
+            for start in range(0, n, self.p.minibatch):
+                idx = perm[start : start + self.p.minibatch]
                 logits = self.net.logits(rows[idx], mask[idx])
                 logp_all = torch.log_softmax(logits, -1)
                 logp = logp_all.gather(1, actions[idx].unsqueeze(1)).squeeze(1)
@@ -201,7 +205,7 @@ class Trainer:
                 value = ((self.net.values(rows[idx], mask[idx]) - returns[idx]) ** 2).mean()
                 loss = policy + self.p.value_coef * value - self.p.entropy * entropy
                 self.opt.zero_grad()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
                 self.opt.step()
                 losses = {

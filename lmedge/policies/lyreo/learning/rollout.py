@@ -123,7 +123,11 @@ class RolloutLearner:
         assert self._pending is not None, "record without bias"
         rows, ok, j, logp = self._pending
         self._pending = None
-        j = next(i for i, c in enumerate(cands) if c.node == chosen) if cands[j].node != chosen else j
+        j = (
+            next(i for i, c in enumerate(cands) if c.node == chosen)
+            if cands[j].node != chosen
+            else j
+        )
         feats, a, c = self._features(obs, z), obs.arrivals[b], cands[j]
         if self._use_z:
             balance = c.balance if math.isfinite(c.balance) else 0.0

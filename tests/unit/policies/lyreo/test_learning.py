@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -36,7 +37,7 @@ def _policy(seed: int = 0, variant: str = "lyreo", hidden: int = 8) -> PolicyFil
     sizes = [len(FEATURES), hidden, hidden, 1]
     layers = [
         Layer(weight=rng.normal(size=(a, b)).tolist(), bias=rng.normal(size=b).tolist())
-        for a, b in zip(sizes, sizes[1:], strict=False)
+        for a, b in itertools.pairwise(sizes)
     ]
     return PolicyFile(
         variant=variant,  # type: ignore[arg-type]
