@@ -2,10 +2,12 @@
 
 Budgets (issue 26): loading a policy adds at most 1 s to start-up; a slot of
 a few hundred requests costs at most 20 ms to decide. The policy is a full-size
-actor (hidden 64, as `lmedge train lyreo` writes), with random weights: the
+actor (the default width, as `lmedge train lyreo` writes), with random weights: the
 time does not depend on what it learned. The slot is the seed's size: 8
 servers, 300 requests (one per (origin, LM) pair of 8 workers x 38 LMs, so
-every request is a decision over up to 8 candidates, each scored by the actor). Results are printed
+every request is a decision over up to 8 candidates, each scored by the actor).
+A slot's time is the process's CPU time: on a shared machine the wall clock
+also counts the other processes (both are reported). Results are printed
 and added to reports/bench-policies.json.
 """
 
@@ -68,7 +70,8 @@ def observation(
 
 def full_size_policy(path: Path) -> Path:
     rng = np.random.default_rng(0)
-    sizes = [len(FEATURES), 64, 64, 1]
+    width = LearnerParams().hidden
+    sizes = [len(FEATURES), width, width, 1]
     layers = [
         Layer(weight=rng.normal(0, 0.3, size=(a, b)).tolist(), bias=np.zeros(b).tolist())
         for a, b in itertools.pairwise(sizes)
@@ -89,30 +92,41 @@ def full_size_policy(path: Path) -> Path:
 def test_load_and_decide_a_slot_of_300_requests(tmp_path: Path) -> None:
     path = full_size_policy(tmp_path / "lyreo.json")
     ctx = large(workers=8, lms=38)
+    rng = random.Random(5)
+    observations = [observation(ctx, 300, slot, rng) for slot in range(6)]
+    # What the greedy `lyreo` already costs at start-up (numba, the router's kernel) is
+    # paid first: the figures are what a policy adds (its file, its compiled kernels).
+    build_router("lyreo", BuildContext(ctx, 1, {"policy": "none"})).route(observations[0])
     started = time.perf_counter()
     router = build_router("lyreo", BuildContext(ctx, 1, {"policy": str(path)}))
     load_s = time.perf_counter() - started
-    rng = random.Random(5)
-    observations = [observation(ctx, 300, slot, rng) for slot in range(6)]
-    router.route(observations[0])  # the first slot also builds the router's caches
-    times = []
+    started = time.perf_counter()
+    router.route(observations[0])  # the first slot also loads the compiled kernels
+    first_s = time.perf_counter() - started
+    times, walls = [], []
     for obs in observations[1:]:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         router.route(obs)
-        times.append(time.perf_counter() - started)
+        times.append(time.process_time() - cpu)
+        walls.append(time.perf_counter() - started)
     result = {
         "load_s": load_s,
+        "first_slot_s": first_s,
         "slot_median_s": statistics.median(times),
         "slot_max_s": max(times),
+        "slot_wall_median_s": statistics.median(walls),
         "requests": 300,
         "workers": 8,
     }
     print(
-        f"\nlyreo policy: load {load_s * 1e3:.0f} ms (router build included), slot of 300 "
-        f"requests median {result['slot_median_s'] * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms"
+        f"\nlyreo policy: load {load_s * 1e3:.0f} ms (router build included), first slot "
+        f"{first_s * 1e3:.0f} ms (kernels loaded), slot of 300 "
+        f"requests median {result['slot_median_s'] * 1e3:.1f} ms CPU, "
+        f"max {max(times) * 1e3:.1f} ms, "
+        f"wall median {result['slot_wall_median_s'] * 1e3:.1f} ms"
     )
     previous = json.loads(REPORT.read_text()) if REPORT.exists() else {}
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text(json.dumps(previous | {"lyreo-policy": result}, indent=2) + "\n")
-    assert load_s <= 1.0
+    assert load_s + first_s <= 1.0
     assert result["slot_median_s"] <= 0.020

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lmedge.api import RequestRecord, SlotObservation
 from lmedge.errors import ConfigError
@@ -86,6 +86,23 @@ class PolicyFile(BaseModel):
     provenance: Provenance
     curve: list[Episode] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _shapes(self) -> PolicyFile:
+        if len(self.actor) != 3:
+            raise ValueError(f"actor: 3 layers (two hidden), got {len(self.actor)}")
+        inputs = len(self.features)
+        for k, layer in enumerate(self.actor):
+            rows = {len(r) for r in layer.weight}
+            if len(layer.weight) != inputs or len(rows) != 1:
+                raise ValueError(f"actor.{k}.weight: expected {inputs} rows of equal length")
+            (outputs,) = rows
+            if len(layer.bias) != outputs:
+                raise ValueError(f"actor.{k}.bias: expected {outputs} values")
+            inputs = outputs
+        if inputs != 1:
+            raise ValueError("actor: the last layer has one output (a logit)")
+        return self
+
 
 def save_policy(policy: PolicyFile, path: Path) -> None:
     """Write `policy` atomically (a reader never sees half a file)."""
@@ -124,23 +141,28 @@ def shipped_policy(variant: Variant) -> Path:
 
 
 class NumpyActor:
-    """The actor MLP: tanh hidden layers, one logit per candidate row."""
+    """The actor MLP: two tanh hidden layers, one logit per candidate row (compiled)."""
 
     def __init__(self, layers: Sequence[tuple[Array, Array]]) -> None:
-        self.layers = [(np.ascontiguousarray(w), np.ascontiguousarray(b)) for w, b in layers]
+        from lmedge.policies.lyreo.learning import kernel
+
+        if len(layers) != 3:
+            raise ValueError(f"the actor has 3 layers (two hidden), got {len(layers)}")
+        self.layers = [
+            (np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(b, dtype=float))
+            for w, b in layers
+        ]
+        self._mlp = kernel.mlp
 
     @classmethod
     def of(cls, policy: PolicyFile) -> NumpyActor:
         return cls([(np.array(x.weight), np.array(x.bias)) for x in policy.actor])
 
     def logits(self, rows: Array) -> Array:
-        h = rows
-        last = len(self.layers) - 1
-        for k, (w, b) in enumerate(self.layers):
-            h = h @ w + b
-            if k < last:
-                h = np.tanh(h)
-        return np.asarray(h[:, 0])
+        out = np.empty(len(rows))
+        (w1, b1), (w2, b2), (w3, b3) = self.layers
+        self._mlp(np.ascontiguousarray(rows, dtype=float), len(rows), w1, b1, w2, b2, w3, b3, out)
+        return out
 
 
 def pick(bias_len: int, j: int) -> list[float]:
@@ -173,10 +195,8 @@ class ActorLearner:
     def bias(
         self, obs: SlotObservation, z: Mapping[str, float], b: int, cands: Sequence[Candidate]
     ) -> Sequence[float]:
-        rows, ok = self.features(obs, z).rows(b, cands)
-        if not ok.any():
-            return [0.0] * len(cands)
-        return pick(len(cands), int(np.argmax(np.where(ok, self.actor.logits(rows), -np.inf))))
+        j = self.features(obs, z).choose(b, cands, self.actor)
+        return [0.0] * len(cands) if j < 0 else pick(len(cands), j)
 
     def record(
         self,

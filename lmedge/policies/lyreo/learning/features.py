@@ -45,6 +45,9 @@ FEATURES: tuple[str, ...] = (
     "batch_prompts",
 )
 WIDTH = len(FEATURES)
+# The compiled kernel fills these columns by position.
+assert FEATURES[0] == "latency_over_deadline" and FEATURES[1] == "balance"
+assert FEATURES[14] == "local" and FEATURES[15] == "batch_prompts"
 Array = np.ndarray[Any, Any]
 #: Latency estimates past this many deadlines all read the same (a hopeless candidate).
 LATENCY_CAP = 10.0
@@ -76,6 +79,10 @@ class SlotFeatures:
         self._matrix: tuple[dict[str, int], Array] | None = None
         self._index: dict[str, int] = {}
         self._lm_kv: dict[tuple[str, str], float] | None = None
+        # compiled on first use (numba loads only when a learned router is built)
+        from lmedge.policies.lyreo.learning import kernel
+
+        self._kernel = kernel
         self._ready: set[tuple[str, str]] = set()
         self._lm: dict[str, tuple[Array, float]] = {}
 
@@ -138,24 +145,47 @@ class SlotFeatures:
             got = self._lm[lm] = (out, self.obs.context.deadline_s(lm))
         return got
 
+    def _batch(self, b: int, cands: Sequence[Candidate]) -> tuple[Any, ...]:
+        """The kernel's arguments for batch `b` (`kernel.candidate_rows`, in order)."""
+        a = self.obs.arrivals[b]
+        template, deadline = self._template(a.lm)
+        index = self._index
+        return (
+            template,
+            np.array([index[c.node] for c in cands], dtype=np.int64),
+            np.array([(c.latency_s, c.balance, c.score) for c in cands]).reshape(-1, 3),
+            index.get(a.origin, -1),
+            math.log1p(a.prompts),
+            1.0 / deadline,
+            self.use_z,
+            LATENCY_CAP,
+        )
+
     def rows(self, b: int, cands: Sequence[Candidate]) -> tuple[Array, Array]:
         """(the (len(cands), WIDTH) rows of batch `b`, True where a candidate is feasible).
 
         `b` indexes the slot's arrivals; a candidate is feasible when its score
         is finite (some mode can serve the LM there).
         """
-        a = self.obs.arrivals[b]
-        template, deadline = self._template(a.lm)
-        index = self._index
-        terms = np.array([(c.latency_s, c.balance, c.score) for c in cands]).reshape(-1, 3)
-        out = template[[index[c.node] for c in cands]]
-        finite = np.isfinite(terms)
-        out[:, 0] = np.where(
-            finite[:, 0], np.minimum(terms[:, 0] / deadline, LATENCY_CAP), LATENCY_CAP
+        args = self._batch(b, cands)
+        out = np.empty((len(cands), WIDTH))
+        self._kernel.candidate_rows(*args, out)
+        return out, np.isfinite(args[2][:, 2])
+
+    def choose(self, b: int, cands: Sequence[Candidate], actor: Any) -> int:
+        """The feasible candidate with `actor`'s highest logit (-1 if none): one compiled call."""
+        (w1, b1), (w2, b2), (w3, b3) = actor.layers
+        m = len(cands)
+        return int(
+            self._kernel.choose(
+                *self._batch(b, cands),
+                np.empty((m, WIDTH)),
+                w1,
+                b1,
+                w2,
+                b2,
+                w3,
+                b3,
+                np.empty(m),
+            )
         )
-        if self.use_z:
-            bal = np.where(finite[:, 1], terms[:, 1], 0.0)
-            out[:, 1] = np.sign(bal) * np.log1p(np.abs(bal))
-        out[:, 14] = [c.node == a.origin for c in cands]
-        out[:, 15] = math.log1p(a.prompts)
-        return out, finite[:, 2]

@@ -42,7 +42,7 @@ class LearnerParams(PluginParams):
     lstm_hidden: int = Field(default=64, ge=1, description="Return predictor width (seed: 64).")
     lstm_layers: int = Field(default=2, ge=1, description="Return predictor depth (seed: 2).")
     predictor_epochs: int = Field(default=4, ge=1, description="LSTM passes per episode.")
-    hidden: int = Field(default=64, ge=1, description="Actor and critic hidden width.")
+    hidden: int = Field(default=32, ge=1, description="Actor and critic hidden width.")
     gamma: float = Field(default=0.99, gt=0, le=1, description="Discount per decision.")
     gae_lambda: float = Field(default=0.95, ge=0, le=1, description="GAE lambda.")
     clip: float = Field(default=0.2, gt=0, lt=1, description="PPO surrogate clip.")

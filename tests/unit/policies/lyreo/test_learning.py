@@ -85,11 +85,12 @@ def test_policy_file_round_trips(tmp_path: Path) -> None:
     ("content", "message"),
     [
         (None, "cannot read"),
+        ("layers", "3 layers"),
         ("{", "not JSON"),
         ('{"format": "lmedge-lyreo-policy/1"}', "variant"),
         ("features", "retrain"),
     ],
-    ids=["missing", "not-json", "incomplete", "other-features"],
+    ids=["missing", "two-layers", "not-json", "incomplete", "other-features"],
 )
 def test_bad_policy_files_are_refused_clearly(
     tmp_path: Path, content: str | None, message: str
@@ -97,7 +98,11 @@ def test_bad_policy_files_are_refused_clearly(
     path = tmp_path / "p.json"
     if content == "features":
         raw = _policy().model_dump(mode="json")
-        raw["features"] = ["something", "else"]
+        raw["features"] = [f"other-{k}" for k in range(len(FEATURES))]
+        content = json.dumps(raw)
+    if content == "layers":
+        raw = _policy().model_dump(mode="json")
+        raw["actor"] = raw["actor"][:2]
         content = json.dumps(raw)
     if content is not None:
         path.write_text(content)
@@ -178,7 +183,11 @@ def test_the_actor_decides_not_the_greedy() -> None:
     greedy = build(ctx, 0, {"nu": 10.0}).route(obs).value.routes[0].destination
     assert greedy == "worker-3"
     # an actor that only reads the `local` column, against it: never the origin
-    layers = [Layer(weight=[[-1.0 if f == "local" else 0.0] for f in FEATURES], bias=[0.0])]
+    layers = [
+        Layer(weight=[[-1.0 if f == "local" else 0.0] for f in FEATURES], bias=[0.0]),
+        Layer(weight=[[1.0]], bias=[0.0]),
+        Layer(weight=[[1.0]], bias=[0.0]),
+    ]
     policy = _policy().model_copy(update={"actor": layers})
     learned = build(ctx, 0, {"nu": 10.0}, learner=ActorLearner(policy))
     assert learned.route(obs).value.routes[0].destination != "worker-3"
