@@ -145,7 +145,9 @@ class SlotFeatures:
             got = self._lm[lm] = (out, self.obs.context.deadline_s(lm))
         return got
 
-    def _batch(self, b: int, cands: Sequence[Candidate]) -> tuple[Any, ...]:
+    def _batch(
+        self, b: int, cands: Sequence[Candidate]
+    ) -> tuple[Array, Array, Array, int, float, float, bool, float]:
         """The kernel's arguments for batch `b` (`kernel.candidate_rows`, in order)."""
         a = self.obs.arrivals[b]
         template, deadline = self._template(a.lm)
