@@ -1,10 +1,10 @@
-"""A trained LYREO actor: its policy file, and deciding with it in numpy (no torch).
+"""A trained LYREO actor: its policy file, and deciding with it without torch.
 
 The actor is a small MLP applied to each candidate's feature row (`features`)
 with shared weights; the candidate scores are its logits, and a trained
 policy routes each batch to the highest-scoring feasible candidate. Deciding
-needs only numpy, so `--policy lyreo` works without the `lyreo` extra (torch),
-which only `lmedge train lyreo` needs.
+needs numpy and the compiled kernels (`kernel`), so `--policy lyreo` works
+without the `lyreo` extra (torch), which only `lmedge train lyreo` needs.
 
 A policy file is one JSON document (`PolicyFile`): the weights, the feature
 names they expect, the hyperparameters they were trained with, and the
