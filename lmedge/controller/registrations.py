@@ -152,13 +152,29 @@ def _request_router(name: str, b: BuildContext) -> Router:
 
 
 def lyreo(reg: Registry) -> None:
-    """LYREO load-balanced routing."""
+    """LYREO load-balanced routing: the learned routers and the Lyapunov greedy."""
     from lmedge.policies.lyreo import build as build_lyreo
+    from lmedge.policies.lyreo.learned import build_learned
 
     reg.add_router(
         "lyreo",
+        lambda b: build_learned(b.context, b.seed, b.params, "lyreo"),
+        "LYREO: PPO actor trained on LSTM-redistributed rewards, over the Lyapunov terms",
+    )
+    reg.add_router(
+        "ly-ppo",
+        lambda b: build_learned(b.context, b.seed, b.params, "ly-ppo"),
+        "Ly-PPO: LYREO's PPO without reward redistribution (ablation)",
+    )
+    reg.add_router(
+        "ppo-fixed",
+        lambda b: build_learned(b.context, b.seed, b.params, "ppo-fixed"),
+        "PPO with a fixed balancing penalty, no virtual queue (ablation)",
+    )
+    reg.add_router(
+        "lyreo-greedy",
         lambda b: build_lyreo(b.context, b.seed, b.params),
-        "LYREO: drift-plus-penalty routing, latency vs KV memory-time load balance",
+        "LYREO's Lyapunov half: drift-plus-penalty greedy, latency vs KV memory-time balance",
     )
     for name, summary in (
         ("lyreo-ly", "LYREO's Lyapunov greedy per request on token-level KV memory-time"),
@@ -281,11 +297,20 @@ def register_profiles(reg: Registry) -> None:
             "static",
             "lyreo",
             "lyapunov",
-            "LYREO load-balanced routing + Lyapunov deployment",
+            "LYREO load-balanced routing (trained PPO actor) + Lyapunov deployment",
         ),
         *(
             Profile(name, "static", router, "full", summary)
             for name, router, summary in LYREO_PROFILES
         ),
+        Profile(
+            "lyreo-greedy",
+            "static",
+            "lyreo-greedy",
+            "lyapunov",
+            "LYREO's Lyapunov greedy routing (no learning) + Lyapunov deployment",
+        ),
+        Profile("ly-ppo", "static", "ly-ppo", "lyapunov", "Ly-PPO: no reward redistribution"),
+        Profile("ppo-fixed", "static", "ppo-fixed", "lyapunov", "PPO, fixed balancing penalty"),
     ):
         reg.add_profile(p)

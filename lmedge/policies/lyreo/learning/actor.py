@@ -1,0 +1,212 @@
+"""A trained LYREO actor: its policy file, and deciding with it without torch.
+
+The actor is a small MLP applied to each candidate's feature row (`features`)
+with shared weights; the candidate scores are its logits, and a trained
+policy routes each batch to the highest-scoring feasible candidate. Deciding
+needs numpy and the compiled kernels (`kernel`), so `--policy lyreo` works
+without the `lyreo` extra (torch), which only `lmedge train lyreo` needs.
+
+A policy file is one JSON document (`PolicyFile`): the weights, the feature
+names they expect, the hyperparameters they were trained with, and the
+provenance (scenario, seed, episodes, commit, training curve). JSON keeps it
+readable and diffable; the actor is a few thousand numbers.
+
+Not here: training (`lmedge.policies.lyreo.learning.ppo`, torch), and the
+greedy the actor's choice replaces (`LyreoRouter`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lmedge.api import RequestRecord, SlotObservation
+from lmedge.errors import ConfigError
+from lmedge.policies.lyreo.learning.features import FEATURES, SlotFeatures
+from lmedge.policies.lyreo.learning.params import LearnerParams, Variant
+from lmedge.policies.lyreo.router import Candidate
+
+FORMAT: Literal["lmedge-lyreo-policy/1"] = "lmedge-lyreo-policy/1"
+#: Where the shipped policies live in the package: `<variant>.json`.
+SHIPPED = Path(__file__).resolve().parent.parent / "trained"
+
+Array = np.ndarray[Any, Any]
+
+
+class Layer(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weight: list[list[float]] = Field(description="(inputs, outputs)")
+    bias: list[float]
+
+
+class Episode(BaseModel):
+    """One point of the training curve (requests of the measured slots)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    episode: int = Field(ge=0)
+    seed: int
+    mean_latency_s: float = Field(
+        description="Mean end-to-end latency per prompt, timeouts at tau."
+    )
+    failure_share: float = Field(ge=0, le=1, description="Prompts that did not succeed.")
+    mean_z: float = Field(ge=0, description="Mean virtual-queue length over slots and nodes.")
+    mean_cost: float = Field(description="Mean cost per decision (what the learner minimizes).")
+    decisions: int = Field(ge=0)
+
+
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scenario: str
+    seed: int
+    episodes: int = Field(ge=0)
+    slots: int = Field(ge=1)
+    commit: str = Field(description="git commit of the code that trained it ('unknown' if none).")
+    lmedge_version: str
+
+
+class PolicyFile(BaseModel):
+    """A trained actor with what produced it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["lmedge-lyreo-policy/1"] = FORMAT
+    variant: Variant
+    features: list[str]
+    params: LearnerParams
+    actor: list[Layer] = Field(min_length=1)
+    provenance: Provenance
+    curve: list[Episode] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> PolicyFile:
+        if len(self.actor) != 3:
+            raise ValueError(f"actor: 3 layers (two hidden), got {len(self.actor)}")
+        inputs = len(self.features)
+        for k, layer in enumerate(self.actor):
+            rows = {len(r) for r in layer.weight}
+            if len(layer.weight) != inputs or len(rows) != 1:
+                raise ValueError(f"actor.{k}.weight: expected {inputs} rows of equal length")
+            (outputs,) = rows
+            if len(layer.bias) != outputs:
+                raise ValueError(f"actor.{k}.bias: expected {outputs} values")
+            inputs = outputs
+        if inputs != 1:
+            raise ValueError("actor: the last layer has one output (a logit)")
+        return self
+
+
+def save_policy(policy: PolicyFile, path: Path) -> None:
+    """Write `policy` atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(policy.model_dump(mode="json"), indent=1) + "\n")
+    tmp.replace(path)
+
+
+def load_policy(path: Path) -> PolicyFile:
+    """Read and check a policy file; `ConfigError` naming the file and the problem."""
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"LYREO policy {path}: cannot read it: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"LYREO policy {path}: not JSON: {exc}") from exc
+    try:
+        policy = PolicyFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(file)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"LYREO policy {path}: {problems}") from exc
+    if tuple(policy.features) != FEATURES:
+        raise ConfigError(
+            f"LYREO policy {path}: trained on features {policy.features}, this lmedge computes "
+            f"{list(FEATURES)}; retrain it with `lmedge train lyreo`"
+        )
+    return policy
+
+
+def shipped_policy(variant: Variant) -> Path:
+    """The path of the policy for `variant` shipped in the package (it may be missing)."""
+    return SHIPPED / f"{variant}.json"
+
+
+class NumpyActor:
+    """The actor MLP: two tanh hidden layers, one logit per candidate row (compiled)."""
+
+    def __init__(self, layers: Sequence[tuple[Array, Array]]) -> None:
+        from lmedge.policies.lyreo.learning import kernel
+
+        if len(layers) != 3:
+            raise ValueError(f"the actor has 3 layers (two hidden), got {len(layers)}")
+        self.layers = [
+            (np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(b, dtype=float))
+            for w, b in layers
+        ]
+        self._mlp = kernel.mlp
+
+    @classmethod
+    def of(cls, policy: PolicyFile) -> NumpyActor:
+        return cls([(np.array(x.weight), np.array(x.bias)) for x in policy.actor])
+
+    def logits(self, rows: Array) -> Array:
+        out = np.empty(len(rows))
+        (w1, b1), (w2, b2), (w3, b3) = self.layers
+        self._mlp(np.ascontiguousarray(rows, dtype=float), len(rows), w1, b1, w2, b2, w3, b3, out)
+        return out
+
+
+def pick(bias_len: int, j: int) -> list[float]:
+    """The bias that makes the router take candidate `j`: 0 there, +inf elsewhere."""
+    out = [math.inf] * bias_len
+    out[j] = 0.0
+    return out
+
+
+class ActorLearner:
+    """A trained actor behind the router's learner seam: it decides, it does not learn.
+
+    Each batch goes to the feasible candidate with the highest logit (ties:
+    the first, in the router's candidate order); `bias` returns 0 for it and
+    +inf for the others, so the router's greedy takes it. With no feasible
+    candidate it leaves the greedy's choice alone.
+    """
+
+    def __init__(self, policy: PolicyFile) -> None:
+        self.policy = policy
+        self.actor = NumpyActor.of(policy)
+        self._use_z = policy.variant != "ppo-fixed"
+        self._slot: SlotFeatures | None = None
+
+    def features(self, obs: SlotObservation, z: Mapping[str, float]) -> SlotFeatures:
+        if self._slot is None or self._slot.obs is not obs:
+            self._slot = SlotFeatures(obs, z, self._use_z)
+        return self._slot
+
+    def bias(
+        self, obs: SlotObservation, z: Mapping[str, float], b: int, cands: Sequence[Candidate]
+    ) -> Sequence[float]:
+        j = self.features(obs, z).choose(b, cands, self.actor)
+        return [0.0] * len(cands) if j < 0 else pick(len(cands), j)
+
+    def record(
+        self,
+        obs: SlotObservation,
+        z: Mapping[str, float],
+        b: int,
+        cands: Sequence[Candidate],
+        chosen: str,
+    ) -> None:
+        return None
+
+    def observe(self, records: Sequence[RequestRecord]) -> None:
+        return None

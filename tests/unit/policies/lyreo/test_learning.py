@@ -1,0 +1,216 @@
+"""LYREO's learned scheduler: parameters, policy files, the numpy actor, GAE and redistribution."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmedge.api import ClusterContext, check_routing_map
+from lmedge.errors import ConfigError
+from lmedge.policies.kit.params import parse_params
+from lmedge.policies.lyreo import build
+from lmedge.policies.lyreo.learned import build_learned
+from lmedge.policies.lyreo.learning import (
+    FEATURES,
+    ActorLearner,
+    LearnerParams,
+    NumpyActor,
+    PolicyFile,
+    Provenance,
+    load_policy,
+    save_policy,
+)
+from lmedge.policies.lyreo.learning.actor import Layer
+from lmedge.sim import load_scenario
+from tests.unit.policies.lyapunov.scenario import paper_testbed, slot_obs
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def _policy(seed: int = 0, variant: str = "lyreo", hidden: int = 8) -> PolicyFile:
+    rng = np.random.default_rng(seed)
+    sizes = [len(FEATURES), hidden, hidden, 1]
+    layers = [
+        Layer(weight=rng.normal(size=(a, b)).tolist(), bias=rng.normal(size=b).tolist())
+        for a, b in itertools.pairwise(sizes)
+    ]
+    return PolicyFile(
+        variant=variant,  # type: ignore[arg-type]
+        features=list(FEATURES),
+        params=LearnerParams(variant=variant),  # type: ignore[arg-type]
+        actor=layers,
+        provenance=Provenance(
+            scenario="t", seed=seed, episodes=0, slots=1, commit="x", lmedge_version="0"
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"horizon": 1}, "horizon"),
+        ({"variant": "dqn"}, "variant"),
+        ({"clip": 1.5}, "clip"),
+        ({"gamma": 0}, "gamma"),
+        ({"lstm_hidden": 0}, "lstm_hidden"),
+        ({"fixed_penalty": 2.0}, "fixed_penalty"),
+        ({"learning_rate": 0.1}, "learning_rate"),
+    ],
+    ids=["horizon", "variant", "clip", "gamma", "lstm", "penalty-without-ppo-fixed", "unknown"],
+)
+def test_bad_hyperparameters_are_refused_naming_the_field(
+    given: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ConfigError, match=field):
+        parse_params(LearnerParams, given, "lmedge train lyreo")
+
+
+def test_fixed_penalty_is_accepted_for_ppo_fixed() -> None:
+    p = parse_params(LearnerParams, {"variant": "ppo-fixed", "fixed_penalty": 2}, "t")
+    assert p.fixed_penalty == 2.0
+
+
+def test_policy_file_round_trips(tmp_path: Path) -> None:
+    policy = _policy()
+    save_policy(policy, tmp_path / "p.json")
+    assert load_policy(tmp_path / "p.json") == policy
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        ("layers", "3 layers"),
+        ("{", "not JSON"),
+        ('{"format": "lmedge-lyreo-policy/1"}', "variant"),
+        ("features", "retrain"),
+    ],
+    ids=["missing", "two-layers", "not-json", "incomplete", "other-features"],
+)
+def test_bad_policy_files_are_refused_clearly(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    path = tmp_path / "p.json"
+    if content == "features":
+        raw = _policy().model_dump(mode="json")
+        raw["features"] = [f"other-{k}" for k in range(len(FEATURES))]
+        content = json.dumps(raw)
+    if content == "layers":
+        raw = _policy().model_dump(mode="json")
+        raw["actor"] = raw["actor"][:2]
+        content = json.dumps(raw)
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        load_policy(path)
+
+
+def test_numpy_actor_matches_the_torch_actor() -> None:
+    torch = pytest.importorskip("torch")
+    from lmedge.policies.lyreo.learning.ppo import ActorCritic
+
+    net = ActorCritic(16)
+    with torch.no_grad():
+        for m in net.actor:
+            if isinstance(m, torch.nn.Linear):
+                m.weight.normal_()
+    rows = np.random.default_rng(1).normal(size=(7, len(FEATURES))).astype(np.float32)
+    mask = torch.ones(1, 7, dtype=torch.bool)
+    want = net.logits(torch.from_numpy(rows).unsqueeze(0), mask)[0].detach().numpy()
+    got = NumpyActor([(np.array(x.weight), np.array(x.bias)) for x in net.numpy_layers()])
+    assert got.logits(rows) == pytest.approx(want, rel=1e-4, abs=1e-5)
+
+
+def test_gae_by_hand() -> None:
+    pytest.importorskip("torch")
+    from lmedge.policies.lyreo.learning.ppo import gae
+
+    r, v = np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.5, 0.5, 9.0])
+    ends = np.array([False, True, True])
+    adv = gae(r, v, ends, gamma=0.9, lam=0.5)
+    d2 = 2.0 - 0.5  # terminal: the 9.0 after it is not bootstrapped
+    d1 = 0.0 - 0.5  # terminal too
+    d0 = 1.0 + 0.9 * 0.5 - 0.5
+    assert adv == pytest.approx([d0 + 0.45 * d1, d1, d2])
+
+
+def test_redistribution_keeps_each_windows_return() -> None:
+    pytest.importorskip("torch")
+    from lmedge.policies.lyreo.learning.ppo import Trainer
+    from lmedge.policies.lyreo.learning.rollout import Trajectory
+
+    n, h = 23, 10
+    rng = np.random.default_rng(3)
+    traj = Trajectory(
+        rows=rng.normal(size=(n, 4, len(FEATURES))).astype(np.float32),
+        mask=np.ones((n, 4), dtype=bool),
+        actions=rng.integers(0, 4, size=n),
+        logp=np.zeros(n, dtype=np.float32),
+        observed_cost=rng.random(n),
+        true_cost=rng.random(n),
+    )
+    params = LearnerParams(horizon=h, gamma=1.0, predictor_epochs=2)
+    trainer = Trainer(params, 0)
+    rewards, values = -traj.observed_cost, rng.normal(size=n)
+    out = trainer.redistribute(traj, rewards, values)
+    for s in range(0, n, h):
+        e = min(s + h, n)
+        boot = values[e] if e < n else 0.0
+        assert out[s:e].sum() == pytest.approx(rewards[s:e].sum() + boot)
+
+
+@pytest.mark.parametrize("scenario", ["testbed", "llm-edge"])
+def test_a_policy_decides_on_clusters_of_any_size(scenario: str) -> None:
+    ctx = load_scenario(ROOT / "examples" / scenario).context() if scenario != "testbed" else None
+    ctx = ctx or paper_testbed()
+    lm = ctx.lm_names[0]
+    origins = [n.name for n in ctx.workers][:4]
+    obs = slot_obs([(o, lm, 2) for o in origins], ctx=ctx)
+    router = build(ctx, 0, {}, learner=ActorLearner(_policy()))
+    decision = router.route(obs)
+    assert len(decision.value.routes) == len(origins)
+    assert check_routing_map(decision.value, obs.context, obs.arrivals) == []
+
+
+def test_the_actor_decides_not_the_greedy() -> None:
+    ctx = paper_testbed()
+    obs = slot_obs([("worker-3", "lm1", 8)], running={"worker-3": {"lm1": "gpu"}})
+    greedy = build(ctx, 0, {"nu": 10.0}).route(obs).value.routes[0].destination
+    assert greedy == "worker-3"
+    # an actor that only reads the `local` column, against it: never the origin
+    layers = [
+        Layer(weight=[[-1.0 if f == "local" else 0.0] for f in FEATURES], bias=[0.0]),
+        Layer(weight=[[1.0]], bias=[0.0]),
+        Layer(weight=[[1.0]], bias=[0.0]),
+    ]
+    policy = _policy().model_copy(update={"actor": layers})
+    learned = build(ctx, 0, {"nu": 10.0}, learner=ActorLearner(policy))
+    assert learned.route(obs).value.routes[0].destination != "worker-3"
+
+
+def test_missing_shipped_policy_falls_back_to_the_greedy_and_says_so(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from lmedge.policies.lyreo import learned
+
+    monkeypatch.setattr(learned, "shipped_policy", lambda v: tmp_path / f"{v}.json")
+    monkeypatch.setattr(learned, "_told", set())
+    ctx: ClusterContext = paper_testbed()
+    with caplog.at_level(logging.WARNING):
+        router = build_learned(ctx, 0, {}, "ly-ppo")
+    assert router.learner is None
+    assert "no trained policy" in caplog.text and "lmedge train lyreo" in caplog.text
+
+
+def test_a_policy_file_parameter_is_loaded(tmp_path: Path) -> None:
+    save_policy(_policy(), tmp_path / "p.json")
+    router = build_learned(paper_testbed(), 0, {"policy": str(tmp_path / "p.json")}, "lyreo")
+    assert isinstance(router.learner, ActorLearner)
+    assert build_learned(paper_testbed(), 0, {"policy": "none"}, "lyreo").learner is None
+    with pytest.raises(ConfigError, match="cannot read"):
+        build_learned(paper_testbed(), 0, {"policy": str(tmp_path / "nope.json")}, "lyreo")
