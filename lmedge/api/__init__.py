@@ -33,6 +33,7 @@ from lmedge.api.interfaces import (
     Deployer,
     FeedbackConsumer,
     Planner,
+    RequestRouter,
     Router,
     capabilities_of,
 )
@@ -47,9 +48,11 @@ from lmedge.api.observations import (
     NodeObservation,
     NodeState,
     PlanningObservation,
+    RequestWindow,
     ServiceInfo,
     SlotObservation,
     Snapshot,
+    WindowRequest,
 )
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.api.resources import (
@@ -100,6 +103,8 @@ __all__ = [
     "PowerProfile",
     "Rejection",
     "RequestRecord",
+    "RequestRouter",
+    "RequestWindow",
     "Route",
     "RouteWeight",
     "Router",
@@ -111,6 +116,7 @@ __all__ = [
     "Snapshot",
     "Source",
     "Violation",
+    "WindowRequest",
     "capabilities_of",
     "check_macro_policy",
     "check_placement",

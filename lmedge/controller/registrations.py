@@ -129,6 +129,29 @@ def cema(reg: Registry) -> None:
         "CEMA-Router: memetic batch routing over quality, cost, energy, completion time",
         Capabilities(routes_request_classes=True),
     )
+    # request mode: one gene per request, in 1-s windows; and the paper's baselines
+    # over the same catalogue and evaluator (lmedge/policies/cema/requests.py)
+    for name, method, summary in CEMA_REQUEST_ROUTERS:
+        reg.add_router(
+            name,
+            lambda b, method=method: build_cema(
+                b.context, b.seed, {"mode": "request", "method": method, **b.params}
+            ),
+            summary,
+            Capabilities(routes_request_classes=True, routes_requests=True),
+        )
+
+
+#: (router and profile name, request-mode method, summary): CEMA per request and its baselines.
+CEMA_REQUEST_ROUTERS: tuple[tuple[str, str, str], ...] = (
+    ("cema-request", "cema", "CEMA-Router per request: memetic search over each 1-s window"),
+    ("cema-seed", "seed", "CEMA's load-aware seed per window (no search)"),
+    ("cema-independent", "independent", "each request to its own best J (no joint term)"),
+    ("cema-rr", "round-robin", "Round Robin over the (node, model) catalogue"),
+    ("cema-ll", "least-loaded", "Least-Loaded: least outstanding work (CEMA's monitor)"),
+    ("cema-cloud", "cloud-only", "Cloud-Only: least outstanding work among cloud nodes"),
+    ("cema-edge", "edge-only", "Edge-Only: least outstanding work among edge nodes"),
+)
 
 
 def lyreo(reg: Registry) -> None:
@@ -214,6 +237,10 @@ def register_profiles(reg: Registry) -> None:
             "lyreo",
             "lyapunov",
             "LYREO load-balanced routing + Lyapunov deployment",
+        ),
+        *(
+            Profile(name, "static", name, "lyapunov", f"{summary} + Lyapunov deployment")
+            for name, _, summary in CEMA_REQUEST_ROUTERS
         ),
     ):
         reg.add_profile(p)

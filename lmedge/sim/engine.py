@@ -63,8 +63,9 @@ are pure.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from functools import partial
 from operator import attrgetter
 
@@ -72,7 +73,7 @@ import numpy as np
 import simpy
 
 from lmedge.api.base import built
-from lmedge.api.decisions import LMPlacement, Placement, RoutingMap
+from lmedge.api.decisions import LMPlacement, Placement, Route, RoutingMap
 from lmedge.api.engines import (
     GIB,
     DecodePoint,
@@ -84,7 +85,14 @@ from lmedge.api.engines import (
 )
 from lmedge.api.interfaces import ActuationResult
 from lmedge.api.live import ContextChange
-from lmedge.api.observations import Arrival, ClusterContext, ServiceInfo, Snapshot
+from lmedge.api.observations import (
+    Arrival,
+    ClusterContext,
+    RequestWindow,
+    ServiceInfo,
+    Snapshot,
+    WindowRequest,
+)
 from lmedge.api.records import NodeTelemetry, RequestOutcome, RequestRecord
 from lmedge.sim import observation
 from lmedge.sim.actuation import bind, invalid, misfit, pod_shape
@@ -166,6 +174,9 @@ class Emulator:
             cls: LengthSampler(spec, scenario.folder) for cls, spec in wl.lm_token_lengths.items()
         }
         self._seq_job: dict[int, Job] = {}
+        #: request-level routing (`route_requests_with`): (router, window s, most a call)
+        self._window_router: tuple[Callable[[RequestWindow], list[Route]], float, int] | None = None
+        self.window_stats = {"windows": 0, "fallbacks": 0, "decision_s": 0.0}
         self._next_seq = 0
         self.stats = {
             "submitted": 0,
@@ -393,11 +404,97 @@ class Emulator:
             rng = (
                 np.random.default_rng([self.seed, TOKEN_STREAM, slot]) if self._token_lms else None
             )
-            for r in sorted(self._requests(slot), key=_OFFSET):
-                lengths = self._draw_lengths(rng, r) if rng is not None else None
-                self._submit(r, now + max(0.0, start + r.offset_s - now), lengths)
+            rows = [
+                (r, self._draw_lengths(rng, r) if rng is not None else None)
+                for r in sorted(self._requests(slot), key=_OFFSET)
+            ]
+            if self._window_router is not None:
+                self._windows(slot, start, rows)
+            else:
+                for r, lengths in rows:
+                    self._submit(r, now + max(0.0, start + r.offset_s - now), lengths)
             slot += 1
             yield env.timeout(max(0.0, slot * self.slot_s - env.now))
+
+    def route_requests_with(
+        self, router: Callable[[RequestWindow], list[Route]], window_s: float, most: int
+    ) -> None:
+        """Route every request from now on in windows (request-level routing).
+
+        The requests arriving in [k window_s, (k + 1) window_s) of a slot (at
+        most `most` a call) are routed together at the window's end by
+        `router`, and leave for their destinations then: the wait counts in
+        their uplink. A window whose call raises, or answers with the wrong
+        number of routes, keeps the slot's map, as does a route the
+        destination cannot serve (`_submit`): no request is lost.
+        """
+        self._window_router = (router, window_s, most)
+
+    def _windows(
+        self, slot: int, start: float, rows: list[tuple[RequestSpec, list[tuple[int, int]] | None]]
+    ) -> None:
+        """Schedule the slot's windows: each routes its requests at its end."""
+        _, window_s, most = self._window_router or (None, 1.0, 128)
+        groups: dict[int, list[tuple[RequestSpec, list[tuple[int, int]] | None]]] = {}
+        for row in rows:
+            groups.setdefault(int(row[0].offset_s // window_s), []).append(row)
+        now = self.env.now
+        for k, members in groups.items():
+            t0 = start + k * window_s
+            t1 = min(start + (k + 1) * window_s, start + self.slot_s)
+            for i in range(0, len(members), most):
+                self.env.timeout(max(0.0, t1 - now)).callbacks.append(
+                    partial(self._route_window, slot, t0, members[i : i + most])
+                )
+
+    def _route_window(
+        self,
+        slot: int,
+        t0: float,
+        members: list[tuple[RequestSpec, list[tuple[int, int]] | None]],
+        _ev: object = None,
+    ) -> None:
+        router = self._window_router[0] if self._window_router else None
+        now = self.env.now
+        window = built(
+            RequestWindow,
+            {
+                "slot": slot,
+                "start_s": t0,
+                "end_s": now,
+                "context": self.ctx,
+                "snapshot": self.snapshot(slot),
+                "requests": [
+                    built(
+                        WindowRequest,
+                        {
+                            "id": self._request_id(r),
+                            "origin": r.origin,
+                            "lm": r.lm,
+                            "prompts": r.prompts,
+                            "submit_s": slot * self.slot_s + r.offset_s,
+                            "input_tokens": sum(i for i, _ in lengths) if lengths else None,
+                            "output_tokens": sum(o for _, o in lengths) if lengths else None,
+                        },
+                    )
+                    for r, lengths in members
+                ],
+            },
+        )
+        routes: list[Route] | None = None
+        started = time.perf_counter()
+        try:
+            routes = router(window) if router is not None else None
+        except Exception:  # the router failed: the slot's map routes the window
+            routes = None
+        self.window_stats["decision_s"] += time.perf_counter() - started
+        self.window_stats["windows"] += 1
+        if routes is None or len(routes) != len(members):
+            self.window_stats["fallbacks"] += 1
+            routes = None
+        for k, (r, lengths) in enumerate(members):
+            route = None if routes is None else (routes[k].destination, routes[k].serving_lm)
+            self._submit(r, slot * self.slot_s + r.offset_s, lengths, route, now)
 
     def _draw_lengths(self, rng: np.random.Generator, r: RequestSpec) -> list[tuple[int, int]]:
         """The (input, output) tokens of `r`'s prompts, unclipped.
@@ -411,9 +508,19 @@ class Emulator:
         return list(zip(inp.tolist(), out.tolist(), strict=True))
 
     def _submit(
-        self, r: RequestSpec, at: float, lengths: list[tuple[int, int]] | None = None
+        self,
+        r: RequestSpec,
+        at: float,
+        lengths: list[tuple[int, int]] | None = None,
+        route: tuple[str, str] | None = None,
+        depart: float | None = None,
     ) -> None:
-        """Submit `r` at time `at` (now or later in the slot): refuse it, or start its uplink."""
+        """Submit `r` at time `at` (now or later in the slot): refuse it, or start its uplink.
+
+        `route` (destination, serving LM) overrides the slot's map when the
+        destination can serve it; `depart` (its routing window's end) is when
+        its uplink starts.
+        """
         env = self.env
         if r.origin in self._down:
             self._refuse(r, at, "node_lost")  # the origin's gateway is gone
@@ -422,6 +529,12 @@ class Emulator:
             self._refuse(r, at)
             return
         hit = self._routing.get(r.slot, {}).get((r.origin, r.lm))
+        if (
+            route is not None
+            and route in self._hostable
+            and (route[1] == r.lm or route[1] in self.ctx.models_for(r.lm))
+        ):
+            hit = route
         if hit is not None and hit in self._hostable:
             dest, model = hit
         else:
@@ -450,6 +563,8 @@ class Emulator:
             job.tok_out = sum(o for _, o in job.lengths)
         prof = self.services[model].spec.profile
         job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
+        if depart is not None:
+            job.uplink_s += depart - at  # the wait for its routing window
         self._watch_deadline(job, tau)
         now = env.now
         arrive = at + job.uplink_s

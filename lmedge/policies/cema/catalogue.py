@@ -49,7 +49,9 @@ class Destination:
     latency_s: float = 0.005  # one-way, router (or origin) to endpoint
     goodput_bps: float = 1e9
 
-    def service(self, input_tokens: int, output_tokens: int, prompts: int = 1) -> tuple[float, float]:
+    def service(
+        self, input_tokens: int, output_tokens: int, prompts: int = 1
+    ) -> tuple[float, float]:
         """(busy, alone) seconds of a request here.
 
         busy: its share of the engine at the saturated rate,

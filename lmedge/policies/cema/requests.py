@@ -94,6 +94,7 @@ class Outcome:
     makespan: float
     decision_s: float
     seed_j: float
+    busy: list[float] = field(default_factory=list)  # each request's busy seconds there
 
 
 @dataclass
@@ -218,8 +219,9 @@ def route_batch(
     chosen = choose(ev, method, p, st)
     decision = time.perf_counter() - started
     q, c, e, t = ev.raw(chosen)
+    busy = [float(ev.busy[i, d]) for i, d in enumerate(chosen)]
     return Outcome(
-        chosen, ev.fitness(chosen), q, c, e, t, decision, ev.fitness(ev.seed.tolist())
+        chosen, ev.fitness(chosen), q, c, e, t, decision, ev.fitness(ev.seed.tolist()), busy
     )
 
 
