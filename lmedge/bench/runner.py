@@ -42,7 +42,7 @@ from typing import Any, Protocol, cast
 
 from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics
 from lmedge.backends.emulated.backend import EmulatedBackend
-from lmedge.bench.summary import summarize, timing_summary
+from lmedge.bench.summary import DIGITS, routing_summary, summarize, timing_summary
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop, RunResult
 from lmedge.errors import ConfigError, StoreUnavailable
@@ -217,7 +217,17 @@ def run(
     summary = summarize(
         result, scenario=sc.name, seed=spec.seed, components=components, kv_gib_s=kv
     )
-    return RunOutcome(spec, sc, run_id, result, summary, timing_summary(result, wall))
+    windows = getattr(plugins.router, "window_totals", None)
+    summary["routing"] = routing_summary(result.measured_records(), windows)
+    timing = timing_summary(result, wall)
+    if isinstance(backend, EmulatedBackend) and backend.emulator.window_stats["windows"]:
+        stats = backend.emulator.window_stats
+        timing["route_window_s_mean"] = round(stats["decision_s"] / stats["windows"], DIGITS)
+        timing["route_windows"], timing["route_window_fallbacks"] = (
+            stats["windows"],
+            stats["fallbacks"],
+        )
+    return RunOutcome(spec, sc, run_id, result, summary, timing)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Mapping
 from typing import Any, cast, get_args
 
 from lmedge.api.records import RequestOutcome, RequestRecord
@@ -190,6 +191,33 @@ def token_summary(records: list[RequestRecord], kv_gib_s: dict[str, float]) -> d
             }
         )
     return {"per_lm": per_lm, "kv_gib_s": dict(sorted(kv_gib_s.items()))}
+
+
+def routing_summary(
+    records: list[RequestRecord], windows: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """The run's emulated energy (`RequestRecord.energy_j`, summed) and, for a
+    request-level router that keeps `window_totals` (CEMA's request mode and
+    its baselines), the means of its windows' J, the seed's J, raw quality
+    loss and makespan, and its total modelled cost and energy."""
+    energy = [r.energy_j for r in records if r.energy_j is not None]
+    out: dict[str, Any] = {
+        "energy_j": sum(energy),
+        "energy_j_per_request": statistics.fmean(energy) if energy else None,
+    }
+    if windows and windows.get("windows"):
+        n = windows["windows"]
+        out["windows"] = {
+            "windows": int(n),
+            "requests": int(windows["requests"]),
+            "j_mean": windows["j"] / n,
+            "seed_j_mean": windows["seed_j"] / n,
+            "quality_loss_mean": windows["quality_loss"] / n,
+            "cost": windows["cost"],
+            "energy_j": windows["energy"],
+            "makespan_s_mean": windows["makespan"] / n,
+        }
+    return cast(dict[str, Any], rounded(out))
 
 
 def _stats(name: str, xs: list[float]) -> dict[str, float | None]:

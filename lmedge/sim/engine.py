@@ -94,6 +94,7 @@ from lmedge.api.observations import (
     WindowRequest,
 )
 from lmedge.api.records import NodeTelemetry, RequestOutcome, RequestRecord
+from lmedge.api.resources import PowerProfile
 from lmedge.sim import observation
 from lmedge.sim.actuation import bind, invalid, misfit, pod_shape
 from lmedge.sim.coldstart import fit_truncated_lognormal
@@ -564,7 +565,8 @@ class Emulator:
         prof = self.services[model].spec.profile
         job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
         if depart is not None:
-            job.uplink_s += depart - at  # the wait for its routing window
+            job.route_wait_s = depart - at  # the wait for its routing window
+            job.uplink_s += job.route_wait_s
         self._watch_deadline(job, tau)
         now = env.now
         arrive = at + job.uplink_s
@@ -827,7 +829,17 @@ class Emulator:
         self._record(job, "timeout")
 
     def _record(self, job: Job, outcome: RequestOutcome) -> None:
-        self._records.append(observation.job_record(job, outcome))
+        self._records.append(observation.job_record(job, outcome, self._busy_watts(job)))
+
+    def _busy_watts(self, job: Job) -> float:
+        """Board power x utilization of `job`'s node in the mode it ran in (0 if it never ran)."""
+        if job.mode not in ("gpu", "cpu"):
+            return 0.0
+        power = self.nodes[job.dest].spec.power or PowerProfile()
+        if job.mode == "gpu":
+            return power.busy_watts_per_gpu * power.utilization
+        cores = self.services[job.lm].spec.default_cpu_cores if job.lm in self.services else 1.0
+        return power.busy_watts_per_core * cores * power.utilization
 
     def drain_records(self) -> list[RequestRecord]:
         out, self._records = self._records, []

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from lmedge.api.constants import RADIO_WATTS
 from lmedge.policies.cema import kernel
 from lmedge.policies.cema.catalogue import Destination
 from lmedge.policies.cema.evaluator import Weights
@@ -117,7 +118,7 @@ class SearchParams:
     elite: int = 2
     p_repair: float = 0.5
     repair_budget: int = 8
-    radio_watts: float = 2.0
+    radio_watts: float = RADIO_WATTS
 
 
 class RequestEvaluator:

@@ -40,7 +40,7 @@ from lmedge.api import (
     SlotObservation,
 )
 from lmedge.api.base import built
-from lmedge.api.constants import COLD_START_S
+from lmedge.api.constants import COLD_START_S, RADIO_WATTS
 from lmedge.api.engines import NOMINAL_INPUT_TOKENS, NOMINAL_OUTPUT_TOKENS
 from lmedge.errors import ConfigError
 from lmedge.policies.cema import kernel
@@ -89,7 +89,9 @@ class CemaParams(PluginParams):
     w_cost: float = Field(default=0.25, ge=0)
     w_energy: float = Field(default=0.25, ge=0)
     w_time: float = Field(default=0.25, ge=0)
-    radio_watts: float = Field(default=2.0, ge=0, description="Transmit power for comm energy, W.")
+    radio_watts: float = Field(
+        default=RADIO_WATTS, ge=0, description="Transmit power for comm energy, W."
+    )
     predictor: str = Field(default="prior", pattern="^(prior|rag)$")
     default_quality: float = Field(default=1.0, ge=0, le=1, description="Prior when unset.")
     mode: Literal["batch", "request"] = Field(
@@ -135,6 +137,11 @@ class CemaRouter:
         self.state = RoutingState(rng=self.rng)
         #: The last window's outcome (assignment, raw terms, J, the seed's J, decision time).
         self.last_window: Outcome | None = None
+        #: Sums over the windows routed (`lmedge.bench.summary.routing_summary`).
+        self.window_totals: dict[str, float] = dict.fromkeys(
+            ("windows", "requests", "j", "seed_j", "quality_loss", "cost", "energy", "makespan"),
+            0.0,
+        )
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ev = BatchEvaluator(obs, self.predictor, self.weights, self.p.radio_watts)
@@ -257,6 +264,18 @@ class CemaRouter:
             except Exception:  # the method failed: the load-aware seed routes the window
                 out = route_batch(batch, "seed", self.weights, params, self.state)
             self.last_window = out
+            totals = self.window_totals
+            for key, value in (
+                ("windows", 1.0),
+                ("requests", len(requests)),
+                ("j", out.j),
+                ("seed_j", out.seed_j),
+                ("quality_loss", out.quality_loss),
+                ("cost", out.cost),
+                ("energy", out.energy),
+                ("makespan", out.makespan),
+            ):
+                totals[key] += value
             self.monitor.dispatch(now, [pairs[d] for d in out.assignment], out.busy)
             chosen = dict(zip(rows, out.assignment, strict=True))
         routes = []
