@@ -11,9 +11,10 @@ root registers these (`lmedge.processes.plugins.register_plugins`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
-from lmedge.api import Capabilities
+from lmedge.api import Capabilities, Router
 from lmedge.controller.catalog import BuildContext, Profile, Registry
 from lmedge.policies.kit.support import no_params
 
@@ -134,12 +135,15 @@ def cema(reg: Registry) -> None:
     for name, method, summary in CEMA_REQUEST_ROUTERS:
         reg.add_router(
             name,
-            lambda b, method=method: build_cema(
-                b.context, b.seed, {"mode": "request", "method": method, **b.params}
-            ),
+            partial(_cema_request, build_cema, method),
             summary,
             Capabilities(routes_request_classes=True, routes_requests=True),
         )
+
+
+def _cema_request(build: Callable[..., Router], method: str, b: BuildContext) -> Router:
+    """A request-mode CEMA router running `method` (the profile's name decides it)."""
+    return build(b.context, b.seed, {**b.params, "mode": "request", "method": method})
 
 
 #: (router and profile name, request-mode method, summary): CEMA per request and its baselines.

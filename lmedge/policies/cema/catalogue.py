@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from lmedge.api import ClusterContext, PowerProfile
-from lmedge.api.engines import throughput_profile
+from lmedge.api.engines import Mode, throughput_profile
 from lmedge.policies.kit.estimates import service_s
 
 #: KiB in a GiB, for metered transfer.
@@ -95,7 +95,7 @@ def from_context(ctx: ClusterContext, pairs: list[tuple[str, str]]) -> list[Dest
         node, spec = ctx.node(n).spec, ctx.service(m).spec
         power = node.power or PowerProfile()
         modes = ctx.modes(n, m)
-        mode = modes[0] if modes else "gpu"
+        mode: Mode = "cpu" if modes and modes[0] == "cpu" else "gpu"
         watts = (
             power.busy_watts_per_gpu
             if mode == "gpu"

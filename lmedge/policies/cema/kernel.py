@@ -296,8 +296,8 @@ def _finish_at(s: Slot, finish: Array, g: int, d: int, busy: float) -> float:
     if s.direct.shape[0] > 0:
         alone = s.backlog[d] + s.direct[g, d, 5]
         if alone > v:
-            return alone
-    return v
+            return float(alone)
+    return float(v)
 
 
 @compiled
@@ -376,7 +376,7 @@ def _completion(s: Slot, finish: Array, g: int, d: int, net: float) -> float:
     v = finish[d]
     if s.direct.shape[0] > 0 and s.backlog[d] + s.direct[g, d, 5] > v:
         v = s.backlog[d] + s.direct[g, d, 5]
-    return net + v
+    return float(net + v)
 
 
 @compiled

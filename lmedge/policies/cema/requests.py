@@ -237,10 +237,12 @@ def choose(ev: RequestEvaluator, method: str, p: SearchParams, st: RoutingState)
         return list(ev.seed.tolist())
     legal = batch.legal
     if method == "independent":
-        return [
-            min(np.flatnonzero(legal[i]).tolist(), key=lambda d, i=i: ev.alone_j(i, d))
-            for i in range(len(batch.requests))
-        ]
+        out = []
+        for i in range(len(batch.requests)):
+            options = np.flatnonzero(legal[i]).tolist()
+            scores = [ev.alone_j(i, d) for d in options]
+            out.append(options[scores.index(min(scores))])  # the first of equals
+        return out
     if method == "round-robin":
         out = []
         m = len(batch.dests)
@@ -260,13 +262,13 @@ def choose(ev: RequestEvaluator, method: str, p: SearchParams, st: RoutingState)
         legal = np.where(restricted.any(axis=1, keepdims=True), restricted, legal)
     # least outstanding work (the monitor's backlog plus what this window added)
     work = np.asarray(batch.backlog, dtype=float).copy()
-    out = []
+    picks: list[int] = []
     for i in range(len(batch.requests)):
-        options = np.flatnonzero(legal[i])
-        d = int(options[np.argmin(work[options])])
-        out.append(d)
+        candidates = np.flatnonzero(legal[i])
+        d = int(candidates[np.argmin(work[candidates])])
+        picks.append(d)
         work[d] += ev.busy[i, d]
-    return out
+    return picks
 
 
 def search(ev: RequestEvaluator, p: SearchParams, rng: random.Random) -> list[int]:

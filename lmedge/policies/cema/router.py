@@ -191,9 +191,9 @@ class CemaRouter:
             up[d] = n in nodes
         for state in window.snapshot.nodes:
             for inst in state.instances:
-                d = table.index.get((state.name, inst.lm))
-                if d is not None:
-                    running[d] = True
+                hosted = table.index.get((state.name, inst.lm))
+                if hosted is not None:
+                    running[hosted] = True
         requests: list[Request] = []
         rows: list[int] = []  # window position of each routed request
         legal_rows, quality_rows, net_rows = [], [], []
@@ -280,8 +280,8 @@ class CemaRouter:
             chosen = dict(zip(rows, out.assignment, strict=True))
         routes = []
         for k, w in enumerate(window.requests):
-            d = chosen.get(k)
-            node, model = (w.origin, w.lm) if d is None else pairs[d]
+            pick = chosen.get(k)
+            node, model = (w.origin, w.lm) if pick is None else pairs[pick]
             routes.append(
                 built(
                     Route,
