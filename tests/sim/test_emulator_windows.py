@@ -10,16 +10,20 @@ leaves its window to the slot's map; no request is lost.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lmedge.api import RequestWindow, Route, RoutingMap
 from lmedge.backends.emulated import EmulatedBackend
+from lmedge.bench.runner import RunSpec, run
+from lmedge.controller.assembly import PolicyChoice
 from lmedge.sim import Scenario
 from lmedge.sim.synthetic import lm_service
 from tests.sim.conftest import place, run_all
 
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = [(0, "w1", "chat", 1, 0.2), (0, "w3", "chat", 1, 0.7), (0, "w2", "chat", 1, 1.5)]
 
 
@@ -105,3 +109,13 @@ def test_a_failed_window_keeps_the_slot_map_and_loses_nothing(
         ("w3", "w1", "a"),
     ]
     assert be.emulator.window_stats["fallbacks"] == 2
+
+
+def test_the_loop_hands_a_request_router_its_windows_and_the_summary_reports_them() -> None:
+    out = run(RunSpec(ROOT / "examples" / "model-routing", PolicyChoice("cema-request"), 1, 2))
+    windows = out.summary["routing"]["windows"]
+    assert windows["windows"] == out.timing["route_windows"] > 0
+    assert out.timing["route_window_fallbacks"] == 0
+    assert windows["requests"] >= out.summary["requests"]
+    assert windows["j_mean"] <= windows["seed_j_mean"] + 1e-9  # the search starts from the seed
+    assert out.summary["routing"]["energy_j"] > 0
