@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from lmedge.api import RequestWindow, Route, RoutingMap
+from lmedge.api import PowerProfile, RequestWindow, Route, RoutingMap
+from lmedge.api.constants import RADIO_WATTS
 from lmedge.backends.emulated import EmulatedBackend
 from lmedge.bench.runner import RunSpec, run
 from lmedge.controller.assembly import PolicyChoice
@@ -119,3 +120,22 @@ def test_the_loop_hands_a_request_router_its_windows_and_the_summary_reports_the
     assert windows["requests"] >= out.summary["requests"]
     assert windows["j_mean"] <= windows["seed_j_mean"] + 1e-9  # the search starts from the seed
     assert out.summary["routing"]["energy_j"] > 0
+
+
+def test_energy_is_inference_at_busy_power_plus_link_time_not_the_window_wait(
+    make_scenario: Callable[..., Scenario],
+) -> None:
+    be = backend(make_scenario)
+
+    def to_w2(window: RequestWindow) -> list[Route]:
+        return [
+            Route(origin=r.origin, lm=r.lm, destination="w2", model="b") for r in window.requests
+        ]
+
+    be.route_requests_with(to_w2, 1.0, 128)
+    recs = {r.origin: r for r in run_all(be, 1000)}
+    gpu_watts = PowerProfile().busy_watts_per_gpu
+    for origin, wait in (("w1", 0.8), ("w3", 0.3), ("w2", 0.5)):
+        r = recs[origin]
+        links = r.uplink_s - wait + r.downlink_s
+        assert r.energy_j == pytest.approx(r.inference_s * gpu_watts + links * RADIO_WATTS)

@@ -7,6 +7,7 @@ edge destinations, routed by each method and scored by the one evaluator.
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from lmedge.api import (
     LMPlacement,
     Placement,
+    PowerProfile,
     RequestWindow,
     WindowRequest,
     capabilities_of,
@@ -22,7 +24,7 @@ from lmedge.api import (
 from lmedge.backends.emulated import EmulatedBackend, load_scenario
 from lmedge.policies.cema import build
 from lmedge.policies.cema import router as cema_router
-from lmedge.policies.cema.catalogue import KIB_PER_GIB, Destination
+from lmedge.policies.cema.catalogue import KIB_PER_GIB, Destination, from_context
 from lmedge.policies.cema.evaluator import Weights
 from lmedge.policies.cema.requests import (
     METHODS,
@@ -247,3 +249,30 @@ def test_request_mode_falls_back_to_the_seed_when_the_method_fails(
     router = build(be.context(), 1, {"mode": "request"})
     assert len(router.route_requests(window(be, 3))) == 3
     assert methods == ["cema", "seed"]
+
+
+def test_the_catalogue_reads_throughput_from_the_token_profile_and_prices_from_the_node(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "llm-edge"
+    shutil.copytree(Path("examples/llm-edge"), folder)
+    nodes = (folder / "nodes.yaml").read_text()
+    priced = nodes.replace(
+        "  name: rtx4090-a\nspec:\n",
+        "  name: rtx4090-a\nspec:\n  tier: cloud\n"
+        "  power: {inputPricePer1K: 0.1, outputPricePer1K: 0.3, utilization: 0.5}\n",
+    )
+    assert priced != nodes
+    (folder / "nodes.yaml").write_text(priced)
+    ctx = load_scenario(folder).context()
+    model = next(m for m in ctx.lm_names if ctx.can_host("rtx4090-a", m))
+    tokens = ctx.service(model).spec.engine.tokens
+    assert tokens is not None
+    prof = next(g for g in tokens.gpus if g.gpu_model == "NVIDIA-RTX-4090")
+    (d,) = from_context(ctx, [("rtx4090-a", model)])
+    assert (d.tier, d.input_price_per_1k, d.output_price_per_1k) == ("cloud", 0.1, 0.3)
+    assert d.single_tokens_per_s == prof.decode_tokens_per_s(1)
+    assert d.batch_tokens_per_s == prof.decode_tokens_per_s(tokens.max_running_sequences)
+    assert d.prefill_tokens_per_s == prof.prefill_tokens_per_s
+    assert d.seconds_per_prompt is None
+    assert d.watts * d.utilization == PowerProfile().busy_watts_per_gpu * 0.5
