@@ -25,7 +25,8 @@ at the seed, below 1 when the search does better and may pass 1.
 (`window_batch`, used by `CemaRouter.route_requests`) or directly for a
 controlled experiment (`controlled_batch`: R requests over a catalogue of M
 destinations, no emulator); `route_batch` routes it with one of `METHODS` and
-returns the assignment with its raw terms, J and decision time. The search
+returns the assignment with its raw terms, J and decision time, and
+`compare` runs B batches through several methods. The search
 is the batch mode's compiled kernel, run on per-request terms (`Slot.direct`).
 """
 
@@ -224,6 +225,26 @@ def route_batch(
     return Outcome(
         chosen, ev.fitness(chosen), q, c, e, t, decision, ev.fitness(ev.seed.tolist()), busy
     )
+
+
+def compare(
+    batches: Sequence[Batch],
+    methods: Sequence[str] = METHODS,
+    weights: Weights | None = None,
+    params: SearchParams | None = None,
+    seed: int = 0,
+) -> dict[str, list[Outcome]]:
+    """Route every batch with every method: a controlled experiment in one call.
+
+    Each method gets its own `RoutingState` seeded by `seed` (so CEMA's
+    search and round robin's position run on from batch to batch, as in a
+    router), and every outcome is scored by the same evaluator.
+    """
+    out: dict[str, list[Outcome]] = {}
+    for method in methods:
+        state = RoutingState(rng=random.Random(seed))
+        out[method] = [route_batch(b, method, weights, params, state) for b in batches]
+    return out
 
 
 def choose(ev: RequestEvaluator, method: str, p: SearchParams, st: RoutingState) -> list[int]:

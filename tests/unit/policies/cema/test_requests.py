@@ -33,6 +33,7 @@ from lmedge.policies.cema.requests import (
     Request,
     RequestEvaluator,
     RoutingState,
+    compare,
     controlled_batch,
     route_batch,
 )
@@ -276,3 +277,14 @@ def test_the_catalogue_reads_throughput_from_the_token_profile_and_prices_from_t
     assert d.prefill_tokens_per_s == prof.prefill_tokens_per_s
     assert d.seconds_per_prompt is None
     assert d.watts * d.utilization == PowerProfile().busy_watts_per_gpu * 0.5
+
+
+def test_compare_runs_every_batch_through_every_method() -> None:
+    batches = [batch(10, seed=s) for s in range(3)]
+    out = compare(batches, ["cema", "seed", "round-robin"], seed=2)
+    assert {m: len(v) for m, v in out.items()} == {"cema": 3, "seed": 3, "round-robin": 3}
+    for cema, seed in zip(out["cema"], out["seed"], strict=True):
+        assert cema.seed_j == pytest.approx(seed.j)  # one evaluator scores both
+        assert cema.j <= seed.j + 1e-12
+    # round robin's position runs on from batch to batch
+    assert out["round-robin"][1].assignment[0] == (out["round-robin"][0].assignment[-1] + 1) % 5
