@@ -886,7 +886,6 @@ class AuditTally:
         return [AuditCounts(agent=a, source=s, **counts[(a, s)]) for a, s in order]
 
 
-
 # -- LYREO's load-balance metrics (seed lyreo.txt §III-D, §IV-A, §V) ---------------
 #
 # W_s(t): server s's normalized KV memory-time in slot t, the KV bytes it held

@@ -34,6 +34,7 @@ from lmedge.api.interfaces import (
     Deployer,
     FeedbackConsumer,
     Planner,
+    RequestRouter,
     Router,
     capabilities_of,
 )
@@ -48,9 +49,11 @@ from lmedge.api.observations import (
     NodeObservation,
     NodeState,
     PlanningObservation,
+    RequestWindow,
     ServiceInfo,
     SlotObservation,
     Snapshot,
+    WindowRequest,
 )
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.api.resources import (
@@ -102,6 +105,8 @@ __all__ = [
     "PowerProfile",
     "Rejection",
     "RequestRecord",
+    "RequestRouter",
+    "RequestWindow",
     "Route",
     "RouteWeight",
     "Router",
@@ -113,6 +118,7 @@ __all__ = [
     "Snapshot",
     "Source",
     "Violation",
+    "WindowRequest",
     "capabilities_of",
     "check_macro_policy",
     "check_placement",

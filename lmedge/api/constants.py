@@ -25,8 +25,20 @@ from pydantic import ConfigDict, Field
 
 from lmedge.api.base import WireModel
 
-__all__ = ["COLD_START_S", "EPOCH_SLOTS", "LAMBDA", "SLOT_S", "TAU_S", "LoopConstants"]
+__all__ = [
+    "COLD_START_S",
+    "EPOCH_SLOTS",
+    "LAMBDA",
+    "RADIO_WATTS",
+    "SLOT_S",
+    "TAU_S",
+    "LoopConstants",
+]
 
+#: Transmit/receive power while a request's payload is on the link, W (assumption:
+#: a wired NIC plus switch port share; CEMA's communication energy and the
+#: emulator's per-request energy both use it).
+RADIO_WATTS: Final = 2.0
 #: Slot length, seconds (paper §V-D: routing and deployment every 30 s).
 SLOT_S: Final = 30.0
 #: Slots per planning epoch (paper §VI: the planner runs every 50 slots).

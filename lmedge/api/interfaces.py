@@ -21,13 +21,14 @@ from typing import Protocol, runtime_checkable
 from pydantic import Field
 
 from lmedge.api.base import WireModel
-from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
+from lmedge.api.decisions import Decision, MacroPolicy, Placement, Route, RoutingMap
 from lmedge.api.live import ContextUpdate
 from lmedge.api.observations import (
     Arrival,
     ClusterContext,
     NodeObservation,
     PlanningObservation,
+    RequestWindow,
     SlotObservation,
     Snapshot,
 )
@@ -41,6 +42,11 @@ class Capabilities:
     - `routes_request_classes` (router): it routes request classes itself
       (e.g. `cema` chooses the model); otherwise the loop shows it each class
       as its first model and maps the result back (`lmedge.policies.classes`).
+    - `routes_requests` (router): besides its slot map, it routes each request
+      itself in windows of `window_s` seconds of at most `window_requests`
+      requests (`RequestRouter.route_requests`, e.g. `cema`'s request mode);
+      where the backend cannot call it per window the slot map applies, and
+      a window whose call fails or answers wrongly keeps the slot map too.
     - `io_bound` (deployer): a call waits on I/O (an LLM over HTTP), so the
       loop runs the nodes' deployers concurrently.
     - `joint_router` (deployer): the name of the router whose joint solve in
@@ -50,6 +56,9 @@ class Capabilities:
     """
 
     routes_request_classes: bool = False
+    routes_requests: bool = False
+    window_s: float = 1.0
+    window_requests: int = 128
     io_bound: bool = False
     joint_router: str | None = None
 
@@ -88,6 +97,15 @@ class Router(Protocol):
     name: str
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]: ...
+
+
+@runtime_checkable
+class RequestRouter(Protocol):
+    """A router that also routes request by request (`Capabilities.routes_requests`)."""
+
+    def route_requests(self, window: RequestWindow) -> list[Route]:
+        """One route per request of the window, in order (destination, serving model)."""
+        ...
 
 
 @runtime_checkable

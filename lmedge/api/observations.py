@@ -298,6 +298,35 @@ class SlotObservation(WireModel):
     arrivals: list[Arrival]
 
 
+class WindowRequest(WireModel):
+    """One request of a routing window (request-level routing): who asks what, how much."""
+
+    id: str
+    origin: str
+    lm: str = Field(description="The request class (an LM name or a class LMs serve).")
+    prompts: int = Field(ge=1)
+    submit_s: float = Field(ge=0)
+    input_tokens: int | None = Field(default=None, ge=0, description="None: not a token request.")
+    output_tokens: int | None = Field(
+        default=None, ge=0, description="Predicted output tokens (the emulator knows them)."
+    )
+
+
+class RequestWindow(WireModel):
+    """The requests that arrived in one window [start_s, end_s) of a slot, to route one by one.
+
+    A router declaring `Capabilities.routes_requests` answers it with one
+    `Route` per request, in order (`RequestRouter.route_requests`).
+    """
+
+    slot: int = Field(ge=0)
+    start_s: float = Field(ge=0)
+    end_s: float = Field(ge=0)
+    context: ClusterContext
+    snapshot: Snapshot
+    requests: list[WindowRequest]
+
+
 class NodeObservation(WireModel):
     """What one node's deployer sees: its own node only."""
 

@@ -87,6 +87,14 @@ class RequestRecord(WireModel):
     decode_s: float | None = Field(
         default=None, ge=0, description="Streamed: the part of inference_s after the first token."
     )
+    energy_j: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Emulated: inference seconds x the serving mode's board power x utilization "
+            "+ transfer seconds x RADIO_WATTS; None where not modelled."
+        ),
+    )
 
     @property
     def latency_s(self) -> float:

@@ -193,12 +193,30 @@ class SiteLink(SpecModel):
 
 
 class PowerProfile(SpecModel):
-    """Power and price of a node, for energy- and cost-aware routing (CEMA)."""
+    """Power and price of a node, for energy- and cost-aware routing (CEMA).
+
+    A busy pod draws its board power (`busyWattsPerGpu`, or per core on CPU)
+    times `utilization`. Token prices are what an API charges per 1,000
+    tokens served here (0 when self-hosted); `transferPricePerGib` is metered
+    transfer to and from the node.
+    """
 
     idle_watts: NonNegFloat = 50.0
     busy_watts_per_core: NonNegFloat = 5.0
     busy_watts_per_gpu: NonNegFloat = 230.0
     cost_per_hour: NonNegFloat = Field(default=0.0, description="Monetary cost, any currency.")
+    utilization: float = Field(
+        default=1.0, gt=0, le=1, description="Share of the busy power drawn while serving."
+    )
+    input_price_per_1k: NonNegFloat = Field(
+        default=0.0, description="Price of 1,000 input tokens served here, any currency."
+    )
+    output_price_per_1k: NonNegFloat = Field(
+        default=0.0, description="Price of 1,000 output tokens served here, any currency."
+    )
+    transfer_price_per_gib: NonNegFloat = Field(
+        default=0.0, description="Metered transfer to and from the node, per GiB."
+    )
 
 
 class EdgeNodeSpec(SpecModel):
@@ -224,6 +242,9 @@ class EdgeNodeSpec(SpecModel):
         default_factory=list, max_length=64, description="Paths to other sites."
     )
     power: PowerProfile | None = None
+    tier: Literal["edge", "cloud"] = Field(
+        default="edge", description="Edge or cloud node (Cloud-Only / Edge-Only routing)."
+    )
 
     @property
     def total_vgpus(self) -> int:

@@ -42,7 +42,14 @@ from typing import Any, Protocol, cast
 
 from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics
 from lmedge.backends.emulated.backend import EmulatedBackend
-from lmedge.bench.summary import WINDOW_SLOTS, balance_summary, summarize, timing_summary
+from lmedge.bench.summary import (
+    DIGITS,
+    WINDOW_SLOTS,
+    balance_summary,
+    routing_summary,
+    summarize,
+    timing_summary,
+)
 from lmedge.bench.tally import RunTally
 from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.controller.loop import ControlLoop, RunResult
@@ -235,8 +242,18 @@ def run(
     )
     if isinstance(backend, EmulatedBackend) and backend.emulator.kv_samples:
         summary["balance"] = balance_summary(tally, backend.emulator.kv_samples)
+    windows = getattr(plugins.router, "window_totals", None)
+    summary["routing"] = routing_summary(tally.energy_j, windows)
+    timing = timing_summary(tally, wall)
+    if isinstance(backend, EmulatedBackend) and backend.emulator.window_stats["windows"]:
+        stats = backend.emulator.window_stats
+        timing["route_window_s_mean"] = round(stats["decision_s"] / stats["windows"], DIGITS)
+        timing["route_windows"], timing["route_window_fallbacks"] = (
+            stats["windows"],
+            stats["fallbacks"],
+        )
     requests = request_table(tally) if request_columns else None
-    return RunOutcome(spec, sc, run_id, result, summary, timing_summary(tally, wall), requests)
+    return RunOutcome(spec, sc, run_id, result, summary, timing, requests)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from lmedge.api.records import RequestRecord
-from lmedge.bench.tally import RunTally, TokenTally
+from lmedge.bench.tally import QuantileTally, RunTally, TokenTally
 from lmedge.controller.loop import RunResult
 from lmedge.metrics import (
     BALANCE_EPSILON,
@@ -204,6 +204,30 @@ def balance_summary(
             }
         ),
     )
+
+
+def routing_summary(tally: RunTally, windows: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The run's emulated energy (`RequestRecord.energy_j`, summed as the run goes) and, for a
+    request-level router that keeps `window_totals` (CEMA's request mode and
+    its baselines), the means of its windows' J, the seed's J, raw quality
+    loss and makespan, and its total modelled cost and energy."""
+    out: dict[str, Any] = {
+        "energy_j": energy.total,
+        "energy_j_per_request": energy.mean(),
+    }
+    if windows and windows.get("windows"):
+        n = windows["windows"]
+        out["windows"] = {
+            "windows": int(n),
+            "requests": int(windows["requests"]),
+            "j_mean": windows["j"] / n,
+            "seed_j_mean": windows["seed_j"] / n,
+            "quality_loss_mean": windows["quality_loss"] / n,
+            "cost": windows["cost"],
+            "energy_j": windows["energy"],
+            "makespan_s_mean": windows["makespan"] / n,
+        }
+    return cast(dict[str, Any], rounded(out))
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

@@ -193,6 +193,7 @@ class RunTally:
         self.bounds = LowerBoundTally()
         self.tokens = TokenTally()
         self.success_latency = QuantileTally()  # LYREO's mean and P99 (`balance_summary`)
+        self.energy_j = QuantileTally()  # emulated energy (`routing_summary`): sum and mean
         self.decide_s = array("d")  # one a slot: 8 bytes
         self.store_s = 0.0
         self.columns = RequestColumns() if columns else None
@@ -217,6 +218,8 @@ class RunTally:
             self.tokens.add(r)
             if r.outcome == "success":
                 self.success_latency.add(r.latency_s)
+            if r.energy_j is not None:
+                self.energy_j.add(r.energy_j)
             if self.columns is not None:
                 self.columns.add(r)
 

@@ -97,6 +97,7 @@ from lmedge.api import (
     Placement,
     PlanningObservation,
     RequestRecord,
+    RequestRouter,
     Route,
     RoutingMap,
     SlotObservation,
@@ -260,6 +261,19 @@ class ControlLoop:
             else None
         )
         self.result = RunResult(run_id, plugins.name, self.ctx, 0)
+        self._install_request_router()
+
+    def _install_request_router(self) -> None:
+        """Hand a request-level router to a backend that can call it per window.
+
+        A backend without `route_requests_with` (the cluster's, for now) keeps
+        using the router's slot map.
+        """
+        router = self.plugins.router
+        caps = capabilities_of(router)
+        install = getattr(self.backend, "route_requests_with", None)
+        if caps.routes_requests and install is not None and isinstance(router, RequestRouter):
+            install(router.route_requests, caps.window_s, caps.window_requests)
 
     # -- the loop ---------------------------------------------------------------
 

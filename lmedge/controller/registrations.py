@@ -143,12 +143,38 @@ def cema(reg: Registry) -> None:
         "UniRoute (CEMA's baseline): per-cluster error + 0.05 x normalized cost, quality store",
         Capabilities(routes_request_classes=True),
     )
+    # request mode: one gene per request, in 1-s windows; and the paper's baselines
+    # over the same catalogue and evaluator (lmedge/policies/cema/requests.py)
+    for name, method, summary in CEMA_REQUEST_ROUTERS:
+        reg.add_router(
+            name,
+            partial(_cema_request, build_cema, method),
+            summary,
+            Capabilities(routes_request_classes=True, routes_requests=True),
+        )
+
+
+def _cema_request(build: Callable[..., Router], method: str, b: BuildContext) -> Router:
+    """A request-mode CEMA router running `method` (the profile's name decides it)."""
+    return build(b.context, b.seed, {**b.params, "mode": "request", "method": method})
 
 
 def _request_router(name: str, b: BuildContext) -> Router:
     from lmedge.policies.lyreo import build_request_router
 
     return build_request_router(name, b.params)
+
+
+#: (router and profile name, request-mode method, summary): CEMA per request and its baselines.
+CEMA_REQUEST_ROUTERS: tuple[tuple[str, str, str], ...] = (
+    ("cema-request", "cema", "CEMA-Router per request: memetic search over each 1-s window"),
+    ("cema-seed", "seed", "CEMA's load-aware seed per window (no search)"),
+    ("cema-independent", "independent", "each request to its own best J (no joint term)"),
+    ("cema-rr", "round-robin", "Round Robin over the (node, model) catalogue"),
+    ("cema-ll", "least-loaded", "Least-Loaded: least outstanding work (CEMA's monitor)"),
+    ("cema-cloud", "cloud-only", "Cloud-Only: least outstanding work among cloud nodes"),
+    ("cema-edge", "edge-only", "Edge-Only: least outstanding work among edge nodes"),
+)
 
 
 def lyreo(reg: Registry) -> None:
@@ -312,5 +338,9 @@ def register_profiles(reg: Registry) -> None:
         ),
         Profile("ly-ppo", "static", "ly-ppo", "lyapunov", "Ly-PPO: no reward redistribution"),
         Profile("ppo-fixed", "static", "ppo-fixed", "lyapunov", "PPO, fixed balancing penalty"),
+        *(
+            Profile(name, "static", name, "lyapunov", f"{summary} + Lyapunov deployment")
+            for name, _, summary in CEMA_REQUEST_ROUTERS
+        ),
     ):
         reg.add_profile(p)

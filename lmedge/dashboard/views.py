@@ -233,6 +233,7 @@ def run_state(
         "conflict_ratio": conflicts.ratio,
         "window_mean_jain": seg.window_mean_jain,
         "window_mean_objective": seg.window_mean_objective,
+        **_energy(records),
     }
     windows = [
         {
@@ -280,6 +281,15 @@ def run_state(
         live=is_live(latest, live_window_s),
         latest_decision=latest,
     )
+
+
+def _energy(records: list[RequestRecord]) -> dict[str, float | None]:
+    """Total and per-request energy of the requests that record one (the emulator's)."""
+    joules = [r.energy_j for r in records if r.energy_j is not None]
+    return {
+        "energy_j": sum(joules) if joules else None,
+        "energy_j_per_request": sum(joules) / len(joules) if joules else None,
+    }
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,9 @@ are pure.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from functools import partial
 from operator import attrgetter
 
@@ -72,7 +73,7 @@ import numpy as np
 import simpy
 
 from lmedge.api.base import built
-from lmedge.api.decisions import LMPlacement, Placement, RoutingMap
+from lmedge.api.decisions import LMPlacement, Placement, Route, RoutingMap
 from lmedge.api.engines import (
     GIB,
     DecodePoint,
@@ -84,8 +85,16 @@ from lmedge.api.engines import (
 )
 from lmedge.api.interfaces import ActuationResult
 from lmedge.api.live import ContextChange
-from lmedge.api.observations import Arrival, ClusterContext, ServiceInfo, Snapshot
+from lmedge.api.observations import (
+    Arrival,
+    ClusterContext,
+    RequestWindow,
+    ServiceInfo,
+    Snapshot,
+    WindowRequest,
+)
 from lmedge.api.records import NodeTelemetry, RequestOutcome, RequestRecord
+from lmedge.api.resources import PowerProfile
 from lmedge.sim import observation
 from lmedge.sim.actuation import bind, invalid, misfit, pod_shape
 from lmedge.sim.coldstart import fit_truncated_lognormal
@@ -183,6 +192,9 @@ class Emulator:
             cls: LengthSampler(spec, scenario.folder) for cls, spec in wl.lm_token_lengths.items()
         }
         self._seq_job: dict[int, Job] = {}
+        #: request-level routing (`route_requests_with`): (router, window s, most a call)
+        self._window_router: tuple[Callable[[RequestWindow], list[Route]], float, int] | None = None
+        self.window_stats = {"windows": 0, "fallbacks": 0, "decision_s": 0.0}
         self._next_seq = 0
         self.stats = {
             "submitted": 0,
@@ -452,9 +464,14 @@ class Emulator:
             rows = sorted(self._requests(slot), key=_OFFSET)
             # each server's uplink band is shared by the requests sent to it in the slot
             sharing = self._uplink_sharing(rows) if self._radio is not None else None
-            for r in rows:
-                at = now + max(0.0, start + r.offset_s - now)
-                self._submit(r, at, lengths.get(self._request_id(r)), sharing)
+            if self._window_router is not None:
+                self._windows(
+                    slot, start, [(r, lengths.get(self._request_id(r))) for r in rows], sharing
+                )
+            else:
+                for r in rows:
+                    at = now + max(0.0, start + r.offset_s - now)
+                    self._submit(r, at, lengths.get(self._request_id(r)), sharing)
             slot += 1
             yield env.timeout(max(0.0, slot * self.slot_s - env.now))
 
@@ -469,26 +486,116 @@ class Emulator:
         inp, out = sampler.draw(rng, r.prompts, _UNCLIPPED)
         return list(zip(inp.tolist(), out.tolist(), strict=True))
 
-    def _destination(self, r: RequestSpec) -> tuple[str, str] | RequestOutcome:
+    def route_requests_with(
+        self, router: Callable[[RequestWindow], list[Route]], window_s: float, most: int
+    ) -> None:
+        """Route every request from now on in windows (request-level routing).
+
+        The requests arriving in [k window_s, (k + 1) window_s) of a slot (at
+        most `most` a call) are routed together at the window's end by
+        `router`, and leave for their destinations then: the wait counts in
+        their uplink. A window whose call raises, or answers with the wrong
+        number of routes, keeps the slot's map, as does a route the
+        destination cannot serve (`_submit`): no request is lost.
+        """
+        self._window_router = (router, window_s, most)
+
+    def _windows(
+        self,
+        slot: int,
+        start: float,
+        rows: list[tuple[RequestSpec, list[tuple[int, int]] | None]],
+        sharing: dict[str, int] | None,
+    ) -> None:
+        """Schedule the slot's windows: each routes its requests at its end.
+
+        A user's uplink band is shared by the requests the slot's map sends to
+        its server (`sharing`), whatever their windows then choose.
+        """
+        _, window_s, most = self._window_router or (None, 1.0, 128)
+        groups: dict[int, list[tuple[RequestSpec, list[tuple[int, int]] | None]]] = {}
+        for row in rows:
+            groups.setdefault(int(row[0].offset_s // window_s), []).append(row)
+        now = self.env.now
+        for k, members in groups.items():
+            t0 = start + k * window_s
+            t1 = min(start + (k + 1) * window_s, start + self.slot_s)
+            for i in range(0, len(members), most):
+                self.env.timeout(max(0.0, t1 - now)).callbacks.append(
+                    partial(self._route_window, slot, t0, members[i : i + most], sharing)
+                )
+
+    def _route_window(
+        self,
+        slot: int,
+        t0: float,
+        members: list[tuple[RequestSpec, list[tuple[int, int]] | None]],
+        sharing: dict[str, int] | None,
+        _ev: object = None,
+    ) -> None:
+        router = self._window_router[0] if self._window_router else None
+        now = self.env.now
+        window = built(
+            RequestWindow,
+            {
+                "slot": slot,
+                "start_s": t0,
+                "end_s": now,
+                "context": self.ctx,
+                "snapshot": self.snapshot(slot),
+                "requests": [
+                    built(
+                        WindowRequest,
+                        {
+                            "id": self._request_id(r),
+                            "origin": r.origin,
+                            "lm": r.lm,
+                            "prompts": r.prompts,
+                            "submit_s": slot * self.slot_s + r.offset_s,
+                            "input_tokens": sum(i for i, _ in lengths) if lengths else None,
+                            "output_tokens": sum(o for _, o in lengths) if lengths else None,
+                        },
+                    )
+                    for r, lengths in members
+                ],
+            },
+        )
+        routes: list[Route] | None = None
+        started = time.perf_counter()
+        try:
+            routes = router(window) if router is not None else None
+        except Exception:  # the router failed: the slot's map routes the window
+            routes = None
+        self.window_stats["decision_s"] += time.perf_counter() - started
+        self.window_stats["windows"] += 1
+        if routes is None or len(routes) != len(members):
+            self.window_stats["fallbacks"] += 1
+            routes = None
+        for k, (r, lengths) in enumerate(members):
+            route = None if routes is None else (routes[k].destination, routes[k].serving_lm)
+            self._submit(r, slot * self.slot_s + r.offset_s, lengths, sharing, route, now)
+
+    def _destination(
+        self, r: RequestSpec, route: tuple[str, str] | None = None
+    ) -> tuple[str, str] | RequestOutcome:
         """(destination, serving LM) of `r`, or the outcome it is refused with at once.
 
-        Its assignment if the slot's map has one it can follow, else its
-        (origin, class) route, else its class's first model at the local or
-        nearest node. Pure: the same answer whenever it is asked in the slot.
+        Its routing window's `route` if it can follow it, else its assignment
+        if the slot's map has one it can follow, else its (origin, class)
+        route, else its class's first model at the local or nearest node.
+        Pure: the same answer whenever it is asked in the slot.
         """
         if r.origin in self._down:
             return "node_lost"  # the origin's gateway is gone
         if (r.origin, r.lm) in self._rejected.get(r.slot, ()):
             return "rejected"
+        if route is not None and self._serves(r, route):
+            return route  # its routing window's answer
         assigned = self._assigned.get(r.slot)
         if assigned:
             one = assigned.get(self._request_id(r))
-            if one is not None:
-                dest, model = one[0], one[1] or r.lm
-                if (dest, model) in self._hostable and (
-                    model == r.lm or model in self.ctx.models_for(r.lm)
-                ):
-                    return dest, model
+            if one is not None and self._serves(r, (one[0], one[1] or r.lm)):
+                return one[0], one[1] or r.lm
         hit = self._routing.get(r.slot, {}).get((r.origin, r.lm))
         if hit is not None and hit in self._hostable:
             return hit
@@ -499,6 +606,10 @@ class Emulator:
         if not self.ctx.feasible_nodes(found):
             return "node_lost"  # every node that could host it is down
         return self.default_destination(r.origin, found), found
+
+    def _serves(self, r: RequestSpec, hit: tuple[str, str]) -> bool:
+        """Whether (destination, model) is hosted and the model serves `r`'s class."""
+        return hit in self._hostable and (hit[1] == r.lm or hit[1] in self.ctx.models_for(r.lm))
 
     def _uplink_sharing(self, rows: list[RequestSpec]) -> dict[str, int]:
         """Requests of users sent to each server in the slot (they share its uplink band)."""
@@ -516,15 +627,20 @@ class Emulator:
         at: float,
         lengths: list[tuple[int, int]] | None = None,
         sharing: dict[str, int] | None = None,
+        route: tuple[str, str] | None = None,
+        depart: float | None = None,
     ) -> None:
         """Submit `r` at time `at` (now or later in the slot): refuse it, or start its uplink.
 
         A user's request (`r.user >= 0`) goes up the wireless channel of
         `lmedge.sim.radio`, its server's band shared by `sharing[dest]`
         requests, and has no downlink; any other crosses the wired network.
+        `route` (destination, serving LM) overrides the slot's map when the
+        destination can serve it; `depart` (its routing window's end) is when
+        its uplink starts.
         """
         env = self.env
-        hit = self._destination(r)
+        hit = self._destination(r, route)
         if not isinstance(hit, tuple):
             self._refuse(r, at, hit)
             return
@@ -555,6 +671,9 @@ class Emulator:
         else:
             prof = self.services[model].spec.profile
             job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
+        if depart is not None:
+            job.route_wait_s = depart - at  # the wait for its routing window
+            job.uplink_s += job.route_wait_s
         self._watch_deadline(job, tau)
         now = env.now
         arrive = at + job.uplink_s
@@ -824,7 +943,17 @@ class Emulator:
         self._record(job, "timeout")
 
     def _record(self, job: Job, outcome: RequestOutcome) -> None:
-        self._records.append(observation.job_record(job, outcome))
+        self._records.append(observation.job_record(job, outcome, self._busy_watts(job)))
+
+    def _busy_watts(self, job: Job) -> float:
+        """Board power x utilization of `job`'s node in the mode it ran in (0 if it never ran)."""
+        if job.mode not in ("gpu", "cpu"):
+            return 0.0
+        power = self.nodes[job.dest].spec.power or PowerProfile()
+        if job.mode == "gpu":
+            return power.busy_watts_per_gpu * power.utilization
+        cores = self.services[job.lm].spec.default_cpu_cores if job.lm in self.services else 1.0
+        return power.busy_watts_per_core * cores * power.utilization
 
     def drain_records(self) -> list[RequestRecord]:
         out, self._records = self._records, []

@@ -50,6 +50,7 @@ class Job:
         "prefill_s",
         "prompts",
         "queue_s",
+        "route_wait_s",
         "seqs",
         "serve_since",
         "slot",
@@ -80,6 +81,7 @@ class Job:
         self.done = 0
         self.state = UPLINK
         self.uplink_s = 0.0
+        self.route_wait_s = 0.0  # part of uplink_s spent waiting for its routing window
         self.queue_s = 0.0
         self.infer_s = 0.0
         self.downlink_s = 0.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from lmedge.api.base import built
+from lmedge.api.constants import RADIO_WATTS
 from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.api.engines import GIB
 from lmedge.api.observations import InstanceState, NodeState, Snapshot
@@ -123,8 +124,14 @@ def memory_time(node: NodeSim, now: float) -> dict[str, float]:
     return {"kv_gib_s": node.kv_byte_s(now) / GIB}
 
 
-def job_record(job: Job, outcome: RequestOutcome) -> RequestRecord:
-    """The record of a request that reached the cluster, ended with `outcome`."""
+def job_record(job: Job, outcome: RequestOutcome, watts: float = 0.0) -> RequestRecord:
+    """The record of a request that reached the cluster, ended with `outcome`.
+
+    `watts`: the busy power its node draws in the mode it ran in (board power
+    x utilization); its energy is that over its inference seconds plus its
+    time on the links (not the wait for its routing window) at `RADIO_WATTS`.
+    """
+    on_links = job.uplink_s - job.route_wait_s + job.downlink_s
     return built(
         RequestRecord,
         {
@@ -147,6 +154,7 @@ def job_record(job: Job, outcome: RequestOutcome) -> RequestRecord:
             "mode": job.mode,
             "error": None,
             **(NOT_STREAMED if job.lengths is None else _token_fields(job, outcome)),
+            "energy_j": job.infer_s * watts + max(0.0, on_links) * RADIO_WATTS,
         },
     )
 
@@ -193,6 +201,7 @@ def refusal_record(rid: str, r: RequestSpec, at: float, outcome: RequestOutcome)
             "mode": "none",
             "error": None,
             **NOT_STREAMED,
+            "energy_j": 0.0,
         },
     )
 

@@ -8,10 +8,12 @@ public surface, so the engine can change without touching the controller.
 
 from __future__ import annotations
 
-from lmedge.api.decisions import Placement, RoutingMap
+from collections.abc import Callable
+
+from lmedge.api.decisions import Placement, Route, RoutingMap
 from lmedge.api.interfaces import ActuationResult, Clock, ClusterBackend
 from lmedge.api.live import ContextUpdate
-from lmedge.api.observations import Arrival, ClusterContext, Snapshot
+from lmedge.api.observations import Arrival, ClusterContext, RequestWindow, Snapshot
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.sim.clock import SimClock
 from lmedge.sim.engine import Emulator
@@ -60,6 +62,12 @@ class EmulatedBackend:
 
     def publish_routing(self, slot: int, routing: RoutingMap) -> None:
         self.emulator.publish_routing(slot, routing)
+
+    def route_requests_with(
+        self, router: Callable[[RequestWindow], list[Route]], window_s: float, most: int
+    ) -> None:
+        """Route each request in windows through `router` (`Emulator.route_requests_with`)."""
+        self.emulator.route_requests_with(router, window_s, most)
 
     def apply_placement(self, placement: Placement) -> ActuationResult:
         """Start, stop or resize pods on one node; LMs the placement omits are left as they are."""

@@ -182,6 +182,7 @@ class BatchEvaluator:
             bw=bw,
             recv_lat2=table.recv_lat2,
             recv_bw=links.out_bw,
+            direct=kernel.NO_DIRECT,
         )
         self.bounds, self.seed = kernel.prepare(self.slot, radio_watts)
         self.q_ub, self.c_ub, self.e_ub, self.t_ub = self.bounds.tolist()

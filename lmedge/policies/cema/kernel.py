@@ -25,6 +25,8 @@ import numpy as np
 from lmedge.policies.compiled import Array, compiled, inlined
 
 KIB_BITS = 1024 * 8
+#: `Slot.direct` of a batch slot: terms computed from the rows, not given per gene.
+NO_DIRECT = np.zeros((0, 0, 6))
 _N, _M = 624, 397
 
 
@@ -52,6 +54,10 @@ class Slot(NamedTuple):
     bw: Array  # [origin row, site] -> bandwidth bit/s
     recv_lat2: Array  # [node, site] -> twice the latency the node declares to that site
     recv_bw: Array  # (or `DEFAULT_LINK`'s when it declares none)
+    # request-level routing (`requests.py`): [gene, destination] -> (weighted loss,
+    # cost, energy, busy seconds at the saturated batch rate, transfer seconds, the
+    # request's seconds alone at the single-request rate); shape (0, 0, 6) for batches
+    direct: Array
 
 
 # -- CPython's random.Random (Modules/_randommodule.c, Lib/random.py) ----------
@@ -193,6 +199,9 @@ def _terms(
 @inlined
 def _at(s: Slot, radio: float, g: int, d: int) -> tuple[float, float, float, float, float]:
     """`_terms` of gene g at destination d."""
+    if s.direct.shape[0] > 0:
+        t = s.direct[g, d]
+        return t[0], t[1], t[2], t[3], t[4]
     r, n = s.row[g], s.node[d]
     if n == s.row_node[r]:  # the origin itself: `transfer_s` is 0
         lat2, bw = 0.0, np.inf
@@ -221,7 +230,9 @@ def prepare(s: Slot, radio: float) -> tuple[Array, Array]:
     Bounds: each term's per-gene worst allele, summed in gene order (T_ub: the
     worst backlog + every gene's worst service + the worst transfer). Seed:
     largest batch first, each to the destination that would finish it
-    earliest (backlog + service + transfer).
+    earliest (backlog + service + transfer; for a request, the later of its
+    destination's queue finishing and the request alone at the single-request
+    rate, the continuous-batching model of `_raw`).
     """
     n = len(s.cls)
     worst = np.zeros((n, 5))  # per gene: loss, cost, energy, service, transfer
@@ -231,13 +242,14 @@ def prepare(s: Slot, radio: float) -> tuple[Array, Array]:
         c = s.cls[g]
         a0 = s.alleles[s.off[c]]
         _, mc, me, ms, mn = _at(s, radio, g, a0)
-        best, best_v, mq = a0, finish[a0] + ms + mn, s.loss[c, a0]
+        best, best_v, mq = a0, _finish_at(s, finish, g, a0, ms) + mn, s.loss[c, a0]
+        best_busy = ms
         for a in range(s.off[c] + 1, s.off[c + 1]):
             d = s.alleles[a]
             _, tc, te, busy, net = _at(s, radio, g, d)
-            v = finish[d] + busy + net
+            v = _finish_at(s, finish, g, d, busy) + net
             if v < best_v:  # the first of equals, as `min` keeps it
-                best, best_v = d, v
+                best, best_v, best_busy = d, v, busy
             if s.loss[c, d] > mq:  # `max`'s order: only a greater value replaces
                 mq = s.loss[c, d]
             if tc > mc:
@@ -250,7 +262,7 @@ def prepare(s: Slot, radio: float) -> tuple[Array, Array]:
                 mn = net
         worst[g, 0], worst[g, 1], worst[g, 2], worst[g, 3], worst[g, 4] = mq, mc, me, ms, mn
         seed[g] = best
-        finish[best] += s.prompts[g] * s.dest[best, 0]
+        finish[best] += best_busy
     q_ub = c_ub = e_ub = svc = net_ub = 0.0
     for g in range(n):
         q_ub += s.weight[g] * worst[g, 0]
@@ -270,6 +282,22 @@ def prepare(s: Slot, radio: float) -> tuple[Array, Array]:
     out[0], out[1], out[2] = q_ub, c_ub, e_ub
     out[3] = worst_backlog + svc + net_ub
     return out, seed
+
+
+@inlined
+def _finish_at(s: Slot, finish: Array, g: int, d: int, busy: float) -> float:
+    """When gene g would finish at d after the work `finish[d]` already holds.
+
+    A batch: `finish[d] + busy`. A request (continuous batching): its
+    destination's work at the saturated rate, but never before the request
+    alone at the single-request rate after the backlog.
+    """
+    v = finish[d] + busy
+    if s.direct.shape[0] > 0:
+        alone = s.backlog[d] + s.direct[g, d, 5]
+        if alone > v:
+            return float(alone)
+    return float(v)
 
 
 @compiled
@@ -331,10 +359,24 @@ def _raw(s: Slot, p: Genes, r: int, finish: Array) -> tuple[float, float, float,
         finish[dest[g]] += t[5 * g + 3]
     makespan = 0.0
     for g in range(n):
-        v = t[5 * g + 4] + finish[dest[g]]
+        v = _completion(s, finish, g, dest[g], t[5 * g + 4])
         if g == 0 or v > makespan:
             makespan = v
     return q, c, e, makespan
+
+
+@inlined
+def _completion(s: Slot, finish: Array, g: int, d: int, net: float) -> float:
+    """Gene g's completion at d once every gene's work is in `finish` (`_raw`).
+
+    A request is never done before it would be alone at the single-request
+    rate after the backlog (continuous batching shares the rate, it does not
+    speed one sequence up).
+    """
+    v = finish[d]
+    if s.direct.shape[0] > 0 and s.backlog[d] + s.direct[g, d, 5] > v:
+        v = s.backlog[d] + s.direct[g, d, 5]
+    return float(net + v)
 
 
 @compiled
@@ -384,7 +426,7 @@ def _repair(
     _raw(s, p, r, finish)
     worst, worst_v = 0, 0.0
     for g in range(n):
-        v = p.terms[r, 5 * g + 4] + finish[p.dest[r, g]]
+        v = _completion(s, finish, g, p.dest[r, g], p.terms[r, 5 * g + 4])
         if g == 0 or v > worst_v:
             worst, worst_v = g, v
     here = p.dest[r, worst]

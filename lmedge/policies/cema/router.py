@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -34,14 +34,18 @@ from lmedge.api import (
     ClusterContext,
     Decision,
     RequestRecord,
+    RequestWindow,
     Route,
     RoutingMap,
     SlotObservation,
 )
 from lmedge.api.base import built
+from lmedge.api.constants import COLD_START_S, RADIO_WATTS
+from lmedge.api.engines import NOMINAL_INPUT_TOKENS, NOMINAL_OUTPUT_TOKENS
 from lmedge.errors import ConfigError
 from lmedge.policies.cema import kernel
-from lmedge.policies.cema.evaluator import BatchEvaluator, Weights
+from lmedge.policies.cema.catalogue import from_context
+from lmedge.policies.cema.evaluator import BatchEvaluator, Destinations, Weights, _losses
 from lmedge.policies.cema.quality import (
     PriorQualityPredictor,
     QualityPredictor,
@@ -49,6 +53,17 @@ from lmedge.policies.cema.quality import (
     StoreParams,
     rag_available,
 )
+from lmedge.policies.cema.requests import (
+    METHODS,
+    Batch,
+    Monitor,
+    Outcome,
+    Request,
+    RoutingState,
+    SearchParams,
+    route_batch,
+)
+from lmedge.policies.kit.estimates import Transfers, memoized
 from lmedge.policies.kit.params import PluginParams, parse_params
 
 NAME = "cema"
@@ -75,9 +90,25 @@ class CemaParams(PluginParams):
     w_cost: float = Field(default=0.25, ge=0)
     w_energy: float = Field(default=0.25, ge=0)
     w_time: float = Field(default=0.25, ge=0)
-    radio_watts: float = Field(default=2.0, ge=0, description="Transmit power for comm energy, W.")
+    radio_watts: float = Field(
+        default=RADIO_WATTS, ge=0, description="Transmit power for comm energy, W."
+    )
     predictor: str = Field(default="prior", pattern="^(prior|rag|store)$")
     default_quality: float = Field(default=1.0, ge=0, le=1, description="Prior when unset.")
+    mode: Literal["batch", "request"] = Field(
+        default="batch",
+        description=(
+            "batch: one gene per (origin, class) of the slot; request: one gene per request, "
+            "routed in windows of window_s (requests.py)."
+        ),
+    )
+    method: str = Field(
+        default="cema",
+        pattern=f"^({'|'.join(METHODS)})$",
+        description="Request mode: CEMA or one of the paper's baselines (requests.METHODS).",
+    )
+    window_s: float = Field(default=1.0, gt=0, description="Request mode: the window, seconds.")
+    window_requests: int = Field(default=128, ge=1, description="Request mode: R_m a window.")
     store: StoreParams = Field(
         default_factory=lambda: StoreParams(), description="The quality store (`store`)."
     )
@@ -100,6 +131,21 @@ class CemaRouter:
         self.weights = Weights(params.w_quality, params.w_cost, params.w_energy, params.w_time)
         self.last_fitness: float | None = None
         self.last_generations = 0
+        self.capabilities = Capabilities(
+            routes_request_classes=True,
+            routes_requests=params.mode == "request",
+            window_s=params.window_s,
+            window_requests=params.window_requests,
+        )
+        self.monitor = Monitor()
+        self.state = RoutingState(rng=self.rng)
+        #: The last window's outcome (assignment, raw terms, J, the seed's J, decision time).
+        self.last_window: Outcome | None = None
+        #: Sums over the windows routed (`lmedge.bench.summary.routing_summary`).
+        self.window_totals: dict[str, float] = dict.fromkeys(
+            ("windows", "requests", "j", "seed_j", "quality_loss", "cost", "energy", "makespan"),
+            0.0,
+        )
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ev = BatchEvaluator(obs, self.predictor, self.weights, self.p.radio_watts)
@@ -124,6 +170,134 @@ class CemaRouter:
 
     def observe(self, records: Sequence[RequestRecord]) -> None:
         self.predictor.observe(records)
+
+    # -- request mode ------------------------------------------------------------
+
+    def route_requests(self, window: RequestWindow) -> list[Route]:
+        """One route per request of the window (`requests.route_batch` with `method`).
+
+        Destinations are the (node, model) pairs deployed now (paper §III-D:
+        the hosted pairs), or, for a class with none, every pair on a node up,
+        with a cold start added to its backlog; a node missing from the
+        window's snapshot is not a destination. B_d is the router's own
+        dispatch record (`Monitor`). If the method fails, the window takes
+        the load-aware seed; a request no destination serves is routed to its
+        origin, which the emulator's default routing replaces.
+        """
+        ctx = window.context
+        table = Destinations.of(ctx)
+        pairs = table.pairs
+        catalogue = memoized(ctx, "cema.catalogue", lambda: from_context(ctx, pairs))
+        up = np.zeros(len(pairs), dtype=bool)
+        running = np.zeros(len(pairs), dtype=bool)
+        nodes = {n.name for n in window.snapshot.nodes}
+        for d, (n, _) in enumerate(pairs):
+            up[d] = n in nodes
+        for state in window.snapshot.nodes:
+            for inst in state.instances:
+                hosted = table.index.get((state.name, inst.lm))
+                if hosted is not None:
+                    running[hosted] = True
+        requests: list[Request] = []
+        rows: list[int] = []  # window position of each routed request
+        legal_rows, quality_rows, net_rows = [], [], []
+        for k, w in enumerate(window.requests):
+            legal = np.zeros(len(pairs), dtype=bool)
+            alleles = table.alleles(ctx, w.lm)
+            legal[alleles] = True
+            legal &= up
+            if (legal & running).any():
+                legal &= running  # the endpoint pool: the pairs deployed now (paper §III-D)
+            elif not legal.any():
+                continue
+            quality = np.zeros(len(pairs))
+            quality[alleles] = 1.0 - np.asarray(
+                _losses(self.predictor, w.lm, [pairs[d] for d in alleles.tolist()]), dtype=float
+            )
+            net = np.zeros(len(pairs))
+            for d in np.flatnonzero(legal).tolist():
+                n, m = pairs[d]
+                net[d] = Transfers(ctx, w.origin, m, w.prompts).to(n)
+            model = ctx.default_model(w.lm) or w.lm
+            prof = ctx.service(model).spec.profile
+            requests.append(
+                Request(
+                    w.id,
+                    w.lm,
+                    w.input_tokens
+                    if w.input_tokens is not None
+                    else NOMINAL_INPUT_TOKENS * w.prompts,
+                    w.output_tokens
+                    if w.output_tokens is not None
+                    else NOMINAL_OUTPUT_TOKENS * w.prompts,
+                    w.prompts,
+                    (prof.request_kib + prof.response_kib) * w.prompts,
+                    w.origin,
+                )
+            )
+            rows.append(k)
+            legal_rows.append(legal)
+            quality_rows.append(quality)
+            net_rows.append(net)
+        chosen: dict[int, int] = {}
+        if requests:
+            now = window.end_s
+            backlog = self.monitor.backlog(now, pairs) + np.where(running, 0.0, COLD_START_S)
+            batch = Batch(
+                requests,
+                catalogue,
+                np.array(legal_rows),
+                np.array(quality_rows),
+                backlog,
+                np.array(net_rows),
+            )
+            p = self.p
+            params = SearchParams(
+                p.population,
+                p.generations,
+                p.p_crossover,
+                p.p_mutation,
+                p.tournament,
+                p.elite,
+                p.p_repair,
+                p.repair_budget,
+                p.radio_watts,
+            )
+            try:
+                out = route_batch(batch, p.method, self.weights, params, self.state)
+            except Exception:  # the method failed: the load-aware seed routes the window
+                out = route_batch(batch, "seed", self.weights, params, self.state)
+            self.last_window = out
+            totals = self.window_totals
+            for key, value in (
+                ("windows", 1.0),
+                ("requests", len(requests)),
+                ("j", out.j),
+                ("seed_j", out.seed_j),
+                ("quality_loss", out.quality_loss),
+                ("cost", out.cost),
+                ("energy", out.energy),
+                ("makespan", out.makespan),
+            ):
+                totals[key] += value
+            self.monitor.dispatch(now, [pairs[d] for d in out.assignment], out.busy)
+            chosen = dict(zip(rows, out.assignment, strict=True))
+        routes = []
+        for k, w in enumerate(window.requests):
+            pick = chosen.get(k)
+            node, model = (w.origin, w.lm) if pick is None else pairs[pick]
+            routes.append(
+                built(
+                    Route,
+                    {
+                        "origin": w.origin,
+                        "lm": w.lm,
+                        "destination": node,
+                        "model": None if model == w.lm else model,
+                    },
+                )
+            )
+        return routes
 
     # -- memetic search --------------------------------------------------------
 

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from lmedge.api.engine_telemetry import EngineTelemetry
-from lmedge.api.records import NodeTelemetry
+from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.dashboard import views
 from lmedge.dashboard.app import _local, create_app
 from lmedge.dashboard.views import NotFound, find_reports, is_live, load_report, report_file
@@ -111,3 +111,40 @@ def test_the_cluster_view_keeps_the_fullest_kv_cache_per_node_and_slot(tmp_path:
     ):
         page = client.get("/runs/r/cluster")
     assert page.status_code == 200 and 'id="chart-kv"' in page.text
+
+
+@pytest.mark.parametrize(
+    ("energies", "card"),
+    [([1500.0, 2500.0, None], "4.0"), ([None], "–")],
+    ids=["emulated-energy", "none-recorded"],
+)
+def test_the_run_page_shows_the_energy_its_requests_recorded(
+    tmp_path: Path, energies: list[float | None], card: str
+) -> None:
+    records = [
+        RequestRecord(
+            id=f"q{k}",
+            run="r",
+            lm="lm1",
+            origin="w1",
+            destination="w1",
+            prompts=1,
+            slot=0,
+            submit_s=0.0,
+            outcome="success",
+            energy_j=e,
+        )
+        for k, e in enumerate(energies)
+    ]
+    with open_store(str(tmp_path / "db")) as store:
+        store.record_run(RunInfo(id="r", scenario="testbed", policy="MA"))
+        store.record_requests(records)
+        store.flush()
+    with (
+        open_store(str(tmp_path / "db"), read_only=True) as store,
+        TestClient(create_app(store)) as client,
+    ):
+        page = client.get("/runs/r")
+    assert page.status_code == 200
+    value = page.text.split('data-metric="energy_j"', 1)[1].split('class="value">', 1)[1]
+    assert value.split("<", 1)[0].strip() == card
