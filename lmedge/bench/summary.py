@@ -206,7 +206,9 @@ def balance_summary(
     )
 
 
-def routing_summary(tally: RunTally, windows: Mapping[str, float] | None = None) -> dict[str, Any]:
+def routing_summary(
+    energy: QuantileTally, windows: Mapping[str, float] | None = None
+) -> dict[str, Any]:
     """The run's emulated energy (`RequestRecord.energy_j`, summed as the run goes) and, for a
     request-level router that keeps `window_totals` (CEMA's request mode and
     its baselines), the means of its windows' J, the seed's J, raw quality
