@@ -12,13 +12,15 @@ and none from the slot-0 context.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lmedge.bench.runner import RunSpec, run
-from lmedge.bench.summary import summarize
+from lmedge.bench.summary import DIGITS, routing_summary, summarize
+from lmedge.bench.tally import QuantileTally
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.metrics import stranded_requests
 from lmedge.sim.servicemodel import lower_bounds
@@ -60,6 +62,16 @@ def test_the_online_summary_is_the_history_summary(example: str, policy: str, sl
         components=online["components"],
         kv_gib_s=online.get("tokens", {}).get("kv_gib_s"),
     )
+    # the runner's additions, from the same history
+    energy = QuantileTally()
+    for r in result.measured_records():
+        if r.energy_j is not None:
+            energy.add(r.energy_j)
+    replayed["routing"] = routing_summary(energy)
+    if "balance" in online:  # token-level runs: LYREO's latency over the successes
+        ok = [r.latency_s for r in result.measured_records() if r.outcome == "success"]
+        assert online["balance"]["mean_latency_s"] == round(statistics.fmean(ok), DIGITS)
+        del online["balance"]
     known = {*ctx.lm_names, *ctx.request_classes}
     added = [x["lm"] for x in online["per_lm"] if x["lm"] not in known]
     for row in online["per_lm"]:
