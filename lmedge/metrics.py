@@ -80,10 +80,10 @@ class MetricRecord(Protocol):
 class MetricRow(NamedTuple):
     """The fields of a record that `window_metrics` reads, in a tenth of its memory.
 
-    The control loop keeps an epoch of requests to compute that epoch's
-    metrics: at 1,000 workers ~500,000 records, over a GiB as full records.
-    A named tuple: ten times cheaper to make than a frozen dataclass (10,000
-    a slot there), and the collector stops walking a tuple of plain values.
+    For code that must keep many requests (an epoch at 1,000 workers is
+    ~500,000 records, over a GiB as full records; the control loop keeps a
+    `WindowTally` instead). A named tuple: ten times cheaper to make than a
+    frozen dataclass, and the collector stops walking a tuple of plain values.
     """
 
     lm: str

@@ -222,9 +222,9 @@ def _table(outcome: RunOutcome) -> Table:
     table.add_column("LM")
     table.add_column("requests", justify="right")
     table.add_column("success", justify="right")
-    table.add_column("mean latency (s)", justify="right")
-    table.add_column("failures at τ (s)", justify="right")
-    table.add_column("bound (s)", justify="right")
+    table.add_column("mean (s)", justify="right")
+    table.add_column("at τ (s)", justify="right")  # failures counted at their deadline
+    table.add_column("bound", justify="right")  # seconds
     for x in s["per_lm"]:
         table.add_row(
             x["lm"],
@@ -256,7 +256,7 @@ def _table(outcome: RunOutcome) -> Table:
         ("F_norm", f(s["f_norm"])),
         ("T_norm", f(s["t_norm"])),
         ("objective J (lower is better)", f(s["objective"])),
-        ("success (beside J: refusing work lowers it)", f(s["success_ratio"])),
+        ("success ratio", f(s["success_ratio"])),  # beside J: refusing work lowers it
         ("rejected (admission control)", f(s["rejected_ratio"])),
         ("conflict ratio (cross-node)", f(conf["ratio"])),
         ("stranded requests", str(s.get("stranded", "-"))),

@@ -59,6 +59,8 @@ def test_run_view_shows_the_simulations_own_numbers(
     assert card(page, "objective") == f"{s['objective']:.3f}"
     assert card(page, "jain") == f"{s['jain']:.3f}"
     assert card(page, "lm_mean_latency_s") == f"{s['lm_mean_latency_s']:.1f}"
+    penalized = s["lm_mean_penalized_latency_s"]
+    assert card(page, "lm_mean_penalized_latency_s") == f"{penalized:.1f}"
     assert card(page, "mean_latency_s") == f"{s['mean_latency_s']:.1f}"
     assert card(page, "success_ratio") == pct(s["success_ratio"])
     assert card(page, "requests") == str(s["requests"])

@@ -71,12 +71,15 @@ def test_table_output_and_overrides(capsys: pytest.CaptureFixture[str], tmp_path
             "5",
             "--no-store",
             "--no-settle",
+            "--keep-history",
         ],
         capsys,
     )
     assert code == 0, err
     assert "rf[static/local/full]" in out
     for label in (
+        "at τ (s)",
+        "success ratio",
         "Jain",
         "F_norm",
         "T_norm",
