@@ -5,10 +5,11 @@ trace for the same scenario and seed whatever the policy, so runs that differ
 only in the policy are compared on identical arrivals. Each run:
 
 1. loads the scenario (errors name the file and field);
-2. for a planner that learns from it (anything but `random`/`static`/`none`),
-   measures the random baseline on the same trace, which the planner's
-   observation carries (`PlanningObservation.baseline`): one epoch by default,
-   `RunSpec.warmup` slots when given (0: none, the planner has no reference);
+2. for a planner that reads it (`Capabilities.reads_baseline`: the agentic
+   planner with an LLM), measures the random baseline on the same trace,
+   which the planner's observation carries (`PlanningObservation.baseline`):
+   one epoch by default, `RunSpec.warmup` slots when given (0: none, the
+   planner has no reference);
 3. runs the control loop for `slots` slots, then keeps it running for
    `settle` slots (default: the longest deadline) so that every measured
    request reaches an outcome; only requests of the measured slots count.
@@ -44,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics
+from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics, capabilities_of
 from lmedge.backends.emulated.backend import EmulatedBackend
 from lmedge.bench.summary import WINDOW_SLOTS, summarize, timing_summary
 from lmedge.bench.tally import RunTally
@@ -55,8 +56,6 @@ from lmedge.metrics import lms_named
 from lmedge.sim import Scenario, load_scenario
 from lmedge.store import RunInfo, Store
 
-#: Planners that ignore the random-policy baseline, so it is not measured for them.
-BASELINE_FREE_PLANNERS = frozenset({"random", "static", "none"})
 #: Environment variable naming a folder of example scenarios.
 EXAMPLES_ENV = "LMEDGE_EXAMPLES"
 #: Slots per store batch in the emulator: virtual slots pass in milliseconds,
@@ -152,10 +151,12 @@ class Warmup:
     baseline: int
 
 
-def warmup_slots(spec: RunSpec, ctx: ClusterContext) -> Warmup:
+def warmup_slots(spec: RunSpec, ctx: ClusterContext, planner: object) -> Warmup:
     """What `spec` costs beyond its measured slots on the scenario of `ctx`.
 
-    Bad `spec.warmup` (negative, or longer than an epoch) is a `ConfigError`.
+    The baseline is measured only for a `planner` that reads it
+    (`Capabilities.reads_baseline`). Bad `spec.warmup` (negative, or longer
+    than an epoch) is a `ConfigError`.
     """
     epoch = ctx.loop.epoch_slots
     if spec.warmup is not None and not 0 <= spec.warmup <= epoch:
@@ -164,7 +165,7 @@ def warmup_slots(spec: RunSpec, ctx: ClusterContext) -> Warmup:
             f"got {spec.warmup}"
         )
     baseline = 0
-    if spec.choice.resolve().planner not in BASELINE_FREE_PLANNERS:
+    if capabilities_of(planner).reads_baseline:
         baseline = epoch if spec.warmup is None else spec.warmup
     return Warmup(settle=settle_slots(ctx) if spec.settle else 0, baseline=baseline)
 
@@ -227,14 +228,15 @@ def run(
     ctx = backend.context()
     plugins = build_plugins(spec.choice, ctx, spec.seed)
     profile = spec.choice.resolve()
-    warmup = warmup_slots(spec, ctx)
+    warmup = warmup_slots(spec, ctx, plugins.planner)
     if on_start is not None:
         on_start(warmup)
     baseline = baseline_metrics(sc, spec.seed, warmup.baseline) if warmup.baseline else None
     run_id = new_run_id(sc.name, plugins.name, spec.seed)
     # The loop ranks the cases itself (lowest objective first); fetch enough to rank.
+    # Past cases, like the baseline, are read only by a planner's LLM prompt.
     memory: list[Any] = []
-    if store is not None and baseline is not None:
+    if store is not None and capabilities_of(plugins.planner).reads_baseline:
         try:
             memory = store.memory_cases(limit=200)
         except StoreUnavailable:  # memory is advice: the run goes on without it

@@ -178,7 +178,11 @@ def _run_with_progress(
 
 def _say_warmup(w: Warmup) -> None:
     """What a run costs beyond its measured slots, before it starts (on stderr)."""
-    baseline = f"a random-baseline epoch of {w.baseline} slots" if w.baseline else "no baseline"
+    baseline = (
+        f"a random-baseline epoch of {w.baseline} slots"
+        if w.baseline
+        else "no random baseline (the planner reads none)"
+    )
     err.print(
         f"warm-up: {w.settle} settling slots, {baseline}; --no-settle / --warmup K to change",
         highlight=False,
@@ -322,16 +326,16 @@ def register(app: typer.Typer) -> None:
         settle: bool = typer.Option(
             True,
             help="Keep running after the measured slots until their requests finish "
-            "(the longest deadline's worth of slots, 31 on the shipped scenarios; each "
-            "costs a slot's time). --no-settle: requests still running at the end count "
-            "as unfinished.",
+            "(the longest deadline's worth of slots, 31 for the testbed; each costs a "
+            "slot's time). --no-settle: the last slots' requests may not have finished.",
         ),
         warmup: int | None = typer.Option(
             None,
             min=0,
-            help="Slots of the random-baseline run before the measured ones, which the "
-            "learning planners (not random/static/none) compare against: default one "
-            "epoch (the paper's); fewer measure it over a shorter window; 0: no baseline.",
+            help="Slots of the random-baseline run before the measured ones, which an "
+            "agentic planner with an LLM is shown (no other planner reads it, and none is "
+            "run for them): default one epoch (the paper's); fewer measure it over a "
+            "shorter window; 0: no baseline.",
         ),
         keep_history: bool = typer.Option(
             False,

@@ -1,13 +1,15 @@
 """What a run costs beyond its measured slots: the settling slots and the random baseline.
 
-`warmup_slots` is what `lmedge simulate` prints before it starts; a shorter
-baseline is measured over the first slots of the same trace.
+`warmup_slots` is what `lmedge simulate` prints before it starts; the
+baseline is measured only for a planner that reads it (an LLM's prompt), and
+a shorter one over the first slots of the same trace.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from lmedge.api import Capabilities, capabilities_of
 from lmedge.bench.runner import (
     RunSpec,
     Warmup,
@@ -16,7 +18,7 @@ from lmedge.bench.runner import (
     resolve_scenario,
     warmup_slots,
 )
-from lmedge.controller.assembly import PolicyChoice
+from lmedge.controller.assembly import PolicyChoice, build_plugins
 from lmedge.errors import ConfigError
 from lmedge.processes.plugins import register_plugins
 from lmedge.sim import Scenario, load_scenario
@@ -30,29 +32,45 @@ def testbed() -> Scenario:
     return load_scenario(TESTBED)
 
 
+class _ReadsBaseline:
+    capabilities = Capabilities(reads_baseline=True)
+
+
 @pytest.mark.parametrize(
-    ("policy", "settle", "warmup", "expected"),
+    ("reads", "settle", "warmup", "expected"),
     [
-        ("ma", True, None, Warmup(settle=31, baseline=50)),
-        ("ma", False, 10, Warmup(settle=0, baseline=10)),
-        ("ma", True, 0, Warmup(settle=31, baseline=0)),
-        ("rr", True, None, Warmup(settle=31, baseline=0)),  # its planner has no use for one
+        (True, True, None, Warmup(settle=31, baseline=50)),
+        (True, False, 10, Warmup(settle=0, baseline=10)),
+        (True, True, 0, Warmup(settle=31, baseline=0)),
+        (False, True, None, Warmup(settle=31, baseline=0)),
+        (False, True, 10, Warmup(settle=31, baseline=0)),
     ],
-    ids=["default", "no-settle-short", "no-baseline", "baseline-free-planner"],
+    ids=["default", "no-settle-short", "no-baseline", "planner-reads-none", "asked-but-unread"],
 )
 def test_warmup_counts_the_extra_slots(
-    testbed: Scenario, policy: str, settle: bool, warmup: int | None, expected: Warmup
+    testbed: Scenario, reads: bool, settle: bool, warmup: int | None, expected: Warmup
 ) -> None:
     ctx = emulated_backend(testbed, 1).context()
-    spec = RunSpec(TESTBED, PolicyChoice(policy), settle=settle, warmup=warmup)
-    assert warmup_slots(spec, ctx) == expected
+    spec = RunSpec(TESTBED, PolicyChoice("ma"), settle=settle, warmup=warmup)
+    planner = _ReadsBaseline() if reads else object()
+    assert warmup_slots(spec, ctx, planner) == expected
+
+
+def test_only_the_llm_planner_reads_the_baseline(testbed: Scenario) -> None:
+    ctx = emulated_backend(testbed, 1).context()
+    rules = build_plugins(PolicyChoice("ma"), ctx, 1).planner
+    llm = build_plugins(
+        PolicyChoice("ma", params={"planner": {"llm_base_url": "http://127.0.0.1:9/v1"}}), ctx, 1
+    ).planner
+    assert not capabilities_of(rules).reads_baseline
+    assert capabilities_of(llm).reads_baseline
 
 
 @pytest.mark.parametrize("warmup", [-1, 51], ids=["negative", "over-an-epoch"])
 def test_a_bad_warmup_names_the_flag(testbed: Scenario, warmup: int) -> None:
     ctx = emulated_backend(testbed, 1).context()
     with pytest.raises(ConfigError, match=f"--warmup must be between 0 and .* got {warmup}"):
-        warmup_slots(RunSpec(TESTBED, PolicyChoice("ma"), warmup=warmup), ctx)
+        warmup_slots(RunSpec(TESTBED, PolicyChoice("ma"), warmup=warmup), ctx, _ReadsBaseline())
 
 
 def test_a_shorter_baseline_is_measured_over_fewer_slots(testbed: Scenario) -> None:
