@@ -113,11 +113,9 @@ _FastLoader: type[Any] = _ApiServerLoader
 if getattr(yaml, "__with_libyaml__", False):
     # libyaml scans and parses; resolving and constructing (the duplicate-key
     # check, the resolvers above) stay the Python loader's own.
-    class _LibyamlLoader(yaml.cyaml.CParser, _ApiServerLoader):  # type: ignore[misc]
+    class _LibyamlLoader(yaml.CSafeLoader, _ApiServerLoader):
         def __init__(self, stream: str) -> None:
-            yaml.cyaml.CParser.__init__(self, stream)
-            yaml.constructor.SafeConstructor.__init__(self)
-            yaml.resolver.Resolver.__init__(self)
+            yaml.CSafeLoader.__init__(self, stream)
 
     _FastLoader = _LibyamlLoader
 
