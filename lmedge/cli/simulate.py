@@ -186,6 +186,7 @@ def _say_warmup(w: Warmup) -> None:
     err.print(
         f"warm-up: {w.settle} settling slots, {baseline}; --no-settle / --warmup K to change",
         highlight=False,
+        soft_wrap=True,
     )
 
 

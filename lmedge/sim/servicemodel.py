@@ -254,7 +254,7 @@ class _BoundTable:
         self.network = Network(ctx.nodes)
         self._index = {n.name: i for i, n in enumerate(ctx.nodes)}
         self._nodes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._links: dict[str, tuple[np.ndarray, ...]] = {}
+        self._links: dict[str, np.ndarray] = {}
 
     def _lm(self, lm: str) -> tuple[np.ndarray, np.ndarray]:
         """(node indices, seconds per prompt) of the nodes that can run `lm`."""
@@ -269,20 +269,19 @@ class _BoundTable:
             got = self._nodes[lm] = (np.array(idx, dtype=np.intp), np.array(per, dtype=float))
         return got
 
-    def _origin(self, origin: str) -> tuple[np.ndarray, ...]:
-        """Per node: up latency and bandwidth, down latency and bandwidth, and is-origin."""
+    def _origin(self, origin: str) -> np.ndarray:
+        """Rows: up latency, up bandwidth, down latency, down bandwidth, per node.
+
+        The origin's own column is `Network.link`'s (0, inf): latency + bits / inf
+        is 0.0, what `Network.delay` returns for a local request.
+        """
         got = self._links.get(origin)
         if got is None:
+            link = self.network.link
             names = [n.name for n in self.ctx.nodes]
-            up = [self.network.link(origin, n) for n in names]
-            down = [self.network.link(n, origin) for n in names]
-            got = self._links[origin] = (
-                np.array([x[0] for x in up]),
-                np.array([x[1] for x in up]),
-                np.array([x[0] for x in down]),
-                np.array([x[1] for x in down]),
-                np.array([n == origin for n in names]),
-            )
+            up = np.array([link(origin, n) for n in names]).T
+            down = np.array([link(n, origin) for n in names]).T
+            got = self._links[origin] = np.concatenate([up, down])
         return got
 
     def bound(self, lm: str, origin: str, prompts: int) -> float | None:
@@ -290,8 +289,8 @@ class _BoundTable:
         if not len(idx):
             return None
         prof = self.ctx.service(lm).spec.profile
-        up_lat, up_bw, down_lat, down_bw, local = (a[idx] for a in self._origin(origin))
-        # Network.delay: 0 when local, else latency + kib * KIB_BITS / bandwidth
-        up = np.where(local, 0.0, up_lat + prompts * prof.request_kib * KIB_BITS / up_bw)
-        down = np.where(local, 0.0, down_lat + prompts * prof.response_kib * KIB_BITS / down_bw)
+        up_lat, up_bw, down_lat, down_bw = self._origin(origin)[:, idx]
+        # Network.delay's latency + kib * KIB_BITS / bandwidth, term by term
+        up = up_lat + prompts * prof.request_kib * KIB_BITS / up_bw
+        down = down_lat + prompts * prof.response_kib * KIB_BITS / down_bw
         return float(np.min(up + prompts * per_prompt + down))

@@ -103,8 +103,10 @@ def test_simulate_says_what_it_runs_beyond_the_measured_slots(
     code, _, err = cli(["simulate", "--slots", "2", "--no-store", "--json"], capsys)
     assert code == 0, err
     # the rule-backed `ma` planner reads no baseline, so none is run for it
-    assert "warm-up: 31 settling slots, no random baseline (the planner reads none); " in err
-    assert "--no-settle / --warmup K to change" in err
+    assert (
+        "warm-up: 31 settling slots, no random baseline (the planner reads none); "
+        "--no-settle / --warmup K to change\n"
+    ) in err
 
 
 def _break(path: Path, old: str, new: str) -> None:
