@@ -30,6 +30,7 @@ from lmedge.agents.rendering import policy_format, render_planning
 from lmedge.agents.rules.planner import RulePlannerState, rule_macro_policy
 from lmedge.agents.scoring import macro_objective
 from lmedge.api import (
+    Capabilities,
     ClusterContext,
     Decision,
     MacroPolicy,
@@ -47,6 +48,8 @@ class AgenticPlanner:
 
     def __init__(self, core: AgentCore, seed: int = 0, prompt_form: PromptForm = "auto") -> None:
         self.core = core
+        # only the LLM's prompt shows the random baseline; the rule ignores it
+        self.capabilities = Capabilities(reads_baseline=core.uses_llm)
         self.prompt_form = prompt_form
         self._state = RulePlannerState()
         self._rng = random.Random(seed)

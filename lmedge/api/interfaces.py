@@ -53,6 +53,10 @@ class Capabilities:
       the same process this deployer reads its placements from (`milp`).
       Such a deployer cannot run in a node agent, apart from its router: a
       profile pairing them is refused when it is loaded for a cluster.
+    - `reads_baseline` (planner): it reads `PlanningObservation.baseline` (an
+      LLM's prompt does), so a run on the emulator measures the random
+      baseline first (an epoch of loop slots); for any other planner it would
+      be work whose result nobody reads, and is skipped.
     """
 
     routes_request_classes: bool = False
@@ -61,6 +65,7 @@ class Capabilities:
     window_requests: int = 128
     io_bound: bool = False
     joint_router: str | None = None
+    reads_baseline: bool = False
 
 
 #: What a plugin that declares nothing can do: the defaults above.

@@ -5,12 +5,17 @@ trace for the same scenario and seed whatever the policy, so runs that differ
 only in the policy are compared on identical arrivals. Each run:
 
 1. loads the scenario (errors name the file and field);
-2. for a planner that learns from it (anything but `random`/`static`/`none`),
-   measures the random baseline for one epoch on the same trace, which the
-   planner's observation carries (`PlanningObservation.baseline`);
+2. for a planner that reads it (`Capabilities.reads_baseline`: the agentic
+   planner with an LLM), measures the random baseline on the same trace,
+   which the planner's observation carries (`PlanningObservation.baseline`):
+   one epoch by default, `RunSpec.warmup` slots when given (0: none, the
+   planner has no reference);
 3. runs the control loop for `slots` slots, then keeps it running for
    `settle` slots (default: the longest deadline) so that every measured
    request reaches an outcome; only requests of the measured slots count.
+
+Steps 2 and 3 cost loop slots beyond the measured ones; `warmup_slots` says
+how many, so that a command can print them before it starts.
 
 Scenarios are found by path, or by the name of a bundled example (`testbed`):
 see `resolve_scenario`.
@@ -40,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics
+from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics, capabilities_of
 from lmedge.backends.emulated.backend import EmulatedBackend
 from lmedge.bench.summary import (
     DIGITS,
@@ -58,8 +63,6 @@ from lmedge.metrics import lms_named
 from lmedge.sim import Scenario, load_scenario
 from lmedge.store import RunInfo, Store
 
-#: Planners that ignore the random-policy baseline, so it is not measured for them.
-BASELINE_FREE_PLANNERS = frozenset({"random", "static", "none"})
 #: Environment variable naming a folder of example scenarios.
 EXAMPLES_ENV = "LMEDGE_EXAMPLES"
 #: Slots per store batch in the emulator: virtual slots pass in milliseconds,
@@ -106,6 +109,8 @@ class RunSpec:
     seed: int = 1
     slots: int | None = None
     settle: bool = True
+    #: Slots of the random baseline (at most an epoch); None: one epoch, 0: none.
+    warmup: int | None = None
     overrides: dict[str, Any] | None = None
     #: Keep every record, decision and placement in `RunOutcome.result` (for
     #: figures and inspection); the summary never needs them (`RunTally`).
@@ -143,10 +148,45 @@ def emulated_backend(scenario: Scenario, seed: int) -> ClusterBackend:
     return cast(ClusterBackend, EmulatedBackend(scenario, seed))
 
 
-def baseline_metrics(scenario: Scenario, seed: int) -> EpochMetrics:
-    """The random baseline (random planner, router and deployer) over one epoch."""
+@dataclass(frozen=True)
+class Warmup:
+    """The loop slots a run spends beyond its measured ones."""
+
+    #: Slots after the measured ones, so that their requests reach an outcome.
+    settle: int
+    #: Slots of the random-baseline run before it (0: no baseline).
+    baseline: int
+
+
+def warmup_slots(spec: RunSpec, ctx: ClusterContext, planner: object) -> Warmup:
+    """What `spec` costs beyond its measured slots on the scenario of `ctx`.
+
+    The baseline is measured only for a `planner` that reads it
+    (`Capabilities.reads_baseline`). Bad `spec.warmup` (negative, or longer
+    than an epoch) is a `ConfigError`.
+    """
+    epoch = ctx.loop.epoch_slots
+    if spec.warmup is not None and not 0 <= spec.warmup <= epoch:
+        raise ConfigError(
+            f"--warmup must be between 0 and the scenario's epoch ({epoch} slots), "
+            f"got {spec.warmup}"
+        )
+    baseline = 0
+    if capabilities_of(planner).reads_baseline:
+        baseline = epoch if spec.warmup is None else spec.warmup
+    return Warmup(settle=settle_slots(ctx) if spec.settle else 0, baseline=baseline)
+
+
+def baseline_metrics(scenario: Scenario, seed: int, slots: int | None = None) -> EpochMetrics:
+    """The random baseline (random planner, router and deployer) over `slots` slots.
+
+    One epoch by default; fewer slots measure it over a shorter window of the
+    same trace (what finished by then), for a cheaper start.
+    """
     backend = emulated_backend(scenario, seed)
     ctx = backend.context()
+    epoch = ctx.loop.epoch_slots
+    slots = epoch if slots is None else slots
     choice = PolicyChoice("rr", planner="random")
     # The loop's own metrics of its first epoch: the same records, and no
     # per-request history (an epoch of records is over a GiB at 1,000 workers).
@@ -157,7 +197,8 @@ def baseline_metrics(scenario: Scenario, seed: int) -> EpochMetrics:
         seed=seed,
         keep_history=False,
     )
-    (metrics,) = loop.run(ctx.loop.epoch_slots).epochs
+    result = loop.run(slots)
+    metrics = result.epochs[0] if slots == epoch else loop.epoch_metrics()
     # a reference objective: the random routes' off-role share is not reported
     return metrics.model_copy(update={"off_role_ratio": 0.0})
 
@@ -175,8 +216,11 @@ def run(
     on_slot: Callable[[int, int], None] | None = None,
     scenario: Scenario | None = None,
     request_columns: bool = False,
+    on_start: Callable[[Warmup], None] | None = None,
 ) -> RunOutcome:
     """Perform `spec`; `on_slot(done, total)` reports progress.
+
+    `on_start` hears the run's extra slots (`Warmup`) before any slot runs.
 
     The summary is computed as the run goes (`RunTally`): without
     `spec.keep_history` nothing per request is kept, and memory does not grow
@@ -191,13 +235,15 @@ def run(
     ctx = backend.context()
     plugins = build_plugins(spec.choice, ctx, spec.seed)
     profile = spec.choice.resolve()
-    baseline = (
-        baseline_metrics(sc, spec.seed) if profile.planner not in BASELINE_FREE_PLANNERS else None
-    )
+    warmup = warmup_slots(spec, ctx, plugins.planner)
+    if on_start is not None:
+        on_start(warmup)
+    baseline = baseline_metrics(sc, spec.seed, warmup.baseline) if warmup.baseline else None
     run_id = new_run_id(sc.name, plugins.name, spec.seed)
     # The loop ranks the cases itself (lowest objective first); fetch enough to rank.
+    # Past cases, like the baseline, are read only by a planner's LLM prompt.
     memory: list[Any] = []
-    if store is not None and baseline is not None:
+    if store is not None and capabilities_of(plugins.planner).reads_baseline:
         try:
             memory = store.memory_cases(limit=200)
         except StoreUnavailable:  # memory is advice: the run goes on without it
@@ -217,7 +263,7 @@ def run(
         keep_history=spec.keep_history,
         recorder=tally,
     )
-    settle = settle_slots(ctx) if spec.settle else 0
+    settle = warmup.settle
     total = slots + settle
     started = time.perf_counter()
     result = loop.run(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,6 +36,7 @@ from lmedge.bench.runner import (
     RunExecutor,
     RunOutcome,
     RunSpec,
+    Warmup,
     resolve_scenario,
     run,
 )
@@ -165,8 +166,28 @@ def _label(spec: RunSpec) -> str:
     return f"{spec.scenario.name} {spec.choice.resolve().name} s{spec.seed}"
 
 
-def _run_with_progress(spec: RunSpec, store: Store | None, update: Any, label: str) -> RunOutcome:
-    return run(spec, store=store, on_slot=lambda d, t: update(d, t, label))
+def _run_with_progress(
+    spec: RunSpec,
+    store: Store | None,
+    update: Any,
+    label: str,
+    on_start: Callable[[Warmup], None] | None = None,
+) -> RunOutcome:
+    return run(spec, store=store, on_slot=lambda d, t: update(d, t, label), on_start=on_start)
+
+
+def _say_warmup(w: Warmup) -> None:
+    """What a run costs beyond its measured slots, before it starts (on stderr)."""
+    baseline = (
+        f"a random-baseline epoch of {w.baseline} slots"
+        if w.baseline
+        else "no random baseline (the planner reads none)"
+    )
+    err.print(
+        f"warm-up: {w.settle} settling slots, {baseline}; --no-settle / --warmup K to change",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _loops(paths: Sequence[Path]) -> dict[str, tuple[float, float]]:
@@ -304,7 +325,18 @@ def register(app: typer.Typer) -> None:
             False, "--timings", help="With --json: add a `timing` key (wall clock, run id)."
         ),
         settle: bool = typer.Option(
-            True, help="Keep running after the measured slots until their requests finish."
+            True,
+            help="Keep running after the measured slots until their requests finish "
+            "(the longest deadline's worth of slots, 31 for the testbed; each costs a "
+            "slot's time). --no-settle: the last slots' requests may not have finished.",
+        ),
+        warmup: int | None = typer.Option(
+            None,
+            min=0,
+            help="Slots of the random-baseline run before the measured ones, which an "
+            "agentic planner with an LLM is shown (no other planner reads it, and none is "
+            "run for them): default one epoch (the paper's); fewer measure it over a "
+            "shorter window; 0: no baseline.",
         ),
         keep_history: bool = typer.Option(
             False,
@@ -357,12 +389,18 @@ def register(app: typer.Typer) -> None:
         if params:
             choice = dataclasses.replace(choice, params=params)
         spec = RunSpec(
-            resolve_scenario(scenario), choice, seed, slots, settle, keep_history=keep_history
+            resolve_scenario(scenario),
+            choice,
+            seed,
+            slots,
+            settle,
+            warmup=warmup,
+            keep_history=keep_history,
         )
         if store is not None:
             parse_store_location(store)
         with _maybe_store(store, not no_store) as st, _progress(err.is_terminal) as update:
-            outcome = _run_with_progress(spec, st, update, choice.resolve().name)
+            outcome = _run_with_progress(spec, st, update, choice.resolve().name, _say_warmup)
         # The store is closed here: drained, or what it could not send spilled.
         problem = _store_problem(st, outcome.run_id)
         if as_json:

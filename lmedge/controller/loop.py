@@ -580,13 +580,24 @@ class ControlLoop:
             if route.serving_lm not in roles.get(route.destination, set()):
                 self._epoch_off_role += a.requests
 
-    def _end_epoch(self, epoch: int) -> None:
+    def epoch_metrics(self) -> EpochMetrics:
+        """The metrics of the epoch under way: its requests that finished so far.
+
+        At an epoch's end they are that epoch's (`RunResult.epochs`); before it,
+        those of a shorter window, e.g. a random baseline measured over fewer
+        slots than an epoch.
+        """
         ctx = self.ctx
         tally = self._epoch_tally
         metrics = tally.metrics(lms_named(ctx, tally.names), ctx.loop.lam)
         if self._epoch_routed:
             ratio = self._epoch_off_role / self._epoch_routed
             metrics = metrics.model_copy(update={"off_role_ratio": round(ratio, 6)})
+        return metrics
+
+    def _end_epoch(self, epoch: int) -> None:
+        ctx = self.ctx
+        metrics = self.epoch_metrics()
         self._epoch_routed = self._epoch_off_role = 0
         self.result.epochs.append(metrics)
         if not self._keep_history and len(self.result.epochs) > MAX_EPOCHS_KEPT:

@@ -100,6 +100,18 @@ def test_json_timings_flag_adds_a_separate_key(capsys: pytest.CaptureFixture[str
     assert timing["slots_run"] == 3 and timing["run_id"].startswith("testbed-ma-s1-")
 
 
+def test_simulate_says_what_it_runs_beyond_the_measured_slots(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = cli(["simulate", "--slots", "2", "--no-store", "--json"], capsys)
+    assert code == 0, err
+    # the rule-backed `ma` planner reads no baseline, so none is run for it
+    assert (
+        "warm-up: 31 settling slots, no random baseline (the planner reads none); "
+        "--no-settle / --warmup K to change\n"
+    ) in err
+
+
 def _break(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text
@@ -152,6 +164,10 @@ def test_bad_scenarios_give_one_line_and_exit_2(
         (["simulate", "--deployer", "nope"], "unknown deployer 'nope'"),
         (["simulate", "--slots", "-5"], "--slots must be at least 1, got -5"),
         (["simulate", "-f", "no/such/place"], "scenario 'no/such/place' not found"),
+        (
+            ["simulate", "--warmup", "51"],
+            "--warmup must be between 0 and the scenario's epoch (50 slots), got 51",
+        ),
         (["simulate", "--store", "ftp://x"], "unsupported store URI scheme 'ftp'"),
         (["bench", "--policies", "rr,nope"], "unknown policy 'nope'"),
         (["bench", "--seeds", "1,x"], "--seeds must be comma-separated integers"),
@@ -162,6 +178,7 @@ def test_bad_scenarios_give_one_line_and_exit_2(
         "deployer",
         "slots",
         "scenario",
+        "warmup",
         "store",
         "bench-policy",
         "seeds",

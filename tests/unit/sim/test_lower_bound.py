@@ -7,7 +7,12 @@ import pytest
 from lmedge.api import ClusterContext, RequestRecord
 from lmedge.api.records import RequestOutcome
 from lmedge.sim.network import Network
-from lmedge.sim.servicemodel import fastest_seconds_per_prompt, lower_bounds, no_queue_lower_bound
+from lmedge.sim.servicemodel import (
+    _BoundTable,
+    fastest_seconds_per_prompt,
+    lower_bounds,
+    no_queue_lower_bound,
+)
 
 
 def test_a_cpu_only_node_bounds_by_perfect_core_scaling(ctx: ClusterContext) -> None:
@@ -64,3 +69,13 @@ def test_per_lm_bounds_average_the_successes_else_the_arrivals(ctx: ClusterConte
     assert bounds["lm1"] == pytest.approx(no_queue_lower_bound(ctx, net, "lm1", "worker-2", 2))
     assert bounds["lm2"] is None  # no request at all
     assert bounds["lm3"] == pytest.approx(no_queue_lower_bound(ctx, net, "lm3", "worker-3", 4))
+
+
+def test_the_tally_bounds_every_key_exactly_as_the_node_loop(ctx: ClusterContext) -> None:
+    # The tally computes all nodes at once; it must give the very same floats.
+    net = Network(ctx.nodes)
+    table = _BoundTable(ctx)
+    keys = [(lm, n.name, k) for lm in ctx.lm_names for n in ctx.nodes for k in (1, 2, 7)]
+    assert [table.bound(*key) for key in keys] == [
+        no_queue_lower_bound(ctx, net, *key) for key in keys
+    ]
