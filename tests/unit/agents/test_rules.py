@@ -228,6 +228,58 @@ def test_deployer_moves_a_text_lm_to_cores_for_a_gpu_only_role(ctx: ClusterConte
     assert [active[lm].mode for lm in ("lm1", "lm2")].count("cpu") == 1
 
 
+@pytest.mark.parametrize(
+    ("backlog", "mode"),
+    [(0, "cpu"), (1, "cpu"), (4, "gpu")],
+    ids=["idle-stays", "gain-below-cold-start-stays", "gain-above-cold-start-moves"],
+)
+def test_deployer_moves_a_text_lm_from_cores_to_a_freed_vgpu(
+    ctx: ClusterContext, backlog: int, mode: str
+) -> None:
+    # lm1 was started on cores while both vGPUs were taken; one is free now. On
+    # 8 cores a prompt takes ~6.1 s, on half the GPU 1.2 s: one queued prompt
+    # saves less than a cold start (9.34 s), four save more.
+    run = [
+        InstanceState(lm="lm1", mode="cpu", cpu_cores=8, vgpus=0, status="ready"),
+        InstanceState(lm="lm3", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+    ]
+    state = NodeState(name="worker-2", backlog={"lm1": backlog, "lm3": 2}, instances=run)
+    obs = _node_obs(ctx, "worker-2", ["lm1", "lm3"], state)
+    placement = rule_placement(obs)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    active = placement.active()
+    assert active["lm1"].mode == mode
+    assert (active["lm3"].mode, active["lm3"].vgpus) == ("gpu", 1), "the neighbour is untouched"
+
+
+@pytest.mark.parametrize(
+    ("neighbour_backlog", "vgpus"),
+    [(0, 1), (3, 2)],
+    ids=["alone-on-the-gpu-no-gain", "beside-a-busy-pod-grows"],
+)
+def test_deployer_grows_a_gpu_pod_onto_free_vgpus_only_under_contention(
+    ctx: ClusterContext, neighbour_backlog: int, vgpus: int
+) -> None:
+    # worker-2's GPU cut into 4 slots, 2 free. Time-slicing by busy slots: beside a
+    # busy lm3, lm4's share goes 1/2 -> 2/3 (3 prompts save ~15 s, more than a cold
+    # start); beside an idle one it already has the whole GPU.
+    node = ctx.node("worker-2")
+    node = node.model_copy(update={"spec": node.spec.model_copy(update={"vgpus_per_gpu": 4})})
+    run = [
+        InstanceState(lm="lm4", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+        InstanceState(lm="lm3", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+    ]
+    state = NodeState(name="worker-2", backlog={"lm4": 3, "lm3": neighbour_backlog}, instances=run)
+    obs = NodeObservation(
+        slot=1, epoch=0, node=node, services=ctx.services, roles=["lm3", "lm4"], state=state
+    )
+    placement = rule_placement(obs)
+    assert check_placement(placement, node, ctx.services) == []
+    active = placement.active()
+    assert active["lm4"].vgpus == vgpus
+    assert active["lm3"].vgpus == 1
+
+
 def test_deployer_keeps_an_off_role_lm_with_backlog(ctx: ClusterContext) -> None:
     running = InstanceState(lm="lm1", mode="cpu", cpu_cores=8, vgpus=0, status="ready")
     state = NodeState(name="worker-1", backlog={"lm1": 3}, instances=[running])
