@@ -99,6 +99,32 @@ def test_boost_moves_capacity_to_the_lm_that_failed(ctx: ClusterContext) -> None
     assert "lm4" in boosted.rationale
 
 
+def test_replan_keeps_the_bottleneck_capacity_unless_the_highest_load_drops(
+    large: Scenario,
+) -> None:
+    # Epoch 1 planned with lm4 boosted (the bottleneck); epoch 2's traffic swings to
+    # lm1/lm2. The fresh water-filling would move units off lm4 and leave the highest
+    # relative load higher (lm4 71 vs 70): the previous roles stay, re-weighted.
+    ctx = large.context()
+    previous = plan_macro(
+        ctx,
+        {"lm1": 3200, "lm2": 800, "lm3": 800, "lm4": 1600},
+        {"lm1": 1, "lm2": 2, "lm3": 0.5, "lm4": 3},
+    )
+    traffic = {"lm1": 1600, "lm2": 1600, "lm3": 800, "lm4": 100}
+    boost = {"lm1": 1, "lm2": 2, "lm3": 1, "lm4": 3}
+    guarded = plan_macro(ctx, traffic, boost, previous)
+    fresh = plan_macro(ctx, traffic, boost)
+    assert check_macro_policy(guarded, ctx) == []
+    assert "previous roles kept" in guarded.rationale
+    before, after = previous.role_map(), guarded.role_map()
+    assert all(set(lms) <= set(before[node]) for node, lms in after.items())
+    assert after != fresh.role_map(), "the guard changed the plan"
+    # With an LM the previous plan did not know (applied since), the fresh plan applies.
+    older = previous.model_copy(update={"routing": [r for r in previous.routing if r.lm != "lm3"]})
+    assert "previous roles kept" not in plan_macro(ctx, traffic, boost, older).rationale
+
+
 def _states(ctx: ClusterContext, backlog: int = 0, running: bool = True) -> dict[str, NodeState]:
     policy = plan_macro(ctx, {}, {})
     out = {}
