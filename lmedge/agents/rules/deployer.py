@@ -25,9 +25,17 @@ On one node, every slot:
    the cores that remain equally. A GPU-planned text LM without a free vGPU
    runs on CPU instead; an LM that does not fit (cores, memory, vGPUs,
    vRAM) stays off.
-5. On a single-GPU node, vGPUs still free go to the GPU LMs being started,
+5. A running pod moves to a better shape when capacity has freed: a text
+   LM on cores whose planned mode is GPU takes a free vGPU, a GPU pod on a
+   single-GPU node beside busy GPU pods takes free vGPUs up to its maxVgpus
+   (its time slice grows only under contention), when the estimated
+   gain on its queue outweighs the restart: backlog / rate_now >
+   COLD_START_S + backlog / rate_new (capacity.py's rates), largest gain
+   first. Without this an LM started on cores while every vGPU was taken
+   (an LMService applied mid-run) stays there after a vGPU frees.
+6. On a single-GPU node, vGPUs still free go to the GPU LMs being started,
    most backlog first, up to their maxVgpus (a larger share of the GPU under
-   contention); running instances are not resized.
+   contention).
 
 The result is feasible by construction; the controller's decision guard checks it.
 """
@@ -37,9 +45,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from lmedge.agents.rules.capacity import GPU_POD_CORES, planned_mode
+from lmedge.agents.rules.capacity import GPU_POD_CORES, cpu_rate, gpu_rate, planned_mode
 from lmedge.api import InstanceState, LMPlacement, NodeObservation, Placement, ServiceInfo, hosting
 from lmedge.api.base import built
+from lmedge.api.constants import COLD_START_S
 
 
 @dataclass
@@ -176,6 +185,7 @@ def _fit(
             continue
         chosen[lm] = placed
         _consume(free, placed, services[lm])
+    _upgrade(obs, chosen, [lm for lm in wanted if lm not in starting], backlog, free)
     fresh = sorted(
         (lm for lm in starting if lm in chosen and chosen[lm].mode == "gpu"),
         key=lambda lm: (-backlog[lm], lm),
@@ -193,6 +203,62 @@ def _fit(
         if not grew:
             break
     return chosen
+
+
+def _upgrade(
+    obs: NodeObservation,
+    chosen: dict[str, LMPlacement],
+    kept: list[str],
+    backlog: dict[str, int],
+    free: _Free,
+) -> None:
+    """Move kept pods to a faster shape on free capacity when it pays (step 5).
+
+    The gain of a move is the time its queue saves, backlog / rate_now -
+    backlog / rate_new, against one cold start (the restart); an idle LM is
+    not moved (nothing to gain until work arrives, when it is asked again).
+    """
+    spec = obs.node.spec
+    services = {s.name: s.spec for s in obs.services}
+    while free.vgpus > 0:
+        best: tuple[float, str, LMPlacement] | None = None
+        for lm in kept:
+            p, s, b = chosen.get(lm), services[lm], backlog[lm]
+            if p is None or b <= 0:
+                continue
+            if p.mode == "cpu":
+                if planned_mode(s, spec) != "gpu" or s.min_vram_gib > free.vram + 1e-9:
+                    continue
+                cores = min(GPU_POD_CORES, free.cores + p.cpu_cores)
+                new = _lmp(lm, "gpu", cores, 1)
+                now, then = cpu_rate(s, p.cpu_cores), gpu_rate(s, spec, 1)
+            elif p.mode == "gpu" and len(spec.gpus) == 1 and p.vgpus < s.max_vgpus:
+                # A larger slice is faster only beside busy pods (time-slicing by busy
+                # slots): alone on the GPU a pod already has all of it.
+                busy = sum(
+                    q.vgpus for x, q in chosen.items() if x != lm and q.mode == "gpu" and backlog[x]
+                )
+                if not busy:
+                    continue
+                new = _lmp(lm, "gpu", p.cpu_cores, min(s.max_vgpus, p.vgpus + free.vgpus))
+                now = p.vgpus / (p.vgpus + busy) / s.profile.gpu_seconds_per_prompt
+                then = new.vgpus / (new.vgpus + busy) / s.profile.gpu_seconds_per_prompt
+            else:
+                continue
+            if now <= 0 or then <= now or new.cpu_cores <= 0:
+                continue
+            gain = b / now - b / then - COLD_START_S
+            if gain > 0 and (best is None or gain > best[0]):
+                best = (gain, lm, new)
+        if best is None:
+            return
+        _, lm, new = best
+        old = chosen[lm]
+        free.cores += old.cpu_cores - new.cpu_cores
+        free.vgpus -= new.vgpus - old.vgpus
+        if old.mode == "cpu":
+            free.vram -= services[lm].min_vram_gib
+        chosen[lm] = new
 
 
 def _consume(free: _Free, p: LMPlacement, s: ServiceInfo) -> None:

@@ -25,6 +25,18 @@ shown to the LLM):
    on an unplanned node), so no capacity is left idle.
 3. Routing weights p_i,n = capacity_i,n / capacity_i; roles = the LMs given
    units on the node.
+4. The bottleneck guard, on a re-plan of an unchanged cluster (same workers
+   and LMs as the previous plan): the previous roles are re-expanded for
+   this epoch's demand (steps 2-3 with each LM held to its previous nodes).
+   The bottleneck is the LM with the highest relative load d_i / capacity_i
+   there. When the fresh plan gives it less capacity, the fresh plan is
+   taken only if its highest relative load is lower (the estimate that the
+   whole objective improves: the bottleneck sets both the fairness term and
+   the worst latency); otherwise the previous roles stay, with this epoch's
+   weights. Without it a traffic swing at an epoch boundary could hand a
+   bottleneck LM's vGPU to a lighter LM, and admission then refuses the
+   bottleneck's work. After churn (a node lost or back, an LM applied or
+   deleted) the fresh plan always applies.
 
 GPU-only LMs therefore spread over GPU nodes in proportion to their load;
 text LMs take vGPUs where they are faster there, and the CPU node and the
@@ -62,6 +74,8 @@ class _NodeBudget:
     vram_free: float
     lms: dict[str, float] = field(default_factory=dict)  # lm -> vGPUs or cores held
     modes: dict[str, str] = field(default_factory=dict)  # lm -> "gpu" or "cpu"
+    #: LMs that may take units here (the previous roles, when re-expanding them); None: all.
+    allowed: frozenset[str] | None = None
 
 
 @dataclass
@@ -103,8 +117,46 @@ def plan_macro(
     boost: dict[str, float],
     previous: MacroPolicy | None = None,
 ) -> MacroPolicy:
-    """The water-filling macro policy for `ctx` (see the module docstring)."""
+    """The water-filling macro policy for `ctx`, guarded for the bottleneck (module docstring)."""
     d = demand(ctx, traffic, boost)
+    fresh, cap = _water_fill(ctx, d, previous, None)
+    if previous is None or not _same_cluster(ctx, previous):
+        return fresh
+    kept, cap_kept = _water_fill(ctx, d, previous, previous.role_map())
+    if not all(cap_kept[lm] > 0 for lm in d):
+        return fresh
+    bottleneck = max(d, key=lambda lm: (d[lm] / cap_kept[lm], lm))
+    if cap[bottleneck] >= cap_kept[bottleneck] * (1 - 1e-6):
+        return fresh
+    worst = max((d[lm] / cap[lm] if cap[lm] > 0 else float("inf")) for lm in d)
+    if worst < d[bottleneck] / cap_kept[bottleneck]:
+        return fresh
+    return kept.model_copy(
+        update={
+            "rationale": f"{kept.rationale}; previous roles kept: a new plan would take"
+            f" capacity from the bottleneck {bottleneck} without lowering the highest load"
+        }
+    )
+
+
+def _same_cluster(ctx: ClusterContext, previous: MacroPolicy) -> bool:
+    """Whether `previous` was planned for the workers and LMs `ctx` has (no churn since)."""
+    return {r.lm for r in previous.routing} == set(ctx.lm_names) and {
+        r.node for r in previous.roles
+    } == {n.name for n in ctx.workers}
+
+
+def _water_fill(
+    ctx: ClusterContext,
+    d: dict[str, float],
+    previous: MacroPolicy | None,
+    only: dict[str, list[str]] | None,
+) -> tuple[MacroPolicy, dict[str, float]]:
+    """Steps 2-3 for demand `d`: the policy and each LM's planned rate.
+
+    With `only` (node -> LMs) an LM takes units only on the nodes listed for
+    it: the previous roles re-expanded for this epoch's demand.
+    """
     budgets = []
     for n in ctx.workers:
         s = n.spec
@@ -117,6 +169,7 @@ def plan_macro(
                 cores_free=max(0.0, s.cpu_cores - reserved),
                 mem_free=s.memory_gib,
                 vram_free=s.total_vram_gib,
+                allowed=None if only is None else frozenset(only.get(n.name, [])),
             )
         )
     prev_roles = previous.role_map() if previous else {}
@@ -158,11 +211,12 @@ def plan_macro(
         )
     roles = [NodeRole(node=b.name, lms=[lm for lm in ctx.lm_names if lm in b.lms]) for b in budgets]
     load = ", ".join(f"{lm} {d[lm] / cap[lm]:.2g}" if cap[lm] else f"{lm} -" for lm in d)
-    return MacroPolicy(
+    policy = MacroPolicy(
         routing=routing,
         roles=roles,
         rationale=f"capacity water-filling, CPU for text LMs then vGPUs; relative load {load}",
     )
+    return policy, cap
 
 
 def _kinds(ctx: ClusterContext, lm: str, b: _NodeBudget) -> list[str]:
@@ -171,7 +225,7 @@ def _kinds(ctx: ClusterContext, lm: str, b: _NodeBudget) -> list[str]:
     svc = ctx.service(lm).spec
     node = ctx.node(b.name).spec
     planned = planned_mode(svc, node)
-    if not planned:
+    if not planned or (b.allowed is not None and lm not in b.allowed):
         return []
     if lm in b.modes:
         return [b.modes[lm]]

@@ -99,6 +99,32 @@ def test_boost_moves_capacity_to_the_lm_that_failed(ctx: ClusterContext) -> None
     assert "lm4" in boosted.rationale
 
 
+def test_replan_keeps_the_bottleneck_capacity_unless_the_highest_load_drops(
+    large: Scenario,
+) -> None:
+    # Epoch 1 planned with lm4 boosted (the bottleneck); epoch 2's traffic swings to
+    # lm1/lm2. The fresh water-filling would move units off lm4 and leave the highest
+    # relative load higher (lm4 71 vs 70): the previous roles stay, re-weighted.
+    ctx = large.context()
+    previous = plan_macro(
+        ctx,
+        {"lm1": 3200, "lm2": 800, "lm3": 800, "lm4": 1600},
+        {"lm1": 1, "lm2": 2, "lm3": 0.5, "lm4": 3},
+    )
+    traffic = {"lm1": 1600, "lm2": 1600, "lm3": 800, "lm4": 100}
+    boost = {"lm1": 1, "lm2": 2, "lm3": 1, "lm4": 3}
+    guarded = plan_macro(ctx, traffic, boost, previous)
+    fresh = plan_macro(ctx, traffic, boost)
+    assert check_macro_policy(guarded, ctx) == []
+    assert "previous roles kept" in guarded.rationale
+    before, after = previous.role_map(), guarded.role_map()
+    assert all(set(lms) <= set(before[node]) for node, lms in after.items())
+    assert after != fresh.role_map(), "the guard changed the plan"
+    # With an LM the previous plan did not know (applied since), the fresh plan applies.
+    older = previous.model_copy(update={"routing": [r for r in previous.routing if r.lm != "lm3"]})
+    assert "previous roles kept" not in plan_macro(ctx, traffic, boost, older).rationale
+
+
 def _states(ctx: ClusterContext, backlog: int = 0, running: bool = True) -> dict[str, NodeState]:
     policy = plan_macro(ctx, {}, {})
     out = {}
@@ -226,6 +252,58 @@ def test_deployer_moves_a_text_lm_to_cores_for_a_gpu_only_role(ctx: ClusterConte
     assert set(active) == {"lm1", "lm2", "lm4"}, "every queue keeps a pod"
     assert active["lm4"].mode == "gpu"
     assert [active[lm].mode for lm in ("lm1", "lm2")].count("cpu") == 1
+
+
+@pytest.mark.parametrize(
+    ("backlog", "mode"),
+    [(0, "cpu"), (1, "cpu"), (4, "gpu")],
+    ids=["idle-stays", "gain-below-cold-start-stays", "gain-above-cold-start-moves"],
+)
+def test_deployer_moves_a_text_lm_from_cores_to_a_freed_vgpu(
+    ctx: ClusterContext, backlog: int, mode: str
+) -> None:
+    # lm1 was started on cores while both vGPUs were taken; one is free now. On
+    # 8 cores a prompt takes ~6.1 s, on half the GPU 1.2 s: one queued prompt
+    # saves less than a cold start (9.34 s), four save more.
+    run = [
+        InstanceState(lm="lm1", mode="cpu", cpu_cores=8, vgpus=0, status="ready"),
+        InstanceState(lm="lm3", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+    ]
+    state = NodeState(name="worker-2", backlog={"lm1": backlog, "lm3": 2}, instances=run)
+    obs = _node_obs(ctx, "worker-2", ["lm1", "lm3"], state)
+    placement = rule_placement(obs)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    active = placement.active()
+    assert active["lm1"].mode == mode
+    assert (active["lm3"].mode, active["lm3"].vgpus) == ("gpu", 1), "the neighbour is untouched"
+
+
+@pytest.mark.parametrize(
+    ("neighbour_backlog", "vgpus"),
+    [(0, 1), (3, 2)],
+    ids=["alone-on-the-gpu-no-gain", "beside-a-busy-pod-grows"],
+)
+def test_deployer_grows_a_gpu_pod_onto_free_vgpus_only_under_contention(
+    ctx: ClusterContext, neighbour_backlog: int, vgpus: int
+) -> None:
+    # worker-2's GPU cut into 4 slots, 2 free. Time-slicing by busy slots: beside a
+    # busy lm3, lm4's share goes 1/2 -> 2/3 (3 prompts save ~15 s, more than a cold
+    # start); beside an idle one it already has the whole GPU.
+    node = ctx.node("worker-2")
+    node = node.model_copy(update={"spec": node.spec.model_copy(update={"vgpus_per_gpu": 4})})
+    run = [
+        InstanceState(lm="lm4", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+        InstanceState(lm="lm3", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+    ]
+    state = NodeState(name="worker-2", backlog={"lm4": 3, "lm3": neighbour_backlog}, instances=run)
+    obs = NodeObservation(
+        slot=1, epoch=0, node=node, services=ctx.services, roles=["lm3", "lm4"], state=state
+    )
+    placement = rule_placement(obs)
+    assert check_placement(placement, node, ctx.services) == []
+    active = placement.active()
+    assert active["lm4"].vgpus == vgpus
+    assert active["lm3"].vgpus == 1
 
 
 def test_deployer_keeps_an_off_role_lm_with_backlog(ctx: ClusterContext) -> None:

@@ -1,0 +1,46 @@
+"""The `ma` deployer and planner when the cluster changes under them (issue 28).
+
+Runs of `examples/churn` (the testbed with a timeline) under the default
+profile, each reproducing one failure class the rule deployer had:
+
+- an LMService applied mid-run while every vGPU is taken starts on cores and
+  must move to a vGPU once one frees (lm5: ~107 s mean latency when it stayed
+  on cores, ~7 s when it moves).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from lmedge.bench.runner import RunSpec, run
+from lmedge.controller.assembly import PolicyChoice
+
+ROOT = Path(__file__).resolve().parents[2]
+CHURN = ROOT / "examples" / "churn"
+
+
+@functools.cache
+def _churn(policy: str, slots: int) -> Any:
+    return run(RunSpec(CHURN, PolicyChoice(policy), 1, slots, keep_history=True))
+
+
+def _per_lm(policy: str, slots: int) -> dict[str, dict[str, Any]]:
+    return {r["lm"]: r for r in _churn(policy, slots).summary["per_lm"]}
+
+
+def test_an_lm_applied_on_cores_moves_to_a_freed_vgpu() -> None:
+    result = _churn("ma", 90).result
+    modes = [
+        (slot, lm.mode)
+        for p, slot in zip(result.placements, result.placement_slots, strict=True)
+        for lm in p.lms
+        if lm.lm == "lm5" and lm.mode != "off"
+    ]
+    first = min(slot for slot, _ in modes)
+    assert "cpu" in {m for s, m in modes if s == first}, "no vGPU free when lm5 is applied"
+    assert any(m == "gpu" for _, m in modes), "lm5 never moved to a vGPU"
+    lm5 = _per_lm("ma", 90)["lm5"]
+    # On cores a prompt takes ~5 s and the queue grows; on a vGPU 0.4 s.
+    assert lm5["mean_latency_s"] < 30.0
