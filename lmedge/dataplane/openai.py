@@ -16,8 +16,9 @@ a misspelt `temprature` is an error, not a silent default. Of the known ones:
   frequency penalty; OpenAI's ranges, `lmedge.api.inference.Sampling`) and
   the token bound go with each prompt to the engine;
 * advisory ones are accepted and have no effect on the output: `user`,
-  `safety_identifier`, `prompt_cache_key`, `metadata`, `store`,
-  `service_tier`, `parallel_tool_calls`, `prediction` (a latency hint);
+  `safety_identifier`, `prompt_cache_key`, `prompt_cache_retention`,
+  `metadata`, `store`, `service_tier`, `parallel_tool_calls`, `prediction`
+  (a latency hint);
 * what the engines cannot honour is a 400 saying so when asked for, and
   accepted at its neutral value (`tools: []`, `tool_choice: "none"`,
   `logprobs: false`, `response_format: {"type": "text"}`, `modalities:
@@ -257,6 +258,7 @@ class ChatCompletionRequest(_Sampled):
     service_tier: str | None = None
     safety_identifier: str | None = Field(default=None, max_length=256)
     prompt_cache_key: str | None = Field(default=None, max_length=256)
+    prompt_cache_retention: str | None = None
 
     def _unsupported(self) -> list[str]:
         out = super()._unsupported()
