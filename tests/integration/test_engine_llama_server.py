@@ -55,10 +55,11 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     with running_llama_server(binary_path(), model_path(), config, log, free_port()) as server:
         _, srv = gateway("worker-1", MemorySink(), tau=120)
         try:
-            control(srv.url, "/control/models",
-                    {"models": [{"lm": "lm1", "url": server.url, "protocol": "openai"}]})  # fmt: skip
-            client = openai.OpenAI(base_url=srv.url + "/v1", api_key=TOKEN, max_retries=0,
-                                   timeout=120)  # fmt: skip
+            pod = {"lm": "lm1", "url": server.url, "protocol": "openai"}
+            control(srv.url, "/control/models", {"models": [pod]})
+            client = openai.OpenAI(
+                base_url=srv.url + "/v1", api_key=TOKEN, max_retries=0, timeout=120
+            )
             yield Engine(server, client)
         finally:
             srv.stop()
