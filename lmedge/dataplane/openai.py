@@ -488,7 +488,11 @@ def stream_prompt(
         raise BadRequest(f"n must be 1 when stream is true (got {req.n}): one stream, one choice")
     if isinstance(req, ChatCompletionRequest):
         prompts = chat_prompts(req, modality)
-        messages = [m.model_dump(mode="json", exclude_none=True) for m in req.messages]
+        # what _check_supported let through of the tool fields is empty: not sent
+        unsent = {"tool_calls", "tool_call_id", "function_call", "audio"}
+        messages = [
+            m.model_dump(mode="json", exclude_none=True, exclude=unsent) for m in req.messages
+        ]
         return prompts[0], messages
     prompts = completion_prompts(req, modality)
     if len(prompts) != 1:
