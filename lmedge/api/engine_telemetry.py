@@ -32,8 +32,8 @@ __all__ = ["EngineCounters", "EngineTelemetry", "engine_telemetry", "kv_usage"]
 class EngineCounters(WireModel):
     """One reading of one engine pod at `time_s` (run clock, seconds).
 
-    `kv_cache_usage` is None when the engine does not export it (llama.cpp
-    builds after the KV cache was unified dropped the gauge).
+    `kv_cache_usage` is None when the engine does not report it (a llama.cpp
+    build without the gauge whose `/slots` page is off or did not answer).
     """
 
     lm: str

@@ -9,7 +9,7 @@ the progress file and the OpenAI `b64_json` responses in one format.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -21,6 +21,34 @@ MAX_PROMPTS = 64
 MAX_PROMPT_CHARS = 32_768
 #: Largest base64 image of one prompt, characters (~6 MiB decoded).
 MAX_IMAGE_CHARS = 8 * 1024 * 1024
+
+
+#: OpenAI's ranges for the sampling parameters, one home for the gateway's
+#: request models and the engine contract.
+Temperature = Annotated[float, Field(ge=0, le=2)]
+TopP = Annotated[float, Field(ge=0, le=1)]
+Penalty = Annotated[float, Field(ge=-2, le=2)]
+Seed = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+#: Most stop sequences of one request (OpenAI: up to 4).
+MAX_STOP = 4
+StopText = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class Sampling(WireModel):
+    """How an engine samples a prompt's output; None: the engine's default.
+
+    Forwarded as is to an OpenAI-speaking engine (llama.cpp, vLLM), which
+    honours every field; a pipeline model server generates with its own
+    settings. `seed` makes a run reproducible on the same engine build and
+    hardware, as OpenAI's does (best effort, not across engines).
+    """
+
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
+    stop: list[StopText] | None = Field(default=None, min_length=1, max_length=MAX_STOP)
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
 
 
 class Prompt(WireModel):
@@ -37,6 +65,9 @@ class Prompt(WireModel):
         ge=1,
         le=4096,
         description="Most new tokens for text output; server default if unset.",
+    )
+    sampling: Sampling | None = Field(
+        default=None, description="Sampling parameters for the engine; its defaults if unset."
     )
 
     @field_validator("image")

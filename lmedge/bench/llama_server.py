@@ -68,6 +68,8 @@ class ServerConfig:
     #: 0: threads sleep between graph nodes instead of spinning; on a shared
     #: machine a spinning thread that lost its core stalls every barrier.
     poll: int = 0
+    #: Serve `/metrics` (what the node agent's engine telemetry reads).
+    metrics: bool = False
 
     def argv(self, binary: Path, model: Path, port: int) -> list[str]:
         return [
@@ -75,6 +77,7 @@ class ServerConfig:
             "--parallel", str(self.parallel), "--ctx-size", str(self.parallel * self.slot_context),
             "--threads", str(self.threads), "--threads-batch", str(self.threads),
             "--poll", str(self.poll), "--cont-batching", "--no-webui", "--cache-ram", "0",
+            *(["--metrics"] if self.metrics else []),
         ]  # fmt: skip
 
 

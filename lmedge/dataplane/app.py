@@ -399,9 +399,15 @@ def _errors(app: FastAPI) -> None:
             ctx = first.get("ctx") or {}
             detail = ctx.get("error", first.get("msg")) if isinstance(ctx, dict) else ctx
             return _error(400, f"request body is not valid JSON: {detail}", "invalid_request_error")
+        # A field OpenAI does not document: its 400, whatever else is wrong (it
+        # checks the argument names first).
+        unknown = [e for e in exc.errors() if e.get("type") == oa.UNRECOGNIZED]
+        first = unknown[0] if unknown else first
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         more = len(exc.errors()) - 1
         message = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        if unknown:
+            return _error(400, message, "invalid_request_error")
         return _error(
             422, message + (f" (and {more} more)" if more > 0 else ""), "invalid_request_error"
         )

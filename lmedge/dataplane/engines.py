@@ -7,7 +7,9 @@ A pod registers with a `protocol` (`lmedge.api.gateway_control.ModelEndpoint`):
   (`PipelineProtocol`);
 * `openai`: an engine that speaks the OpenAI API itself (llama.cpp, vLLM);
   `POST /v1/chat/completions` (or `/v1/completions` for a completion) with
-  `stream: true` and `stream_options.include_usage`, answering OpenAI chunks
+  `stream: true` and `stream_options.include_usage`, the prompt's
+  `max_tokens` and its sampling parameters (temperature, top_p, seed, stop,
+  presence/frequency penalty, under OpenAI's names), answering OpenAI chunks
   and `[DONE]` (`OpenAIProtocol`).
 
 An adapter says what to POST (`request`) and reads the pod's events into
@@ -210,6 +212,8 @@ class OpenAIProtocol:
         }
         if call.prompt.max_tokens is not None:
             body["max_tokens"] = call.prompt.max_tokens
+        if call.prompt.sampling is not None:  # OpenAI's names, which both engines take
+            body.update(call.prompt.sampling.model_dump(mode="json", exclude_none=True))
         if call.messages is not None:
             return "/v1/chat/completions", {**body, "messages": call.messages}
         return "/v1/completions", {**body, "prompt": call.prompt.text}

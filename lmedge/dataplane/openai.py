@@ -5,10 +5,30 @@ through `image_url` content parts carrying `data:` URLs), legacy completions,
 image generations (`b64_json`), and the model list. A request becomes one
 prompt set: `n` copies of the chat prompt, each element of a completions
 prompt list, or `n` images. Remote image URLs are refused with a clear 400:
-the gateway never fetches from the internet on a user's behalf. Request models
-ignore fields they do not use (temperature, user, ...) so the official SDK
-works unchanged; `stream_options` is checked strictly (an unknown option is a
-422 naming it).
+the gateway never fetches from the internet on a user's behalf.
+
+Chat completions and completions know every parameter OpenAI documents for
+them, and refuse any other top-level field (or message field) with a 400
+naming it, as OpenAI does (`Unrecognized request argument supplied: NAME`):
+a misspelt `temprature` is an error, not a silent default. Of the known ones:
+
+* the sampling parameters (temperature, top_p, seed, stop, presence and
+  frequency penalty; OpenAI's ranges, `lmedge.api.inference.Sampling`) and
+  the token bound go with each prompt to the engine;
+* advisory ones are accepted and have no effect on the output: `user`,
+  `safety_identifier`, `prompt_cache_key`, `prompt_cache_retention`,
+  `metadata`, `store`, `service_tier`, `parallel_tool_calls`, `prediction`
+  (a latency hint);
+* what the engines cannot honour is a 400 saying so when asked for, and
+  accepted at its neutral value (`tools: []`, `tool_choice: "none"`,
+  `logprobs: false`, `response_format: {"type": "text"}`, `modalities:
+  ["text"]`, `best_of: 1`, `echo: false`, ...): tools and function calls,
+  log probabilities, logit bias, JSON output formats, audio, reasoning and
+  verbosity settings, web search, a completion's `suffix`, `echo` and
+  `best_of`.
+
+Image generations still ignore fields they do not use. `stream_options` is
+checked strictly (an unknown option is a 422 naming it).
 
 Streaming (`stream: true`, chat and completions): one prompt per request (`n`
 > 1, or a list of several prompts, is a 400), answered as OpenAI chunks
@@ -25,15 +45,38 @@ import base64
 import binascii
 import re
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-from lmedge.api.inference import MAX_IMAGE_CHARS, MAX_PROMPT_CHARS, MAX_PROMPTS, Output, Prompt
+from lmedge.api.inference import (
+    MAX_IMAGE_CHARS,
+    MAX_PROMPT_CHARS,
+    MAX_PROMPTS,
+    MAX_STOP,
+    Output,
+    Penalty,
+    Prompt,
+    Sampling,
+    Seed,
+    StopText,
+    Temperature,
+    TopP,
+)
 from lmedge.api.resources import Modality
 from lmedge.errors import BadRequest
 
 __all__ = [
+    "UNRECOGNIZED",
     "BadRequest",
     "ChatCompletionRequest",
     "ChunkWriter",
@@ -56,6 +99,32 @@ _DATA_URL = re.compile(r"^data:image/(png|jpeg|jpg|webp|gif);base64,(?P<data>[A-
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+#: The pydantic error type of a field the OpenAI API does not document: the
+#: gateway answers it with a 400 (OpenAI's status), not a 422.
+UNRECOGNIZED = "unrecognized_argument"
+
+
+class _Strict(BaseModel):
+    """An object that refuses, by name, every field it does not declare."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: What one of its fields is called in the error ("request argument", ...).
+    _what: ClassVar[str] = "request argument"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(k) for k in data if k not in cls.model_fields)
+            if unknown:
+                raise PydanticCustomError(
+                    UNRECOGNIZED,
+                    "Unrecognized {what} supplied: {names}",
+                    {"what": cls._what, "names": ", ".join(unknown)},
+                )
+        return data
 
 
 class TextPart(_Lenient):
@@ -110,30 +179,137 @@ MessageContent = Annotated[
 ]
 
 
-class ChatMessage(_Lenient):
+class ChatMessage(_Strict):
+    """A message as OpenAI documents it; tool calls (in or out) are refused as unsupported."""
+
+    _what: ClassVar[str] = "message field"
+
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: MessageContent | None = None
+    name: str | None = Field(default=None, max_length=256)
+    refusal: str | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    function_call: dict[str, Any] | None = None
+    audio: dict[str, Any] | None = None
 
 
-class ChatCompletionRequest(_Lenient):
+#: A stop sequence or up to four (OpenAI's `stop`).
+Stop = StopText | Annotated[list[StopText], Field(max_length=MAX_STOP)]
+
+
+class _Sampled(_Strict):
+    """The parameters both endpoints share: the sampling ones, and those only accepted."""
+
     model: str = Field(min_length=1, max_length=63)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
     max_tokens: int | None = Field(default=None, ge=1, le=4096)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
     n: int = Field(default=1, ge=1, le=MAX_PROMPTS)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: Seed | None = None
+    stop: Stop | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    user: str | None = Field(default=None, max_length=256)
+
+    def sampling(self) -> Sampling | None:
+        """The sampling parameters for the engine; None when none was given."""
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        sampling = Sampling(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            stop=stop or None,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+        )
+        return sampling if sampling.model_dump(exclude_none=True) else None
+
+    def _unsupported(self) -> list[str]:
+        """What was asked for that the engines cannot do, as `field: why` lines."""
+        out = []
+        if self.logit_bias:
+            out.append("logit_bias (token ids differ between engines)")
+        return out
 
 
-class CompletionRequest(_Lenient):
-    model: str = Field(min_length=1, max_length=63)
+class ChatCompletionRequest(_Sampled):
+    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    store: bool | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = Field(default=None, max_length=256)
+    prompt_cache_key: str | None = Field(default=None, max_length=256)
+    prompt_cache_retention: str | None = None
+
+    def _unsupported(self) -> list[str]:
+        out = super()._unsupported()
+        if self.tools or self.functions:
+            out.append("tools (the engines do not call tools)")
+        if self.tool_choice not in (None, "none") or self.function_call not in (None, "none"):
+            out.append("tool_choice (the engines do not call tools)")
+        if self.logprobs or self.top_logprobs:
+            out.append("logprobs")
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            out.append(f"response_format {kind!r} (only 'text')")
+        if self.audio is not None or any(m != "text" for m in self.modalities or []):
+            out.append("audio output (only the text modality)")
+        for name in ("reasoning_effort", "verbosity", "web_search_options"):
+            if getattr(self, name) is not None:
+                out.append(name)
+        for i, message in enumerate(self.messages):
+            if message.tool_calls or message.tool_call_id is not None:
+                out.append(f"messages.{i}: tool calls (the engines do not call tools)")
+            if message.function_call is not None or message.audio is not None:
+                out.append(f"messages.{i}: function_call and audio")
+        return out
+
+
+class CompletionRequest(_Sampled):
     # No bound here: on the union, the list's 64-item bound also capped a string
     # prompt at 64 characters, and an error on a union names the wrong branch.
     # completion_prompts checks the item count and each text's length.
     prompt: str | list[str]
-    max_tokens: int | None = Field(default=None, ge=1, le=4096)
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    suffix: str | None = None
+    echo: bool | None = None
+    best_of: int | None = Field(default=None, ge=1, le=20)
+
+    def _unsupported(self) -> list[str]:
+        out = super()._unsupported()
+        if self.logprobs is not None:
+            out.append("logprobs")
+        if self.suffix:
+            out.append("suffix (no fill-in-the-middle)")
+        if self.echo:
+            out.append("echo")
+        if self.best_of is not None and self.best_of > 1:
+            out.append("best_of > 1")
+        return out
+
+
+def _check_supported(req: _Sampled) -> None:
+    if unsupported := req._unsupported():
+        raise BadRequest(f"not supported by lmedge's engines: {'; '.join(unsupported)}")
 
 
 class ImageGenerationRequest(_Lenient):
@@ -145,6 +321,7 @@ class ImageGenerationRequest(_Lenient):
 
 
 def _stream_options(req: ChatCompletionRequest | CompletionRequest) -> None:
+    _check_supported(req)
     if req.stream_options is not None and not req.stream:
         raise BadRequest("stream_options is only allowed when stream is true")
 
@@ -194,7 +371,8 @@ def chat_prompts(req: ChatCompletionRequest, modality: Modality) -> list[Prompt]
     if not text and not images:
         raise BadRequest("the messages contain no text")
     limit = req.max_completion_tokens or req.max_tokens
-    prompt = Prompt(text=text, image=images[0] if images else None, max_tokens=limit)
+    image = images[0] if images else None
+    prompt = Prompt(text=text, image=image, max_tokens=limit, sampling=req.sampling())
     return [prompt] * req.n
 
 
@@ -210,7 +388,17 @@ def completion_prompts(req: CompletionRequest, modality: Modality) -> list[Promp
     for text in texts:
         if len(text) > MAX_PROMPT_CHARS:
             raise BadRequest(f"a prompt is longer than {MAX_PROMPT_CHARS} characters")
-    return [Prompt(text=t, max_tokens=req.max_tokens) for t in texts]
+    if len(texts) * req.n > MAX_PROMPTS:
+        raise BadRequest(
+            f"{len(texts)} prompts x n={req.n} is more than {MAX_PROMPTS} completions per request"
+        )
+    sampling = req.sampling()
+    # OpenAI's order: the n choices of the first prompt, then those of the next
+    return [
+        Prompt(text=t, max_tokens=req.max_tokens, sampling=sampling)
+        for t in texts
+        for _ in range(req.n)
+    ]
 
 
 def image_prompts(req: ImageGenerationRequest, modality: Modality) -> list[Prompt]:
@@ -296,13 +484,15 @@ def stream_prompt(
 ) -> tuple[Prompt, list[dict[str, Any]] | None]:
     """The one prompt of a streamed request, and a chat's messages as sent (for an
     engine that applies its own chat template); None for a completion."""
+    if req.n != 1:
+        raise BadRequest(f"n must be 1 when stream is true (got {req.n}): one stream, one choice")
     if isinstance(req, ChatCompletionRequest):
-        if req.n != 1:
-            raise BadRequest(
-                f"n must be 1 when stream is true (got {req.n}): one stream, one choice"
-            )
         prompts = chat_prompts(req, modality)
-        messages = [m.model_dump(mode="json", exclude_none=True) for m in req.messages]
+        # what _check_supported let through of the tool fields is empty: not sent
+        unsent = {"tool_calls", "tool_call_id", "function_call", "audio"}
+        messages = [
+            m.model_dump(mode="json", exclude_none=True, exclude=unsent) for m in req.messages
+        ]
         return prompts[0], messages
     prompts = completion_prompts(req, modality)
     if len(prompts) != 1:

@@ -9,9 +9,14 @@ agent reads a pod without knowing its LMService. A page with neither prefix
   `llamacpp:prompt_tokens_total`, `llamacpp:tokens_predicted_total`; gauges
   `llamacpp:requests_processing` (running), `llamacpp:requests_deferred`
   (waiting). `llamacpp:kv_cache_usage_ratio` is read when present: builds
-  before the KV cache was unified exported it, the one vendored by
-  llama-cpp-python 0.3.36 (`tools/server/server-task.cpp`) does not, so its
-  pods report no KV usage (None), never a made-up 0.
+  before the KV cache was unified exported it. Later ones (the one vendored by
+  llama-cpp-python 0.3.36, `tools/server/server-task.cpp`, and the
+  `llama-server` of `make tools`) do not, and none of their metrics is a KV
+  gauge (`llamacpp:n_tokens_max` is the longest sequence seen, a counter).
+  Their usage comes from the server's `/slots` page instead
+  (`slots_kv_usage`): the tokens the busy slots hold over the context of all
+  slots. A server run with `--no-slots` reports no KV usage (None), never a
+  made-up 0.
 * vLLM: gauges `vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` before
   v0.10; a fraction despite the name), `vllm:num_requests_running`,
   `vllm:num_requests_waiting`; counters `vllm:prompt_tokens_total`,
@@ -26,13 +31,21 @@ agent goes on. Fetching the page is `lmedge.nodeagent.telemetry`'s.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from lmedge.api.engine_telemetry import EngineCounters
 from lmedge.nodeagent.exposition import Samples, parse_exposition
 
-__all__ = ["ENGINES", "EngineMetricNames", "engine_counters"]
+__all__ = [
+    "ENGINES",
+    "EngineMetricNames",
+    "engine_counters",
+    "slots_kv_usage",
+    "slots_url",
+]
 
 
 @dataclass(frozen=True)
@@ -40,7 +53,9 @@ class EngineMetricNames:
     """The sample names one engine exports the five quantities under.
 
     `kv_usage`: candidates, first present wins (names changed across versions);
-    none present means the engine does not report it.
+    none present means the engine does not report it on this page.
+    `kv_slots`: the path beside `/metrics` where the usage is read when no
+    candidate is present (llama.cpp's `/slots`); None: nowhere else.
     """
 
     prefix: str
@@ -49,6 +64,7 @@ class EngineMetricNames:
     waiting: str
     prompt_tokens: str
     generation_tokens: str
+    kv_slots: str | None = None
 
 
 ENGINES: dict[str, EngineMetricNames] = {
@@ -59,6 +75,7 @@ ENGINES: dict[str, EngineMetricNames] = {
         waiting="llamacpp:requests_deferred",
         prompt_tokens="llamacpp:prompt_tokens_total",
         generation_tokens="llamacpp:tokens_predicted_total",
+        kv_slots="/slots",
     ),
     "vllm": EngineMetricNames(
         prefix="vllm:",
@@ -92,22 +109,82 @@ def _sum(samples: Samples, name: str) -> float:
     return sum(values)
 
 
-def engine_counters(text: str, lm: str, *, pod: str, time_s: float) -> EngineCounters | None:
-    """The reading of `pod` (serving `lm`) at `time_s` from its `/metrics` text.
+def _samples(text: str) -> Samples:
+    try:
+        return parse_exposition(text)
+    except ValueError as exc:  # prometheus_client's parser: "Invalid line", bad value, ...
+        raise ValueError(f"not the Prometheus text format: {exc}") from exc
+
+
+def _kv_gauge(samples: Samples, names: EngineMetricNames) -> list[float] | None:
+    return next((_values(samples, n) for n in names.kv_usage if samples.get(n)), None)
+
+
+def slots_url(text: str, metrics_url: str) -> str | None:
+    """Where the KV usage of the pod whose `/metrics` page is `text` is read
+    instead, when the page has no KV gauge (llama.cpp's `/slots`, beside
+    `metrics_url`); None when the page says it or no other page does.
+
+    A `ValueError` when the page is malformed.
+    """
+    samples = _samples(text)
+    names = _engine(samples)
+    if names is None or names.kv_slots is None or _kv_gauge(samples, names) is not None:
+        return None
+    return metrics_url.removesuffix("/metrics") + names.kv_slots
+
+
+def _int(slot: dict[str, Any], key: str) -> int:
+    value = slot.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"a slot's {key} is {value!r}, not a count")
+    return value
+
+
+def slots_kv_usage(text: str) -> float:
+    """A llama-server's KV-cache usage from its `/slots` JSON, 0..1.
+
+    The server splits its context (`--ctx-size`) into one `n_ctx` per slot
+    (`--parallel`); a busy slot (`is_processing`) holds `n_prompt_tokens`
+    tokens, its prompt and what it has generated so far (the count grows by
+    one per decoded token). Usage is the busy slots' tokens over the sum of
+    every slot's `n_ctx`. An idle slot's cached conversation is not counted:
+    the server overwrites it for the next request, as vLLM counts cached
+    blocks no sequence holds as free. A `ValueError` naming what is wrong
+    when the page is not that JSON.
+    """
+    try:
+        slots = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"/slots is not JSON: {exc}") from exc
+    if not isinstance(slots, list) or not slots or not all(isinstance(s, dict) for s in slots):
+        raise ValueError("/slots is not a list of slot objects")
+    capacity = sum(_int(s, "n_ctx") for s in slots)
+    held = sum(_int(s, "n_prompt_tokens") for s in slots if s.get("is_processing") is True)
+    if capacity == 0:
+        raise ValueError("/slots: every slot has n_ctx 0")
+    return min(held / capacity, 1.0)
+
+
+def engine_counters(
+    text: str, lm: str, *, pod: str, time_s: float, slots: str | None = None
+) -> EngineCounters | None:
+    """The reading of `pod` (serving `lm`) at `time_s` from its `/metrics` text,
+    and its `/slots` JSON (`slots`, read where `slots_url` says) for the KV usage
+    of a llama.cpp page without the gauge.
 
     None when the page is no token engine's; a `ValueError` naming the
     problem when it is malformed or lacks a quantity.
     """
-    try:
-        samples = parse_exposition(text)
-    except ValueError as exc:  # prometheus_client's parser: "Invalid line", bad value, ...
-        raise ValueError(f"not the Prometheus text format: {exc}") from exc
+    samples = _samples(text)
     names = _engine(samples)
     if names is None:
         return None
-    kv = next((_values(samples, n) for n in names.kv_usage if samples.get(n)), None)
+    kv = _kv_gauge(samples, names)
     # the fullest series; a rounding excess over 1 is still a full cache
     usage = min(max(kv), 1.0) if kv else None
+    if usage is None and slots is not None and names.kv_slots is not None:
+        usage = slots_kv_usage(slots)
     return EngineCounters(
         lm=lm,
         pod=pod,

@@ -10,7 +10,8 @@ Two sources (paper §V-D1):
 
 The token engines' own pages (llama.cpp server, vLLM) are read by
 `EngineScraper` from each engine pod's `/metrics` (parsed by
-`lmedge.nodeagent.engines`) and put into the node's snapshot as `engines`.
+`lmedge.nodeagent.engines`), and a llama.cpp pod's `/slots` when its page
+has no KV gauge, and put into the node's snapshot as `engines`.
 
 CPU utilisation comes from the `node_cpu_seconds_total` counters: the busy
 share of the CPU seconds elapsed since the previous scrape of the node, or
@@ -35,7 +36,7 @@ import httpx
 
 from lmedge.api.engine_telemetry import EngineCounters, EngineTelemetry, engine_telemetry
 from lmedge.api.records import NodeTelemetry
-from lmedge.nodeagent.engines import engine_counters
+from lmedge.nodeagent.engines import engine_counters, slots_url
 from lmedge.nodeagent.exposition import Samples, parse_exposition
 
 __all__ = [
@@ -224,7 +225,8 @@ class EngineScraper:
     between two scrapes (`lmedge.api.engine_telemetry.engine_telemetry`).
     A pod that does not answer, or whose page is malformed, is left out with
     a logged warning; a pipeline pod's page (no engine prefix) is left out
-    silently. `timeout_s`: per page, seconds (default 2: the agent scrapes
+    silently. A llama.cpp pod whose `/slots` does not answer is read without
+    its KV usage. `timeout_s`: per page, seconds (default 2: the agent scrapes
     before it decides, and a slot is 30 s).
     """
 
@@ -233,14 +235,34 @@ class EngineScraper:
     transport: httpx.AsyncBaseTransport | None = None
     _previous: dict[str, EngineCounters] = field(default_factory=dict)
 
+    async def _slots(
+        self,
+        client: httpx.AsyncClient,
+        targets: Sequence[EngineTarget],
+        texts: Sequence[str | None],
+    ) -> dict[str, str]:
+        """The `/slots` JSON of the pods whose page has no KV gauge (llama.cpp), by pod."""
+        urls: dict[str, str] = {}
+        for target, text in zip(targets, texts, strict=True):
+            try:
+                url = slots_url(text, target.url) if text is not None else None
+            except ValueError:
+                continue  # engine_counters says what is wrong with the page
+            if url is not None:
+                urls[target.pod] = url
+        pages = await asyncio.gather(*(_get(client, url) for url in urls.values()))
+        return {pod: page for pod, page in zip(urls, pages, strict=True) if page is not None}
+
     async def scrape(self, targets: Sequence[EngineTarget]) -> list[EngineTelemetry] | None:
         """The telemetry of the engine pods among `targets`; None when there is none."""
         texts: list[str | None] = []
+        slots: dict[str, str] = {}
         if targets:
             async with httpx.AsyncClient(
                 timeout=self.timeout_s, transport=self.transport
             ) as client:
                 texts = await asyncio.gather(*(_get(client, t.url) for t in targets))
+                slots = await self._slots(client, targets, texts)
         now = max(self.clock(), 0.0)
         out: list[EngineTelemetry] = []
         seen: dict[str, EngineCounters] = {}
@@ -248,7 +270,9 @@ class EngineScraper:
             if text is None:
                 continue
             try:
-                counters = engine_counters(text, target.lm, pod=target.pod, time_s=now)
+                counters = engine_counters(
+                    text, target.lm, pod=target.pod, time_s=now, slots=slots.get(target.pod)
+                )
             except ValueError as exc:
                 log.warning(
                     "telemetry: %s (%s): unreadable metrics: %s", target.pod, target.url, exc

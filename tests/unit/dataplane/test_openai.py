@@ -7,7 +7,7 @@ import base64
 import pytest
 from pydantic import ValidationError
 
-from lmedge.api.inference import MAX_IMAGE_CHARS, Prompt
+from lmedge.api.inference import MAX_IMAGE_CHARS, Prompt, Sampling
 from lmedge.dataplane.openai import (
     BadRequest,
     ChatCompletionRequest,
@@ -68,6 +68,36 @@ def test_chat_rejections(
 ) -> None:
     with pytest.raises(BadRequest, match=message):
         chat_prompts(_chat(content, **kw), modality)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kw", "sampling"),
+    [
+        ({}, None),
+        ({"stop": "\n"}, Sampling(stop=["\n"])),
+        ({"temperature": 0.0, "seed": 7, "top_p": 0.5, "stop": ["a", "b"],
+          "presence_penalty": 1.0, "frequency_penalty": -1.0},
+         Sampling(temperature=0.0, seed=7, top_p=0.5, stop=["a", "b"], presence_penalty=1.0,
+                  frequency_penalty=-1.0)),
+        ({"user": "u1"}, None),
+    ],
+    ids=["none", "one-stop-string", "all", "advisory-only"],
+)  # fmt: skip
+def test_sampling_parameters_go_with_every_prompt(
+    kw: dict[str, object], sampling: Sampling | None
+) -> None:
+    chat = _chat("hi", n=2, **kw)
+    assert [p.sampling for p in chat_prompts(chat, "text-to-text")] == [sampling] * 2
+    completion = CompletionRequest.model_validate({"model": "lm1", "prompt": "x", **kw})
+    [prompt] = completion_prompts(completion, "text-to-text")
+    assert prompt.sampling == sampling
+
+
+def test_completion_n_repeats_each_prompt_in_openai_order() -> None:
+    req = CompletionRequest(model="lm1", prompt=["a", "b"], n=2)
+    assert [p.text for p in completion_prompts(req, "text-to-text")] == ["a", "a", "b", "b"]
+    with pytest.raises(BadRequest, match="more than 64 completions"):
+        completion_prompts(CompletionRequest(model="lm1", prompt=["a"] * 33, n=2), "text-to-text")
 
 
 def test_completions_and_images() -> None:

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from lmedge.api.inference import Prompt
+from lmedge.api.inference import Prompt, Sampling
 from lmedge.dataplane.clients import HttpClients
 from lmedge.dataplane.engines import (
     EngineCall,
@@ -257,3 +257,16 @@ def test_a_pod_gets_as_many_streams_at_once_as_it_serves(concurrency: int) -> No
         return len(held), last_waits
 
     assert asyncio.run(run()) == (concurrency, True)
+
+
+def test_openai_protocol_sends_the_sampling_parameters_under_openai_names() -> None:
+    sampling = Sampling(temperature=0.0, seed=3, stop=["\n"], top_p=0.9, frequency_penalty=0.5)
+    call = EngineCall(id="s1", lm="lm1", prompt=Prompt(text="hi", max_tokens=5, sampling=sampling))
+    path, body = OpenAIProtocol().request(call)
+    assert path == "/v1/completions"
+    assert body == {
+        "model": "lm1", "stream": True, "stream_options": {"include_usage": True},
+        "prompt": "hi", "max_tokens": 5, "temperature": 0.0, "seed": 3, "stop": ["\n"],
+        "top_p": 0.9, "frequency_penalty": 0.5,
+    }  # fmt: skip
+    assert "temperature" not in OpenAIProtocol().request(CALL)[1]  # unset: the engine's default

@@ -12,7 +12,7 @@ import pytest
 from lmedge.api.engine_telemetry import EngineCounters, engine_telemetry, kv_usage
 from lmedge.api.observations import NodeState
 from lmedge.api.records import NodeTelemetry
-from lmedge.nodeagent.engines import engine_counters
+from lmedge.nodeagent.engines import engine_counters, slots_kv_usage, slots_url
 from lmedge.nodeagent.telemetry import EngineScraper, EngineTarget
 
 PAGES = Path(__file__).resolve().parents[2] / "fixtures" / "engines"
@@ -147,3 +147,71 @@ def test_the_scraper_reads_engine_pods_and_leaves_out_what_it_cannot() -> None:
     (second,) = asyncio.run(scraper.scrape(targets)) or []
     assert second.generation_tokens_per_s == pytest.approx(100.0)
     assert asyncio.run(scraper.scrape([])) is None
+
+
+def test_llamacpp_kv_usage_is_the_busy_slots_tokens_over_all_slots_context() -> None:
+    # The real llama-server's /slots: slot 0 busy with 10 tokens, slot 1 idle
+    # still caching 304 (not counted), 512 context each.
+    assert slots_kv_usage(page("llamacpp-slots.json")) == pytest.approx(10 / 1024)
+    c = engine_counters(
+        page("llamacpp.txt"), "lm1", pod="p", time_s=0.0, slots=page("llamacpp-slots.json")
+    )
+    assert c is not None and c.kv_cache_usage == pytest.approx(10 / 1024)
+    # a page with the gauge keeps it; /slots is only read where the page has none
+    kv = engine_counters(page("llamacpp-kv.txt"), "lm1", pod="p", time_s=0.0, slots="[]")
+    assert kv is not None and kv.kv_cache_usage == 0.625
+
+
+@pytest.mark.parametrize(
+    ("name", "url"),
+    [
+        ("llamacpp.txt", "http://10.0.0.1:8080/slots"),
+        ("llamacpp-kv.txt", None),
+        ("vllm.txt", None),
+    ],
+    ids=["llama.cpp-without-gauge", "llama.cpp-with-gauge", "vllm"],
+)
+def test_only_a_page_without_kv_gauge_sends_the_scraper_to_slots(
+    name: str, url: str | None
+) -> None:
+    assert slots_url(page(name), "http://10.0.0.1:8080/metrics") == url
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("not json", "not JSON"),
+        ("{}", "list of slot objects"),
+        ("[]", "list of slot objects"),
+        ('[{"n_ctx": 512, "is_processing": true, "n_prompt_tokens": -1}]', "n_prompt_tokens"),
+        ('[{"is_processing": false}]', "n_ctx"),
+    ],
+    ids=["not-json", "object", "empty", "negative-tokens", "no-n-ctx"],
+)
+def test_a_malformed_slots_page_is_a_value_error_naming_it(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        slots_kv_usage(text)
+
+
+def test_the_scraper_reads_llamacpp_kv_usage_from_slots_beside_metrics() -> None:
+    pages = {"/metrics": page("llamacpp.txt"), "/slots": page("llamacpp-slots.json")}
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(200, text=pages[request.url.path])
+
+    scraper = EngineScraper(clock=lambda: 30.0, transport=httpx.MockTransport(answer))
+    target = EngineTarget("lm1", "lm1-pod", "http://10.0.0.1:8080/metrics")
+    (reading,) = asyncio.run(scraper.scrape([target])) or []
+    assert reading.kv_cache_usage == pytest.approx(10 / 1024)
+    assert sorted(asked) == ["/metrics", "/slots"]
+    del pages["/slots"]  # slots off (--no-slots): no usage, the rest still read
+
+    def no_slots(request: httpx.Request) -> httpx.Response:
+        text = pages.get(request.url.path)
+        return httpx.Response(200, text=text) if text else httpx.Response(501)
+
+    scraper = EngineScraper(clock=lambda: 30.0, transport=httpx.MockTransport(no_slots))
+    (reading,) = asyncio.run(scraper.scrape([target])) or []
+    assert reading.kv_cache_usage is None and reading.running == 3
