@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from lmedge.api import RequestRecord
-from lmedge.store import RecordCursor, Store, open_store
 from lmedge.errors import StoreUnavailable
+from lmedge.store import RecordCursor, Store, open_store
 from lmedge.store.documents import FEED, to_document
 
 
