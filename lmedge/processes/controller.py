@@ -236,6 +236,7 @@ def run_controller(
             seed=settings.seed,
             store=store,
             keep_history=False,
+            store_records=False,  # the gateways stored them; the loop reads them back
             background_planning=True,
             metrics=_metrics(settings.metrics_port, store),
         )
