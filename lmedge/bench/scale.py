@@ -103,7 +103,8 @@ def metro_scenario(workers: int, cache: Path = METRO_CACHE) -> Path:
 
         if not METRO_GENERATOR.is_file():
             raise FileNotFoundError(f"the metro generator is not at {METRO_GENERATOR}")
-        tmp = out.with_name(out.name + ".partial")
+        tmp = cache / ".partial" / out.name  # the folder's name is the scenario's
+        tmp.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [sys.executable, str(METRO_GENERATOR), "--workers", str(workers),
              "--sites", str(sites), "--districts", str(districts), "--out", str(tmp)],
