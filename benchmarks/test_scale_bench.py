@@ -193,9 +193,9 @@ def _control_plane_in_fresh_process(path: Path, slots: int, out: Any) -> None:
 def test_metro_10000_control_plane() -> None:
     """Issue 30 item 4: the metro generator at 10x (10,000 workers, 400 sites,
     80 districts; generated on demand into .lmedge/scenarios), `ma` for
-    LMEDGE_SCALE_10K_SLOTS slots (default 2: slot 0 plans, slot 1 is a plain slot) in a fresh process: serial
-    control-plane time a slot, per-node deployer p95, each agent's prompt
-    tokens and the process's peak RSS."""
+    LMEDGE_SCALE_10K_SLOTS slots (default 2: slot 0 plans, slot 1 is a plain
+    one) in a fresh process: serial control-plane time a slot, per-node
+    deployer p95, each agent's prompt tokens and the process's peak RSS."""
     slots = int(os.environ.get("LMEDGE_SCALE_10K_SLOTS", "2"))
     path = metro_scenario(10_000, ROOT / ".lmedge" / "scenarios")
     ctx = multiprocessing.get_context("spawn")
