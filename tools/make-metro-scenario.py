@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 INTRA = (10_000, 0.5)  # the EdgeNode default and the testbed's rack network (paper §V-C: 100 GbE)
 METRO = (1_000.0, 2.0)  # the testbed's inter-site fibre
 BACKHAUL = (500.0, 8.0)  # assumption: a regional link between districts
+MAX_LINKS = 64  # links one EdgeNode may declare (lmedge.api.resources.EdgeNodeSpec)
 
 SIZES = {"xs": 0.6, "s": 1.0, "m": 1.4, "l": 1.8}
 #: The four types, from the testbed's calibrated LMs (examples/testbed/services.yaml).
@@ -138,14 +139,21 @@ def cluster(workers: int, sites: int, districts: int, seed: int) -> list[dict[st
     if sites % districts or workers < sites:
         raise SystemExit("--sites must be a multiple of --districts and --workers >= --sites")
     per = sites // districts
+    if sites - per > (workers // sites) * (MAX_LINKS - per + 1):
+        raise SystemExit("too few workers a site to declare every cross-district link")
     names = [f"d{d + 1}-s{s + 1}" for d in range(districts) for s in range(per)]
     district = {n: i // per for i, n in enumerate(names)}
 
-    def links(site: str, first: bool) -> list[tuple[str, float, float]]:
+    def links(site: str, k: int) -> list[tuple[str, float, float]]:
+        """The links the site's `k`-th node declares (k = -1: the control node)."""
         out = [(s, *METRO) for s in names if s != site and district[s] == district[site]]
-        if first:  # cross-district pairs, once per pair: on the lower-numbered site
+        if k >= 0:  # cross-district pairs, once per pair: on the lower-numbered site,
+            # spread over its nodes in order so that none declares more than an
+            # EdgeNode may (metro-1000's fit on each site's first node)
             i = names.index(site)
-            out += [(s, *BACKHAUL) for s in names[i + 1 :] if district[s] != district[site]]
+            cross = [(s, *BACKHAUL) for s in names[i + 1 :] if district[s] != district[site]]
+            room = MAX_LINKS - len(out)
+            out += cross[k * room : (k + 1) * room]
         return out
 
     rng = np.random.default_rng([seed, 17])
@@ -157,16 +165,13 @@ def cluster(workers: int, sites: int, districts: int, seed: int) -> list[dict[st
             memory_gib=16,
             site=names[0],
             role="control",
-            links=links(names[0], False),
+            links=links(names[0], -1),
         )
     ]
-    seen: set[str] = set()
     width = len(str(workers))
     for i in range(workers):
         site = names[i % sites]
-        first = site not in seen
-        seen.add(site)
-        common = dict(site=site, links=links(site, first))
+        common = dict(site=site, links=links(site, i // sites))
         name = f"worker-{i + 1:0{width}d}"
         if kinds[i] == 0:
             out.append(edge_node(name, cores=24, memory_gib=32, **common))  # type: ignore[arg-type]

@@ -80,6 +80,40 @@ def scale_scenario(folder: Path, workers: int, sites: int | None = None) -> Path
     return write_scenario(folder, synthetic_cluster(workers, n_sites), services, scenario=doc)
 
 
+#: The metro generator (a source checkout's tools/); examples/metro-1000 is its output.
+METRO_GENERATOR = Path(__file__).resolve().parents[2] / "tools" / "make-metro-scenario.py"
+#: Where generated metro scenarios are cached (ignored by git: .lmedge/).
+METRO_CACHE = Path(".lmedge") / "scenarios"
+
+
+def metro_scenario(workers: int, cache: Path = METRO_CACHE) -> Path:
+    """examples/metro-1000's generator at `workers` workers, generated once and cached.
+
+    The shape scales with the workers: 25 a site and 5 sites a district, as
+    metro-1000 (40 sites, 8 districts); same arguments, same bytes, so a
+    cached folder is reused. At 10,000 workers the files are tens of MB:
+    generated on demand, never committed.
+    """
+    sites = max(1, workers // WORKERS_PER_SITE)
+    districts = max(1, sites // 5)
+    out = cache / f"metro-{workers}"
+    if not (out / "scenario.yaml").is_file():
+        import subprocess
+        import sys
+
+        if not METRO_GENERATOR.is_file():
+            raise FileNotFoundError(f"the metro generator is not at {METRO_GENERATOR}")
+        tmp = cache / ".partial" / out.name  # the folder's name is the scenario's
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, str(METRO_GENERATOR), "--workers", str(workers),
+             "--sites", str(sites), "--districts", str(districts), "--out", str(tmp)],
+            check=True,
+        )  # fmt: skip
+        tmp.replace(out)  # a crash mid-generation leaves no half folder to reuse
+    return out
+
+
 @dataclass(frozen=True)
 class ControlCost:
     """One profile's decision cost on one scenario (milliseconds)."""
@@ -250,4 +284,33 @@ def measure_loop(
         "gc_share": gc_time.cpu_s / cpu if cpu else 0.0,
         "requests_in_epochs": records,
         "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def measure_control_plane(path: Path, profile: str = "ma", slots: int = 3) -> dict[str, Any]:
+    """One profile's control plane on `path`, with the agents' prompt sizes and the RSS.
+
+    Loads the scenario, estimates each agent's prompt tokens
+    (`lmedge.agents.hierarchy.prompt_tokens`, the form each agent would
+    choose) and runs `control_plane_cost`. `peak_rss_mib` is the process's
+    (scenario, emulator and controller together, an upper bound on the
+    controller's alone): run it in a fresh process for a clean number.
+    """
+    from lmedge.agents.hierarchy import prompt_tokens
+
+    t0 = time.perf_counter()
+    scenario = load_scenario(path)
+    load_s = time.perf_counter() - t0
+    ctx = emulated_backend(scenario, 1).context()
+    t0 = time.perf_counter()
+    tokens = {a: prompt_tokens(a, ctx) for a in ("planner", "scheduler", "deployer")}
+    tokens_s = time.perf_counter() - t0
+    del ctx
+    cost = control_plane_cost(scenario, profile, slots)
+    return {
+        **cost.row(),
+        "load_s": round(load_s, 1),
+        "prompt_tokens": tokens,
+        "prompt_tokens_s": round(tokens_s, 1),
+        "peak_rss_mib": round(peak_rss_mib(), 1),
     }

@@ -215,6 +215,7 @@ class ControlLoop:
         keep_history: bool = True,
         store_every: int = 1,
         telemetry: bool = True,
+        store_records: bool = True,
         background_planning: bool = False,
         plan_lag_slots: int | None = None,
         metrics: ControlPlaneMetrics | None = None,
@@ -247,8 +248,11 @@ class ControlLoop:
         self._last_metrics: EpochMetrics | None = None
         self._keep_history = keep_history
         self._keep_decisions = keep_decisions and keep_history
+        # store_records=False: the records were read from the store (a cluster's
+        # gateways stored them); storing each again only costs the server a
+        # duplicate check per record.
         self._writer = StoreWriter(
-            store, run_id, backend.telemetry if telemetry else None, store_every
+            store, run_id, backend.telemetry if telemetry else None, store_every, store_records
         )
         self._workers = [n for n in self.ctx.workers if n.name in plugins.deployers]
         io_bound = any(capabilities_of(d).io_bound for d in plugins.deployers.values())

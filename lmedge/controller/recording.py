@@ -28,10 +28,13 @@ class StoreWriter:
         run_id: str,
         telemetry: Callable[[], list[NodeTelemetry]] | None,
         store_every: int = 1,
+        records: bool = True,
     ) -> None:
-        """`telemetry` reads the nodes' telemetry once a slot (None: none is stored)."""
+        """`telemetry` reads the nodes' telemetry once a slot (None: none is stored);
+        `records`: store the slot's request records (False: they came from the store)."""
         self.store = store
         self.run_id = run_id
+        self._store_records = records
         self._read_telemetry = telemetry
         self._store_every = max(1, store_every)
         self._unsent_records: list[RequestRecord] = []
@@ -44,7 +47,8 @@ class StoreWriter:
         """Queue the slot's writes; send them every `store_every` slots as a few batches."""
         if self.store is None:
             return
-        self._unsent_records.extend(records)
+        if self._store_records:
+            self._unsent_records.extend(records)
         self._unsent_decisions.extend(decisions)
         if self._read_telemetry is not None:
             self._unsent_telemetry.extend(

@@ -100,7 +100,7 @@ class StoreSink:
             if records:
                 # Never raises for an outage: the store buffers and retries later.
                 try:
-                    self.store.record_requests(records)
+                    self.store.record_requests(records, feed=True)  # the controller reads them
                 except Exception:  # this thread must outlive any one bad batch
                     self.failed += len(records)
                     log.exception("record sink: %d records not handed to the store", len(records))

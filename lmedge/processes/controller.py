@@ -54,7 +54,7 @@ from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.errors import LmedgeError
 from lmedge.processes import configure_logging, stop_on_signals
 from lmedge.processes.plugins import register_plugins
-from lmedge.store import RunInfo, Store, open_store
+from lmedge.store import RunInfo, Store, StoreOptions, open_store
 
 __all__ = ["ControllerSettings", "OperatorThread", "main", "run_controller"]
 
@@ -236,6 +236,7 @@ def run_controller(
             seed=settings.seed,
             store=store,
             keep_history=False,
+            store_records=False,  # the gateways stored them; the loop reads them back
             background_planning=True,
             metrics=_metrics(settings.metrics_port, store),
         )
@@ -302,7 +303,8 @@ def main(settings: ControllerSettings, *, kubeconfig: Path | None, store: str | 
         settings = dataclasses.replace(
             settings, backend=with_worker_gateways(kube, settings.backend)
         )
-        opened = open_store(store)
+        # The slot's writes must not delay the next routing push: sent from a thread.
+        opened = open_store(store, options=StoreOptions(background_flush=True))
         try:
             opened.check_spill_dir()  # records of an outage must have somewhere to go
             return run_controller(settings, kube, opened, stop=stop_on_signals())

@@ -131,6 +131,13 @@ class Backend(ABC):
         """Number of documents matching `filter`."""
 
     @abstractmethod
+    def delete(self, collection: str, ids: Sequence[Any]) -> int:
+        """Delete the documents with these `_id`s; the number deleted.
+
+        Raises `StoreUnavailable` when the server does not answer.
+        """
+
+    @abstractmethod
     def group(
         self, collection: str, match: Mapping[str, Any], keys: Sequence[str], summed: str
     ) -> Groups:
@@ -292,6 +299,12 @@ class MongoBackend(Backend):
         with self._errors(f"a count of {collection}"):
             return self._db[collection].count_documents(dict(filter))
 
+    def delete(self, collection: str, ids: Sequence[Any]) -> int:
+        if not ids:
+            return 0
+        with self._errors(f"a delete from {collection}"):
+            return int(self._db[collection].delete_many({"_id": {"$in": list(ids)}}).deleted_count)
+
     def group(
         self, collection: str, match: Mapping[str, Any], keys: Sequence[str], summed: str
     ) -> Groups:
@@ -423,6 +436,13 @@ class EmbeddedBackend(Backend):
                 return int(self._db[collection].count_documents({}))
             return 0
         return sum(1 for _ in self.find(collection, filter, projection={"_id": 1}))
+
+    def delete(self, collection: str, ids: Sequence[Any]) -> int:
+        if not ids:
+            return 0
+        with self._errors(f"a delete from {collection}"), _while_created():
+            return int(self._db[collection].delete_many({"_id": {"$in": list(ids)}}).deleted_count)
+        return 0
 
     def group(
         self, collection: str, match: Mapping[str, Any], keys: Sequence[str], summed: str

@@ -44,6 +44,7 @@ __all__ = [
     "COLLECTIONS",
     "DECISION_COLLECTIONS",
     "DECISION_MODELS",
+    "FEED",
     "AnyDecision",
     "CollectionSpec",
     "Index",
@@ -124,6 +125,9 @@ def telemetry_ttl_index(expire_after_s: int) -> Index:
     return Index((("_stored_at", 1),), "expire", expire_after_s=expire_after_s)
 
 
+#: The collection of request records not yet read by the controller.
+FEED: Final = "request_feed"
+
 COLLECTIONS: Final[dict[str, CollectionSpec]] = {
     **{
         name: CollectionSpec(
@@ -137,9 +141,15 @@ COLLECTIONS: Final[dict[str, CollectionSpec]] = {
         (
             Index((("run", 1), ("submit_s", 1)), "run_submit"),
             Index((("run", 1), ("lm", 1), ("outcome", 1)), "run_lm_outcome"),
-            # a controller reads a run's records incrementally (`Store.requests_after`)
-            Index((("run", 1), ("_seq", 1)), "run_seq"),
         ),
+        extra_properties={**_STORE_FIELDS, "latency_s": {"bsonType": ["double", "int", "long"]}},
+    ),
+    # The gateways' records the controller has not read yet (`Store.requests_after`):
+    # consumed as read, so it holds about a slot's records however long the run.
+    FEED: CollectionSpec(
+        FEED,
+        RequestRecord,
+        (Index((("run", 1), ("_seq", 1)), "run_seq"),),
         extra_properties={**_STORE_FIELDS, "latency_s": {"bsonType": ["double", "int", "long"]}},
     ),
     "telemetry": CollectionSpec(

@@ -4,7 +4,8 @@ Callers hand it pydantic models and get pydantic models back; they never see a
 driver, a cursor or a BSON type, and the same code runs on MongoDB and on the
 embedded backend. Writes are buffered (see `lmedge.store.buffer`): a `record_*`
 call never raises, whatever happens to the server: it keeps the documents and
-sends them with a later write or `flush()`. A document that cannot be stored
+sends them with a later write or `flush()`, or from a background thread
+(`StoreOptions.background_flush`). A document that cannot be stored
 at all (it cannot be encoded, it is larger than a BSON document may be, the
 server refuses it, or its `_id` is taken by a different record) is isolated,
 counted in `buffer_stats()` and logged as an error; the rest of its batch is
@@ -38,6 +39,7 @@ from lmedge.store.documents import (
     COLLECTIONS,
     DECISION_COLLECTIONS,
     DECISION_MODELS,
+    FEED,
     AnyDecision,
     RunInfo,
     from_document,
@@ -76,32 +78,26 @@ class StoreOptions:
     #: component stopped with the default 30 s termination grace period still
     #: has time to spill before it is killed.
     drain_s: float = 15.0
+    #: Send writes from a background thread: a `record_*` call then only
+    #: encodes and queues (the bounded buffer, which spills when full), so a
+    #: caller on a latency path (the controller's slot) never waits for the
+    #: server. Off: each `record_*` flushes in the caller's thread.
+    background_flush: bool = False
 
 
 @dataclass
 class RecordCursor:
-    """Where an incremental reader of one run's request records stands.
+    """The reader of one run's request feed (`Store.requests_after`).
 
-    `seq` is the highest `_seq` read; `recent` the ids read within the last
-    `lookback_ns` below it, so a record re-read in the lookback window is not
-    returned twice. Its size is bounded by the records of one lookback
-    window, whatever the length of the run.
+    `unconfirmed` holds the ids returned whose removal from the feed the
+    server has not confirmed yet (it went away between the read and the
+    delete): they are still in the feed and must not be returned again. It is
+    emptied by the next delete that succeeds, so it never holds more than the
+    feed did while the server was away.
     """
 
     run: str
-    lookback_s: float = 600.0
-    seq: int = 0
-    recent: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def lookback_ns(self) -> int:
-        return int(self.lookback_s * 1e9)
-
-    def forget(self) -> None:
-        """Drop the ids that fell below the lookback window (they cannot be read again)."""
-        floor = self.seq - self.lookback_ns
-        if any(s <= floor for s in self.recent.values()):
-            self.recent = {k: s for k, s in self.recent.items() if s > floor}
+    unconfirmed: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -130,6 +126,14 @@ class Store:
         )
         self._retry_at = 0.0
         self._state = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._flusher: threading.Thread | None = None
+        if self.options.background_flush:
+            self._flusher = threading.Thread(
+                target=self._flush_in_background, name="store-flush", daemon=True
+            )
+            self._flusher.start()
 
     @property
     def backend(self) -> str:
@@ -163,9 +167,17 @@ class Store:
         for collection, docs in by_collection.items():
             self._write(collection, docs)
 
-    def record_requests(self, records: Iterable[RequestRecord]) -> None:
-        """Store request records (idempotent by `RequestRecord.id`)."""
-        self._write("requests", [to_document(r) for r in records])
+    def record_requests(self, records: Iterable[RequestRecord], *, feed: bool = False) -> None:
+        """Store request records (idempotent by `RequestRecord.id`).
+
+        `feed`: also queue them for the controller's incremental read
+        (`requests_after`); the gateways' records, not the controller's own
+        copy of what it read.
+        """
+        docs = [to_document(r) for r in records]
+        self._write("requests", docs)
+        if feed:
+            self._write(FEED, docs)
 
     def record_telemetry(self, snapshots: Iterable[NodeTelemetry]) -> None:
         """Store node telemetry snapshots (expiring where the server has TTL)."""
@@ -231,6 +243,11 @@ class Store:
 
         Logs, as errors, every document that will never be stored.
         """
+        if self._flusher is not None:
+            self._stopping = True
+            self._wake.set()
+            self._flusher.join()
+            self._flusher = None
         try:
             if not self.drain():
                 spilled, _ = self._buffer.spill_all()  # a loss is logged by the buffer
@@ -266,6 +283,13 @@ class Store:
         size = self.options.batch_size
         for start in range(0, len(docs), size):
             self._buffer.add(collection, docs[start : start + size])
+        if self._flusher is not None:
+            self._wake.set()
+            return
+        self._flush_now()
+
+    def _flush_now(self) -> None:
+        """Flush unless a recent failure says the server is still away; never raises."""
         with self._state:
             waiting = time.monotonic() < self._retry_at
         if waiting:
@@ -277,6 +301,20 @@ class Store:
             log.warning(
                 "store: %s; %d documents buffered, %d spilled", exc, stats.pending, stats.spilled
             )
+
+    def _flush_in_background(self) -> None:
+        """The `background_flush` thread: flush when woken, retry a backlog while the
+        server is away; what it cannot send stays buffered (and spills), never lost."""
+        while not self._stopping:
+            self._wake.wait(self.options.retry_interval_s)
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                if self._buffer.has_backlog():
+                    self._flush_now()
+            except Exception:  # this thread must outlive any one bad batch
+                log.exception("store: background flush failed")
 
     def _encodable(
         self, collection: str, docs: Sequence[dict[str, Any]]
@@ -351,29 +389,37 @@ class Store:
             yield cast(RequestRecord, record)
 
     def requests_after(self, cursor: RecordCursor) -> list[RequestRecord]:
-        """The request records of `cursor.run` not yet read through `cursor`, oldest first.
+        """The records of `cursor.run` fed (`record_requests(feed=True)`) and not yet
+        returned, oldest first; each is returned once.
 
-        Reads only documents stored after the cursor's position (the `_seq`
-        of the newest record it returned, less its lookback), never the whole
-        run, and advances the cursor. The lookback is there because records
-        come from several processes (the gateways) whose `_seq` is their own
-        clock, and a buffered write can land after newer ones: a record that
-        arrives at most `lookback_s` "late" is still returned, once. A
-        missing run is not an error (its records have not arrived yet).
+        The read never scans the run: it reads the feed, which holds only the
+        records not read yet (about a slot's worth), and deletes what it
+        returned. A range query on the run's records (`_seq > last read`)
+        would be index-backed on MongoDB but is a full scan on FerretDB v1
+        over SQLite, which pushes down no filter on a field other than `_id`
+        and even then uses no index: seconds a call at 10,000 records. A
+        record that lands late (a gateway's buffered write) is simply read
+        later; a controller that restarts reads what no one has read. One
+        reader per run (the leader). A missing run is not an error (its
+        records have not arrived yet); raises `StoreUnavailable` when the
+        server does not answer the read.
         """
-        floor = max(0, cursor.seq - cursor.lookback_ns)
-        docs = self._backend.find(
-            "requests", {"run": cursor.run, "_seq": {"$gt": floor}}, sort=[("_seq", 1)]
-        )
+        docs = self._backend.find(FEED, {"run": cursor.run}, sort=[("_seq", 1)])
         fresh: list[RequestRecord] = []
+        read: list[str] = []
         for doc in docs:
-            doc_id, seq = str(doc.get("_id")), int(doc.get("_seq") or 0)
-            if doc_id in cursor.recent:
+            doc_id = str(doc.get("_id"))
+            read.append(doc_id)
+            if doc_id in cursor.unconfirmed:
                 continue
-            cursor.recent[doc_id] = seq
-            cursor.seq = max(cursor.seq, seq)
-            fresh.extend(cast(RequestRecord, r) for r in _valid(RequestRecord, [doc], "requests"))
-        cursor.forget()
+            fresh.extend(cast(RequestRecord, r) for r in _valid(RequestRecord, [doc], FEED))
+        try:
+            self._backend.delete(FEED, read)
+        except (StoreError, StoreUnavailable) as exc:  # read again next time, skipped then
+            cursor.unconfirmed.update(read)
+            log.warning("store: %d fed records read but not yet removed: %s", len(read), exc)
+        else:
+            cursor.unconfirmed.clear()
         return fresh
 
     def lm_stats(self, run: str) -> list[LMStats]:

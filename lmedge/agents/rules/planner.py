@@ -203,7 +203,11 @@ def _water_fill(
             at = dict.fromkeys(nodes, 1.0)
             total = float(len(nodes))
         ws = [round(at[n] / total, 6) for n in nodes]
-        ws[ws.index(max(ws))] += round(1.0 - sum(ws), 6)
+        residual, top = round(1.0 - sum(ws), 6), ws.index(max(ws))
+        if ws[top] + residual >= 0:
+            ws[top] += residual
+        else:  # thousands of nodes: 6-digit rounding drifts by more than any one weight
+            ws = [at[n] / total for n in nodes]
         routing.append(
             LMRouting(
                 lm=lm, weights=[RouteWeight(node=n, p=w) for n, w in zip(nodes, ws, strict=True)]

@@ -255,14 +255,14 @@ class ListingOnly(KubeClient):
 class Records:
     def __init__(self, records: list[RequestRecord]) -> None:
         self.records = records
+        self.read = 0
 
     def requests(self, run: str) -> list[RequestRecord]:
         return list(self.records)
 
     def requests_after(self, cursor: Any) -> list[RequestRecord]:
-        """The records not read through `cursor` yet (its position: how many were read)."""
-        fresh = self.records[cursor.seq :]
-        cursor.seq = len(self.records)
+        """The records not read yet (a feed: consumed as read)."""
+        fresh, self.read = self.records[self.read :], len(self.records)
         return fresh
 
 

@@ -1,4 +1,4 @@
-"""Reading a run's request records incrementally (`Store.requests_after`, `RecordCursor`).
+"""Reading a run's fed request records once each (`Store.requests_after`, `RecordCursor`).
 
 On the embedded store (MontyDB in a temporary folder), the same backend a
 `lmedge simulate` run writes to.
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from lmedge.api import RequestRecord
+from lmedge.errors import StoreUnavailable
 from lmedge.store import RecordCursor, Store, open_store
-from lmedge.store.documents import to_document
+from lmedge.store.documents import FEED, to_document
 
 
 @pytest.fixture
@@ -40,33 +41,63 @@ def _record(i: int, run: str = "run-1") -> RequestRecord:
 def test_each_record_is_read_once_in_order(store: Store) -> None:
     cursor = RecordCursor("run-1")
     assert store.requests_after(cursor) == [], "a run without records yet is no error"
-    store.record_requests([_record(i) for i in range(3)])
-    store.record_requests([_record(0, run="other")])
+    store.record_requests([_record(i) for i in range(3)], feed=True)
+    store.record_requests([_record(0, run="other")], feed=True)
     store.flush()
     assert [r.id for r in store.requests_after(cursor)] == ["r0", "r1", "r2"]
     assert store.requests_after(cursor) == []
-    store.record_requests([_record(3), _record(4)])
+    store.record_requests([_record(3), _record(4)], feed=True)
     store.flush()
     assert [r.id for r in store.requests_after(cursor)] == ["r3", "r4"]
+    assert [r.id for r in store.requests_after(RecordCursor("other"))] == ["r0"]
 
 
-def test_a_late_record_within_the_lookback_is_read_once(store: Store) -> None:
-    cursor = RecordCursor("run-1", lookback_s=60)
-    store.record_requests([_record(1)])
+def test_only_fed_records_are_read_and_all_stay_stored(store: Store) -> None:
+    store.record_requests([_record(1)])  # the controller's own copy: not fed
+    store.record_requests([_record(2)], feed=True)
+    store.flush()
+    assert [r.id for r in store.requests_after(RecordCursor("run-1"))] == ["r2"]
+    assert [r.id for r in store.requests("run-1")] == ["r1", "r2"]
+
+
+def test_a_late_record_is_read_once(store: Store) -> None:
+    cursor = RecordCursor("run-1")
+    store.record_requests([_record(1)], feed=True)
     store.flush()
     assert [r.id for r in store.requests_after(cursor)] == ["r1"]
-    # a gateway's record, stamped 10 s before the newest one read, lands now
+    # a gateway's record, stamped 10 min before the newest one read, lands now
     late = to_document(_record(2))
-    late["_seq"] = cursor.seq - 10 * 10**9
-    store._backend.insert("requests", [late])
+    late["_seq"] -= 600 * 10**9
+    store._backend.insert(FEED, [late])
     assert [r.id for r in store.requests_after(cursor)] == ["r2"]
     assert store.requests_after(cursor) == []
 
 
-def test_the_cursor_forgets_what_fell_out_of_the_lookback(store: Store) -> None:
-    cursor = RecordCursor("run-1", lookback_s=1e-6)
+def test_the_feed_holds_only_what_is_not_read(store: Store) -> None:
+    cursor = RecordCursor("run-1")
     for i in range(5):
-        store.record_requests([_record(i)])
+        store.record_requests([_record(i)], feed=True)
         store.flush()
         assert [r.id for r in store.requests_after(cursor)] == [f"r{i}"]
-    assert len(cursor.recent) <= 1, "what it remembers does not grow with the run"
+    assert store._backend.count(FEED, {}) == 0, "the feed does not grow with the run"
+    assert cursor.unconfirmed == set()
+
+
+def test_a_failed_removal_never_returns_a_record_twice(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cursor = RecordCursor("run-1")
+    store.record_requests([_record(1)], feed=True)
+    store.flush()
+
+    def away(collection: str, ids: object) -> int:
+        raise StoreUnavailable("the server went away")
+
+    with monkeypatch.context() as m:
+        m.setattr(store._backend, "delete", away)
+        assert [r.id for r in store.requests_after(cursor)] == ["r1"]
+    assert cursor.unconfirmed == {"run-1:worker-1:r1"}
+    store.record_requests([_record(2)], feed=True)
+    store.flush()
+    assert [r.id for r in store.requests_after(cursor)] == ["r2"]
+    assert cursor.unconfirmed == set() and store._backend.count(FEED, {}) == 0
