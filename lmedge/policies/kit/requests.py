@@ -71,12 +71,17 @@ class Server:
     slots: int
     kv_bytes: int
     capacity_bytes: float
+    pool_bytes: float
     ready: bool
     active: int
     kv_load: float
     count_load: float
     batch_requests: int = 0
     batch_input: int = 0
+
+    def kv_usage(self) -> float:
+        """Share of the KV pool in use (the slot's commitments included); above 1 is overflow."""
+        return self.kv_load * self.capacity_bytes / self.pool_bytes if self.pool_bytes else 0.0
 
 
 class RequestSlot:
@@ -87,7 +92,9 @@ class RequestSlot:
         tokens = spec.engine.tokens
         states = {n.name: n for n in obs.snapshot.nodes}
         self.lm = lm
+        self.slot = obs.slot
         self.slot_s = ctx.loop.slot_s
+        self.deadline_s = ctx.deadline_s(lm)
         self.servers: list[Server] = []
         for node in ctx.feasible_nodes(lm):
             nspec = ctx.node(node).spec
@@ -113,6 +120,7 @@ class RequestSlot:
                     slots=slots,
                     kv_bytes=tokens.kv_bytes_per_token,
                     capacity_bytes=capacity,
+                    pool_bytes=pool,
                     ready=inst is not None and inst.status == "ready",
                     active=active,
                     kv_load=usage * pool / capacity,
