@@ -78,6 +78,7 @@ class Server:
     count_load: float
     batch_requests: int = 0
     batch_input: int = 0
+    peak_decode_tokens_per_s: float = 0.0
 
     def kv_usage(self) -> float:
         """Share of the KV pool in use (the slot's commitments included); above 1 is overflow."""
@@ -125,6 +126,7 @@ class RequestSlot:
                     active=active,
                     kv_load=usage * pool / capacity,
                     count_load=active / slots,
+                    peak_decode_tokens_per_s=profile.decode_tokens_per_s(slots),
                 )
             )
 
@@ -146,10 +148,12 @@ class RequestSlot:
         prefill = (s.batch_input + input_tokens) / s.profile.prefill_tokens_per_s
         return prefill + NOMINAL_OUTPUT_TOKENS * size / decode
 
-    def kv_work(self, k: int, input_tokens: int) -> float:
+    def kv_work(self, k: int, input_tokens: int, latency_s: float | None = None) -> float:
+        """`latency_s`: the request's `latency_s(k, input_tokens)` when the caller has it."""
         s = self.servers[k]
         held = s.kv_bytes * (input_tokens + NOMINAL_OUTPUT_TOKENS / 2)
-        return held * self.latency_s(k, input_tokens) / (s.capacity_bytes * self.slot_s)
+        t = self.latency_s(k, input_tokens) if latency_s is None else latency_s
+        return held * t / (s.capacity_bytes * self.slot_s)
 
     def count_work(self, k: int) -> float:
         return 1.0 / self.servers[k].slots

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+import numpy as np
 from pydantic import Field
 
 from lmedge.api import Arrival, Decision, RequestRecord, RoutingMap, SlotObservation
@@ -114,17 +115,21 @@ class LyreoRequestRouter:
         z = [self.z.get(s.name, 0.0) for s in servers]
         latency = [slot.latency_s(k, tokens) for k in range(len(servers))]
         balance = [0.0] * len(servers)
-        if self.p.balance:
-            mean = math.fsum(loads) / len(loads)
-            now = math.fsum(zj * abs(w - mean) for zj, w in zip(z, loads, strict=True))
-            for k in range(len(servers)):
-                add = slot.count_work(k) if by_count else slot.kv_work(k, tokens)
-                after = list(loads)
-                after[k] += add
-                mean = math.fsum(after) / len(after)
-                balance[k] = (
-                    math.fsum(zj * abs(w - mean) for zj, w in zip(z, after, strict=True)) - now
-                )
+        if self.p.balance and any(z):  # with every Z_j = 0 the balance term is 0
+            # row k: the loads with the request at k, less their mean; all k at once
+            w, zs = np.array(loads), np.array(z)
+            add = np.array(
+                [
+                    slot.count_work(k) if by_count else slot.kv_work(k, tokens, latency[k])
+                    for k in range(len(servers))
+                ]
+            )
+            after = np.tile(w, (len(w), 1))
+            after[np.diag_indices(len(w))] += add
+            n = len(w)
+            dev = np.abs(after - (after.sum(axis=1, keepdims=True) / n))
+            now = float(zs @ np.abs(w - w.sum() / n))
+            balance = (dev @ zs - now).tolist()
         return Terms(latency, balance, loads, z, self.p.epsilon)
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:

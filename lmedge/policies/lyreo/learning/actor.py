@@ -3,8 +3,8 @@
 The actor is a small MLP applied to each candidate server's feature row
 (`features`) with shared weights; the candidate scores are its logits, and a
 trained policy routes each request to the highest-scoring server. Deciding
-needs numpy and the compiled kernels (`kernel`), so `--policy lyreo` works
-without the `lyreo` extra (torch), which only `lmedge train lyreo` needs.
+needs numpy only, so `--policy lyreo` works without the `lyreo` extra
+(torch), which only `lmedge train lyreo` needs.
 
 A policy file is one JSON document (`PolicyFile`): the weights, the feature
 names they expect, the hyperparameters they were trained with, and the
@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from lmedge.api import Arrival, RequestRecord
 from lmedge.errors import ConfigError
 from lmedge.policies.kit.requests import RequestSlot
-from lmedge.policies.lyreo.learning.features import FEATURES, request_rows
+from lmedge.policies.lyreo.learning.features import FEATURES, request_rows, static_columns
 from lmedge.policies.lyreo.learning.params import LearnerParams, Variant
 from lmedge.policies.lyreo.perrequest import Terms
 
@@ -141,27 +141,30 @@ def shipped_policy(variant: Variant) -> Path:
 
 
 class NumpyActor:
-    """The actor MLP: two tanh hidden layers, one logit per candidate row (compiled)."""
+    """The actor MLP: two tanh hidden layers, one logit per candidate row.
+
+    Plain numpy: a request's rows are a handful of servers, so the forward pass
+    is a few small products (~10 us), and deciding needs no compiler at start-up.
+    """
 
     def __init__(self, layers: Sequence[tuple[Array, Array]]) -> None:
-        from lmedge.policies.lyreo.learning import kernel
-
         if len(layers) != 3:
             raise ValueError(f"the actor has 3 layers (two hidden), got {len(layers)}")
         self.layers = [
             (np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(b, dtype=float))
             for w, b in layers
         ]
-        self._mlp = kernel.mlp
 
     @classmethod
     def of(cls, policy: PolicyFile) -> NumpyActor:
         return cls([(np.array(x.weight), np.array(x.bias)) for x in policy.actor])
 
     def logits(self, rows: Array) -> Array:
-        out = np.empty(len(rows))
+        """tanh(tanh(rows w1 + b1) w2 + b2) w3 + b3, one logit a row."""
         (w1, b1), (w2, b2), (w3, b3) = self.layers
-        self._mlp(np.ascontiguousarray(rows, dtype=float), len(rows), w1, b1, w2, b2, w3, b3, out)
+        h = np.tanh(rows @ w1 + b1)
+        h = np.tanh(h @ w2 + b2)
+        out: Array = (h @ w3 + b3)[:, 0]
         return out
 
 
@@ -175,10 +178,13 @@ class ActorLearner:
     def __init__(self, policy: PolicyFile) -> None:
         self.policy = policy
         self.actor = NumpyActor.of(policy)
+        self._static: tuple[RequestSlot, Array] | None = None
         self._use_z = policy.variant != "ppo-fixed"
 
     def decide(self, slot: RequestSlot, a: Arrival, tokens: int, terms: Terms) -> int:
-        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z)
+        if self._static is None or self._static[0] is not slot:
+            self._static = (slot, static_columns(slot))
+        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z, self._static[1])
         return int(np.argmax(self.actor.logits(rows)))
 
     def observe(self, records: Sequence[RequestRecord]) -> None:

@@ -9,8 +9,8 @@ active requests including those committed earlier in the slot, KV-pool
 usage, workload W_s and its deviation from the mean, virtual queue Z_s), the
 router's estimate of the request's latency there and its Lyapunov balance
 term (`lyreo-ly`'s), and the request's size. Scales are fixed (log1p of
-counts, shares, rates over the fastest GPU's, W, Z and the balance term over
-epsilon), so the policy file needs no normalizer. `ppo-fixed` sees no
+counts, shares, rates over the fastest GPU's (decode: at a full batch), W, Z
+and the balance term over epsilon), so the policy file needs no normalizer. `ppo-fixed` sees no
 virtual queue: its Z and balance columns are zero.
 
 Not here: the scores (`actor`), the Lyapunov terms (`lmedge.policies.lyreo.perrequest`).
@@ -42,7 +42,7 @@ FEATURES: tuple[str, ...] = (
     "batch_fill",
     "slot_requests",
     "prefill_rate",
-    "decode_rate",
+    "peak_decode_rate",
     "memory",
     "ready",
     "input_tokens",
@@ -56,42 +56,58 @@ LATENCY_CAP = 10.0
 PREFILL_SCALE, DECODE_SCALE, MEMORY_SCALE_GIB = 8000.0, 5000.0, 24.0
 
 
-def _signed_log(x: float) -> float:
-    return math.copysign(math.log1p(abs(x)), x)
+def static_columns(slot: RequestSlot) -> Array:
+    """The columns that do not move within a slot (rates, memory, ready), per server."""
+    return np.array(
+        [
+            [
+                s.profile.prefill_tokens_per_s / PREFILL_SCALE,
+                s.peak_decode_tokens_per_s / DECODE_SCALE,
+                s.capacity_bytes / (MEMORY_SCALE_GIB * GIB),
+                1.0 if s.ready else 0.0,
+            ]
+            for s in slot.servers
+        ],
+        dtype=float,
+    ).reshape(-1, 4)
 
 
 def request_rows(
-    slot: RequestSlot, input_tokens: int, terms: Terms, deadline_s: float, use_z: bool
+    slot: RequestSlot,
+    input_tokens: int,
+    terms: Terms,
+    deadline_s: float,
+    use_z: bool,
+    static: Array | None = None,
 ) -> Array:
     """The (servers, WIDTH) rows of one request of `slot` (module docstring).
 
     `terms` are the router's per-candidate latency and balance change, and the
-    slot's workloads and virtual queues, all in `slot.servers` order.
+    slot's workloads and virtual queues, all in `slot.servers` order; `static`
+    is `static_columns(slot)` when the caller keeps it for the slot.
     """
     eps = max(terms.epsilon, 1e-12)
-    mean_w = math.fsum(terms.loads) / max(len(terms.loads), 1)
-    mean_z = math.fsum(terms.z) / max(len(terms.z), 1)
-    tokens = math.log1p(input_tokens)
-    rows = []
-    for k, s in enumerate(slot.servers):
-        b = min(s.active + 1, s.slots)
-        rows.append(
-            [
-                min(terms.latency[k] / deadline_s, LATENCY_CAP),
-                _signed_log(terms.balance[k] / eps) if use_z else 0.0,
-                math.log1p(terms.z[k] / eps) if use_z else 0.0,
-                math.log1p(mean_z / eps) if use_z else 0.0,
-                _signed_log((terms.loads[k] - mean_w) / eps),
-                math.log1p(terms.loads[k] / eps),
-                s.kv_usage(),
-                math.log1p(s.active),
-                min(s.active / s.slots, 2.0),
-                math.log1p(s.batch_requests),
-                s.profile.prefill_tokens_per_s / PREFILL_SCALE,
-                s.profile.decode_tokens_per_s(b) / DECODE_SCALE,
-                s.capacity_bytes / (MEMORY_SCALE_GIB * GIB),
-                1.0 if s.ready else 0.0,
-                tokens,
-            ]
-        )
-    return np.array(rows, dtype=float).reshape(-1, WIDTH)
+    servers = slot.servers
+    w = np.asarray(terms.loads, dtype=float)
+    z = np.asarray(terms.z, dtype=float)
+    active = np.array([s.active for s in servers], dtype=float)
+    slots = np.array([s.slots for s in servers], dtype=float)
+    rows = np.empty((len(servers), WIDTH))
+    rows[:, 0] = np.minimum(np.asarray(terms.latency) / deadline_s, LATENCY_CAP)
+    if use_z:
+        bal = np.asarray(terms.balance) / eps
+        rows[:, 1] = np.sign(bal) * np.log1p(np.abs(bal))
+        rows[:, 2] = np.log1p(z / eps)
+        rows[:, 3] = math.log1p(float(z.sum()) / max(z.size, 1) / eps)
+    else:
+        rows[:, 1:4] = 0.0
+    dev = (w - w.sum() / max(w.size, 1)) / eps
+    rows[:, 4] = np.sign(dev) * np.log1p(np.abs(dev))
+    rows[:, 5] = np.log1p(w / eps)
+    rows[:, 6] = [s.kv_usage() for s in servers]
+    rows[:, 7] = np.log1p(active)
+    rows[:, 8] = np.minimum(active / slots, 2.0)
+    rows[:, 9] = np.log1p([s.batch_requests for s in servers])
+    rows[:, 10:14] = static_columns(slot) if static is None else static
+    rows[:, 14] = math.log1p(input_tokens)
+    return rows

@@ -37,7 +37,7 @@ import numpy as np
 from lmedge.api import Arrival, RequestRecord
 from lmedge.policies.kit.requests import RequestSlot
 from lmedge.policies.lyreo.learning.actor import NumpyActor
-from lmedge.policies.lyreo.learning.features import WIDTH, request_rows
+from lmedge.policies.lyreo.learning.features import WIDTH, request_rows, static_columns
 from lmedge.policies.lyreo.learning.params import LearnerParams
 from lmedge.policies.lyreo.perrequest import Terms
 
@@ -82,6 +82,7 @@ class RolloutLearner:
         self.rng = rng
         self.sample = sample
         self.measured = measured_slots
+        self._static: tuple[RequestSlot, Array] | None = None
         self._use_z = params.variant != "ppo-fixed"
         self.rows: list[Array] = []
         self.actions: list[int] = []
@@ -93,7 +94,9 @@ class RolloutLearner:
         self._latency_sum, self._requests, self._failed = 0.0, 0, 0
 
     def decide(self, slot: RequestSlot, a: Arrival, tokens: int, terms: Terms) -> int:
-        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z)
+        if self._static is None or self._static[0] is not slot:
+            self._static = (slot, static_columns(slot))
+        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z, self._static[1])
         logits = self.actor.logits(rows)
         logits -= logits.max()
         prob = np.exp(logits)
