@@ -3,9 +3,9 @@
 Budgets (issue 26): loading a policy adds at most 1 s to start-up; a slot of
 a few hundred requests costs at most 20 ms to decide. The policy is a full-size
 actor (the default width, as `lmedge train lyreo` writes), with random weights: the
-time does not depend on what it learned. The slot is the seed's size: 8
-servers, 300 requests (one per (origin, LM) pair of 8 workers x 38 LMs, so
-every request is a decision over up to 8 candidates, each scored by the actor).
+time does not depend on what it learned. The slot is the seed's setting
+(`examples/lyreo`: 8 servers of one LM) with 300 requests (five slots' users),
+every request a decision over the 8 servers, each scored by the actor.
 A slot's time is the process's CPU time: on a shared machine the wall clock
 also counts the other processes (both are reported). Results are printed
 and added to reports/bench-policies.json.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
 import statistics
 import time
 from pathlib import Path
@@ -23,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.test_policies_bench import large
-from lmedge.api import Arrival, ClusterContext, InstanceState, NodeState, SlotObservation, Snapshot
+from lmedge.api import SlotObservation
+from lmedge.backends.emulated import EmulatedBackend
 from lmedge.controller.catalog import BuildContext, build_router
 from lmedge.policies.lyreo.learning import (
     FEATURES,
@@ -34,38 +33,29 @@ from lmedge.policies.lyreo.learning import (
     save_policy,
 )
 from lmedge.policies.lyreo.learning.actor import Layer
+from lmedge.sim import load_scenario
+from tests.unit.policies.lyapunov.scenario import slot_obs
 
 pytestmark = pytest.mark.bench
 
-REPORT = Path(__file__).resolve().parents[1] / "reports" / "bench-policies.json"
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "reports" / "bench-policies.json"
 
 
-def observation(
-    ctx: ClusterContext, requests: int, slot: int, rng: random.Random
-) -> SlotObservation:
-    """A busy slot: `requests` arrivals over distinct (origin, LM) pairs, queues, instances."""
-    pairs = rng.sample([(n.name, s) for n in ctx.workers for s in ctx.lm_names], requests)
-    arrivals = [Arrival(origin=o, lm=lm, requests=1, prompts=rng.randint(1, 8)) for o, lm in pairs]
-    states = []
-    for n in ctx.workers:
-        mode = "gpu" if n.spec.has_gpu else "cpu"
-        instances = [
-            InstanceState(
-                lm=lm, mode=mode, cpu_cores=4, vgpus=1 if mode == "gpu" else 0, status="ready"
-            )
-            for lm in rng.sample(ctx.lm_names, k=min(2, len(ctx.lm_names)))
-            if mode == "gpu" or ctx.service(lm).spec.runs_on == "cpu-or-gpu"
-        ]
-        backlog = {lm: rng.randint(0, 12) for lm in ctx.lm_names}
-        states.append(NodeState(name=n.name, backlog=backlog, instances=instances))
-    return SlotObservation(
-        slot=slot,
-        epoch=0,
-        context=ctx,
-        macro=None,
-        snapshot=Snapshot(slot=slot, time_s=slot * ctx.loop.slot_s, nodes=states),
-        arrivals=arrivals,
-    )
+def observations(requests: int, slots: int) -> list[SlotObservation]:
+    """`slots` busy slots of examples/lyreo, `requests` arrivals each, every server running."""
+    backend = EmulatedBackend(load_scenario(ROOT / "examples" / "lyreo"), seed=1)
+    ctx = backend.context()
+    running = {n.name: {lm: "gpu" for lm in ctx.lm_names} for n in ctx.workers}
+    out, t = [], 0
+    for slot in range(slots):
+        arrivals = []
+        while len(arrivals) < requests:
+            arrivals += backend.arrivals(t)
+            t += 1
+        obs = slot_obs([], running=running, ctx=ctx, slot=slot)
+        out.append(obs.model_copy(update={"arrivals": arrivals[:requests]}))
+    return out
 
 
 def full_size_policy(path: Path) -> Path:
@@ -91,20 +81,19 @@ def full_size_policy(path: Path) -> Path:
 
 def test_load_and_decide_a_slot_of_300_requests(tmp_path: Path) -> None:
     path = full_size_policy(tmp_path / "lyreo.json")
-    ctx = large(workers=8, lms=38)
-    rng = random.Random(5)
-    observations = [observation(ctx, 300, slot, rng) for slot in range(6)]
-    # What the greedy `lyreo` already costs at start-up (numba, the router's kernel) is
-    # paid first: the figures are what a policy adds (its file, its compiled kernels).
-    build_router("lyreo", BuildContext(ctx, 1, {"policy": "none"})).route(observations[0])
+    slots = observations(300, 6)
+    ctx = slots[0].context
+    # What the greedy already costs at its first slot is paid first: the figures
+    # are what a policy adds (its file, its compiled kernel).
+    build_router("lyreo", BuildContext(ctx, 1, {"policy": "none"})).route(slots[0])
     started = time.perf_counter()
     router = build_router("lyreo", BuildContext(ctx, 1, {"policy": str(path)}))
     load_s = time.perf_counter() - started
     started = time.perf_counter()
-    router.route(observations[0])  # the first slot also loads the compiled kernels
+    router.route(slots[0])  # the first slot also loads the compiled kernel
     first_s = time.perf_counter() - started
     times, walls = [], []
-    for obs in observations[1:]:
+    for obs in slots[1:]:
         started, cpu = time.perf_counter(), time.process_time()
         router.route(obs)
         times.append(time.process_time() - cpu)

@@ -2,7 +2,7 @@
 
 `plan` turns the command's options into `Experiment`s (one per scenario):
 
-- `testbed`: the paper's nine methods (plus lmedge's `cema` and `lyreo`,
+- `testbed`: the paper's nine methods (plus lmedge's `cema` and `lyreo-greedy`,
   marked as not in the paper) for Figs. 6-8 and Tables II-III;
 - `testbed-expanded`: MA, MAL and PerLLM for Table IV;
 - `bursty`: MA, MAL and PerLLM through the three phases of Fig. 9, each

@@ -35,10 +35,12 @@ LABELS: dict[str, str] = {
     "ll": "LL",
     "rf": "RF",
     "cema": "CEMA",
-    "lyreo": "LYREO",
+    "lyreo-greedy": "LYREO-greedy",
 }
 #: lmedge profiles from two related papers, run beside the paper's methods but not in it.
-EXTRAS: tuple[str, ...] = ("cema", "lyreo")
+#: The testbed's LMs are per-prompt (no token engines), so LYREO runs there as its
+#: per-(origin, LM) batch greedy; the learned `lyreo` routes token-engine requests.
+EXTRAS: tuple[str, ...] = ("cema", "lyreo-greedy")
 #: The paper's four LM types, LM1-LM4 (GPT-2, GPT-2-large, BLIP, Stable Diffusion).
 LMS: tuple[str, ...] = ("lm1", "lm2", "lm3", "lm4")
 

@@ -27,6 +27,7 @@ from lmedge.bench import plots
 from lmedge.bench.checks import Check, TableData
 from lmedge.bench.environment import environment
 from lmedge.bench.grid import Experiment
+from lmedge.bench.paper import EXTRAS
 from lmedge.bench.reproduce import Reproduction
 from lmedge.bench.stats import ROLLING_STEP_SLOTS
 from lmedge.bench.summary import dumps, rounded
@@ -136,7 +137,7 @@ def figures(repro: Reproduction, out: Path, formats: Sequence[str] = FORMATS) ->
     runs = [r.summary for r in repro.runs if r.summary["scenario"] == "testbed"]
     if tb is not None and runs:
         tau = _tau(tb)
-        extras = [p for p in tb.policies if p in ("cema", "lyreo")]
+        extras = [p for p in tb.policies if p in EXTRAS]
         plots.fig6(
             runs,
             out / "fig6-testbed",

@@ -44,7 +44,7 @@ PALETTE: dict[str, str] = {
     "ll": "#2ca02c",
     "rf": "#17becf",
     "cema": "#bcbd22",
-    "lyreo": "#393b79",
+    "lyreo-greedy": "#393b79",
 }
 _FALLBACK = ("#637939", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354")
 LM_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")

@@ -1,8 +1,8 @@
 """Training LYREO's learned scheduler in the emulator: episodes of the real control loop.
 
 Each episode is one emulated run of the scenario (its own seed, derived from
-the training seed), with the `lyreo` router consulting the actor for every
-batch through its learner seam (`RolloutLearner`); after the episode the
+the training seed), with the per-request LYREO router consulting the actor
+for every request through its learner seam (`RolloutLearner`); after the episode the
 trainer updates the networks (`lmedge.policies.lyreo.learning.ppo`) and the
 next episode acts with the new actor. The result is a `PolicyFile`: the
 actor's weights, the hyperparameters, the provenance and the training curve.
@@ -25,7 +25,7 @@ from lmedge.bench.runner import emulated_backend, settle_slots
 from lmedge.controller.assembly import PolicyChoice, build_plugins, derive_seed
 from lmedge.controller.loop import ControlLoop
 from lmedge.errors import ConfigError
-from lmedge.policies.lyreo import build as build_lyreo
+from lmedge.policies.lyreo import LyreoRequestParams, LyreoRequestRouter
 from lmedge.policies.lyreo.learning import (
     FEATURES,
     Episode,
@@ -37,8 +37,9 @@ from lmedge.policies.lyreo.learning import (
 )
 from lmedge.sim import Scenario
 
-#: The profile whose planner and deployer the episodes run with (its router is replaced).
-BASE_PROFILE = "lyreo-greedy"
+#: The profile whose planner and deployer the episodes run with (its router is replaced):
+#: LYREO's setting, every server running its model throughout.
+BASE_PROFILE = "lyreo-ly"
 
 
 def episode_seed(seed: int, episode: int) -> int:
@@ -53,7 +54,9 @@ def run_episode(
     backend = emulated_backend(scenario, seed)
     ctx = backend.context()
     plugins = build_plugins(PolicyChoice(BASE_PROFILE), ctx, seed)
-    router = build_lyreo(ctx, seed, {"nu": params.nu, "epsilon": params.epsilon}, learner=learner)
+    router = LyreoRequestRouter(
+        params.variant, LyreoRequestParams(nu=params.nu, epsilon=params.epsilon), learner
+    )
     loop = ControlLoop(
         backend,
         replace(plugins, router=router),

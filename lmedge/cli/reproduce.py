@@ -87,7 +87,8 @@ def register(app: typer.Typer) -> None:
             help="Seed 1, at most 30 slots, the paper's nine methods only: a fast smoke run.",
         ),
         policies: str | None = typer.Option(
-            None, help="Comma-separated profiles to run (default: the paper's nine, cema, lyreo)."
+            None,
+            help="Comma-separated profiles to run (default: the paper's nine, cema, lyreo-greedy).",
         ),
     ) -> None:
         """Regenerate the paper's Figs. 6-9 and Tables II-IV on the emulator, side by side."""

@@ -423,7 +423,7 @@ def register(app: typer.Typer) -> None:
         policies: str | None = typer.Option(
             None,
             help="Comma-separated policy profiles (default rr,rf,ll; with --generated the "
-            "paper's nine and cema, lyreo).",
+            "paper's nine and cema, lyreo-greedy).",
         ),
         slots: int | None = typer.Option(None, help="Measured slots (default: the scenario's)."),
         seeds: str = typer.Option("1", help="Comma-separated seeds, e.g. 1,2,3."),

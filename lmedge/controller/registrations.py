@@ -178,29 +178,29 @@ CEMA_REQUEST_ROUTERS: tuple[tuple[str, str, str], ...] = (
 
 
 def lyreo(reg: Registry) -> None:
-    """LYREO load-balanced routing: the learned routers and the Lyapunov greedy."""
+    """LYREO: the learned routers and the Lyapunov greedy, per request; the batch greedy."""
     from lmedge.policies.lyreo import build as build_lyreo
     from lmedge.policies.lyreo.learned import build_learned
 
     reg.add_router(
         "lyreo",
-        lambda b: build_learned(b.context, b.seed, b.params, "lyreo"),
-        "LYREO: PPO actor trained on LSTM-redistributed rewards, over the Lyapunov terms",
+        lambda b: build_learned(b.params, "lyreo"),
+        "LYREO: PPO actor trained on LSTM-redistributed rewards, a server per request",
     )
     reg.add_router(
         "ly-ppo",
-        lambda b: build_learned(b.context, b.seed, b.params, "ly-ppo"),
-        "Ly-PPO: LYREO's PPO without reward redistribution (ablation)",
+        lambda b: build_learned(b.params, "ly-ppo"),
+        "Ly-PPO: LYREO's PPO without reward redistribution (ablation), per request",
     )
     reg.add_router(
         "ppo-fixed",
-        lambda b: build_learned(b.context, b.seed, b.params, "ppo-fixed"),
-        "PPO with a fixed balancing penalty, no virtual queue (ablation)",
+        lambda b: build_learned(b.params, "ppo-fixed"),
+        "PPO with a fixed balancing penalty, no virtual queue (ablation), per request",
     )
     reg.add_router(
         "lyreo-greedy",
         lambda b: build_lyreo(b.context, b.seed, b.params),
-        "LYREO's Lyapunov half: drift-plus-penalty greedy, latency vs KV memory-time balance",
+        "LYREO's Lyapunov greedy per (origin, LM) batch, for per-prompt LMs (no learning)",
     )
     for name, summary in (
         ("lyreo-ly", "LYREO's Lyapunov greedy per request on token-level KV memory-time"),
@@ -268,6 +268,9 @@ FAMILIES: tuple[tuple[str, Callable[[Registry], None]], ...] = (
 #: LYREO's setting (examples/lyreo): every server runs its model throughout (`full`),
 #: the router is what differs. (profile, router, summary)
 LYREO_PROFILES: tuple[tuple[str, str, str], ...] = (
+    ("lyreo", "lyreo", "LYREO: the trained PPO actor with reward redistribution, per request"),
+    ("ly-ppo", "ly-ppo", "Ly-PPO: no reward redistribution"),
+    ("ppo-fixed", "ppo-fixed", "PPO, fixed balancing penalty (no virtual queue)"),
     ("lyreo-ly", "lyreo-ly", "LYREO's Lyapunov scheduler per request (no PPO)"),
     ("lyreo-nolb", "lyreo-nolb", "LYREO-NoLB ablation: no load-balance term"),
     ("lyreo-count", "lyreo-count", "LYREO-Count ablation: request count as workload"),
@@ -318,13 +321,6 @@ def register_profiles(reg: Registry) -> None:
             "lyapunov",
             "UniRoute quality-cost routing (CEMA's baseline) + Lyapunov deployment",
         ),
-        Profile(
-            "lyreo",
-            "static",
-            "lyreo",
-            "lyapunov",
-            "LYREO load-balanced routing (trained PPO actor) + Lyapunov deployment",
-        ),
         *(
             Profile(name, "static", router, "full", summary)
             for name, router, summary in LYREO_PROFILES
@@ -334,10 +330,8 @@ def register_profiles(reg: Registry) -> None:
             "static",
             "lyreo-greedy",
             "lyapunov",
-            "LYREO's Lyapunov greedy routing (no learning) + Lyapunov deployment",
+            "LYREO's Lyapunov greedy per (origin, LM) batch (no learning) + Lyapunov deployment",
         ),
-        Profile("ly-ppo", "static", "ly-ppo", "lyapunov", "Ly-PPO: no reward redistribution"),
-        Profile("ppo-fixed", "static", "ppo-fixed", "lyapunov", "PPO, fixed balancing penalty"),
         *(
             Profile(name, "static", name, "lyapunov", f"{summary} + Lyapunov deployment")
             for name, _, summary in CEMA_REQUEST_ROUTERS

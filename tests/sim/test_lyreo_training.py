@@ -1,7 +1,8 @@
 """Training LYREO's scheduler in the emulator improves on its starting point (CI-sized).
 
-A few short episodes of `examples/llm-edge` (8 heterogeneous GPUs, token
-engines). The untrained actor routes by a near-arbitrary fixed preference;
+A few short episodes of `examples/lyreo` (LYREO's setting: 8 heterogeneous
+GPUs, a request per user per slot, routed per request). The untrained actor
+routes by a near-arbitrary fixed preference;
 what training guarantees, on a task with this clear a signal (a candidate's
 estimated latency is a feature), is that the trained actor does better on a
 seed it never trained on. Everything is seeded (emulator, sampling, torch on
@@ -28,7 +29,7 @@ def test_training_improves_on_the_untrained_actor_on_a_held_out_seed() -> None:
     from lmedge.bench.training import episode_seed, evaluate, train
     from lmedge.policies.lyreo.learning.ppo import Trainer
 
-    scenario = load_scenario(ROOT / "examples" / "llm-edge")
+    scenario = load_scenario(ROOT / "examples" / "lyreo")
     params = LearnerParams(lr=3e-3, horizon=100)
     slots, episodes = 40, 6
     assert HELD_OUT not in {episode_seed(1, k) for k in range(episodes)}

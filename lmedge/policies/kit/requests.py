@@ -71,12 +71,18 @@ class Server:
     slots: int
     kv_bytes: int
     capacity_bytes: float
+    pool_bytes: float
     ready: bool
     active: int
     kv_load: float
     count_load: float
     batch_requests: int = 0
     batch_input: int = 0
+    peak_decode_tokens_per_s: float = 0.0
+
+    def kv_usage(self) -> float:
+        """Share of the KV pool in use (the slot's commitments included); above 1 is overflow."""
+        return self.kv_load * self.capacity_bytes / self.pool_bytes if self.pool_bytes else 0.0
 
 
 class RequestSlot:
@@ -87,7 +93,9 @@ class RequestSlot:
         tokens = spec.engine.tokens
         states = {n.name: n for n in obs.snapshot.nodes}
         self.lm = lm
+        self.slot = obs.slot
         self.slot_s = ctx.loop.slot_s
+        self.deadline_s = ctx.deadline_s(lm)
         self.servers: list[Server] = []
         for node in ctx.feasible_nodes(lm):
             nspec = ctx.node(node).spec
@@ -113,10 +121,12 @@ class RequestSlot:
                     slots=slots,
                     kv_bytes=tokens.kv_bytes_per_token,
                     capacity_bytes=capacity,
+                    pool_bytes=pool,
                     ready=inst is not None and inst.status == "ready",
                     active=active,
                     kv_load=usage * pool / capacity,
                     count_load=active / slots,
+                    peak_decode_tokens_per_s=profile.decode_tokens_per_s(slots),
                 )
             )
 
@@ -138,10 +148,12 @@ class RequestSlot:
         prefill = (s.batch_input + input_tokens) / s.profile.prefill_tokens_per_s
         return prefill + NOMINAL_OUTPUT_TOKENS * size / decode
 
-    def kv_work(self, k: int, input_tokens: int) -> float:
+    def kv_work(self, k: int, input_tokens: int, latency_s: float | None = None) -> float:
+        """`latency_s`: the request's `latency_s(k, input_tokens)` when the caller has it."""
         s = self.servers[k]
         held = s.kv_bytes * (input_tokens + NOMINAL_OUTPUT_TOKENS / 2)
-        return held * self.latency_s(k, input_tokens) / (s.capacity_bytes * self.slot_s)
+        t = self.latency_s(k, input_tokens) if latency_s is None else latency_s
+        return held * t / (s.capacity_bytes * self.slot_s)
 
     def count_work(self, k: int) -> float:
         return 1.0 / self.servers[k].slots

@@ -19,19 +19,26 @@ Ablations (seed §V-D), each a router of its own so that a profile names it:
 `lyreo-nolb` drops the balance term (latency only), `lyreo-count` measures
 workload as active requests over batch slots instead of KV memory-time.
 
-Not here: the per-(origin, LM) batch scheduler `lyreo` (router.py) and the
-PPO learner.
+The learned routers (`lyreo`, `ly-ppo`, `ppo-fixed`, seed §IV-B) are this
+router with a `RequestLearner`: for each request it gets the same terms per
+candidate (`Terms`) and returns the server, and it receives the finished
+requests (`observe`), matched back to its decisions by request id.
+
+Not here: the per-(origin, LM) batch greedy `lyreo-greedy` (router.py, for
+per-prompt scenarios), the actor and the PPO learner (`learning`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
+import numpy as np
 from pydantic import Field
 
-from lmedge.api import Arrival, Decision, RoutingMap, SlotObservation
+from lmedge.api import Arrival, Decision, RequestRecord, RoutingMap, SlotObservation
 from lmedge.errors import ConfigError
 from lmedge.metrics import BALANCE_EPSILON, load_deviations, next_virtual_queues
 from lmedge.policies.kit.params import PluginParams, parse_params
@@ -57,13 +64,73 @@ class LyreoRequestParams(PluginParams):
     )
 
 
-class LyreoRequestRouter:
-    """Per-request drift-plus-penalty routing; stateful through the virtual queues Z."""
+@dataclass(frozen=True)
+class Terms:
+    """One request's Lyapunov terms per candidate, in `RequestSlot.servers` order.
 
-    def __init__(self, name: str, params: LyreoRequestParams) -> None:
+    `latency`: the kit's estimate (s); `balance`: the change of sum_j Z_j Y_j
+    the request causes there (0 without the balance term); `loads`: W_s before
+    it; `z`: the virtual queues; `epsilon`: the tolerated deviation.
+    """
+
+    latency: Sequence[float]
+    balance: Sequence[float]
+    loads: Sequence[float]
+    z: Sequence[float]
+    epsilon: float
+
+
+class RequestLearner(Protocol):
+    """The seam of LYREO's learned scheduler: one decision per request.
+
+    `decide` returns the index of the chosen server in `slot.servers`;
+    `observe` receives finished requests (their `id` is the arrival's
+    `request`), whose latencies are the delayed part of the reward.
+    """
+
+    def decide(self, slot: RequestSlot, a: Arrival, tokens: int, terms: Terms) -> int: ...
+
+    def observe(self, records: Sequence[RequestRecord]) -> None: ...
+
+
+class LyreoRequestRouter:
+    """Per-request drift-plus-penalty routing; stateful through the virtual queues Z.
+
+    With a `learner`, the learner picks each request's server from the same terms.
+    """
+
+    def __init__(
+        self, name: str, params: LyreoRequestParams, learner: RequestLearner | None = None
+    ) -> None:
         self.name = name
         self.p = params
+        self.learner = learner
         self.z: dict[str, float] = {}
+
+    def terms(self, slot: RequestSlot, tokens: int) -> Terms:
+        """The request's `Terms` at each candidate of `slot`."""
+        by_count = self.p.workload == "count"
+        servers = slot.servers
+        loads = [s.count_load if by_count else s.kv_load for s in servers]
+        z = [self.z.get(s.name, 0.0) for s in servers]
+        latency = [slot.latency_s(k, tokens) for k in range(len(servers))]
+        balance = [0.0] * len(servers)
+        if self.p.balance and any(z):  # with every Z_j = 0 the balance term is 0
+            # row k: the loads with the request at k, less their mean; all k at once
+            w, zs = np.array(loads), np.array(z)
+            add = np.array(
+                [
+                    slot.count_work(k) if by_count else slot.kv_work(k, tokens, latency[k])
+                    for k in range(len(servers))
+                ]
+            )
+            after = np.tile(w, (len(w), 1))
+            after[np.diag_indices(len(w))] += add
+            n = len(w)
+            dev = np.abs(after - (after.sum(axis=1, keepdims=True) / n))
+            now = float(zs @ np.abs(w - w.sum() / n))
+            balance = (dev @ zs - now).tolist()
+        return Terms(latency, balance, loads, z, self.p.epsilon)
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         tau = obs.context.loop.tau_s
@@ -78,24 +145,21 @@ class LyreoRequestRouter:
             self.z.update(next_virtual_queues(self.z, load_deviations(loads), self.p.epsilon))
 
         def choose(slot: RequestSlot, a: Arrival, tokens: int) -> int:
-            del a
-            servers = slot.servers
-            loads = [s.count_load if by_count else s.kv_load for s in servers]
-            z = [self.z.get(s.name, 0.0) for s in servers]
+            t = self.terms(slot, tokens)
+            if self.learner is not None:
+                return self.learner.decide(slot, a, tokens, t)
             best, best_k = math.inf, 0
-            for k in range(len(servers)):
-                score = self.p.nu * slot.latency_s(k, tokens) / tau
-                if self.p.balance:
-                    add = slot.count_work(k) if by_count else slot.kv_work(k, tokens)
-                    after = list(loads)
-                    after[k] += add
-                    mean = math.fsum(after) / len(after)
-                    score += math.fsum(zj * abs(w - mean) for zj, w in zip(z, after, strict=True))
+            for k in range(len(slot.servers)):
+                score = self.p.nu * t.latency[k] / tau + t.balance[k]
                 if score < best:
                     best, best_k = score, k
             return best_k
 
         return route_requests(obs, self.name, choose, begin)
+
+    def observe(self, records: Sequence[RequestRecord]) -> None:
+        if self.learner is not None:
+            self.learner.observe(records)
 
 
 def build_request_router(name: str, params: Mapping[str, Any]) -> LyreoRequestRouter:

@@ -53,5 +53,5 @@ def test_bursty_figure_shades_the_burst_phases(tmp_path: Path) -> None:
 
 
 def test_eleven_policies_get_eleven_distinct_colours() -> None:
-    names = ["ma", "mal", "perllm", "milp", "rr", "rl", "al", "ll", "rf", "cema", "lyreo"]
+    names = ["ma", "mal", "perllm", "milp", "rr", "rl", "al", "ll", "rf", "cema", "lyreo-greedy"]
     assert len({plots.colour(n, k) for k, n in enumerate(names)}) == 11

@@ -16,7 +16,7 @@ from lmedge.policies.lyreo.learning.actor import (
     save_policy,
     shipped_policy,
 )
-from lmedge.policies.lyreo.learning.features import FEATURES, SlotFeatures
+from lmedge.policies.lyreo.learning.features import FEATURES, request_rows
 from lmedge.policies.lyreo.learning.params import LearnerParams, Variant
 from lmedge.policies.lyreo.learning.rollout import RolloutLearner, Trajectory
 
@@ -30,10 +30,10 @@ __all__ = [
     "PolicyFile",
     "Provenance",
     "RolloutLearner",
-    "SlotFeatures",
     "Trajectory",
     "Variant",
     "load_policy",
+    "request_rows",
     "save_policy",
     "shipped_policy",
 ]

@@ -1,10 +1,10 @@
 """A trained LYREO actor: its policy file, and deciding with it without torch.
 
-The actor is a small MLP applied to each candidate's feature row (`features`)
-with shared weights; the candidate scores are its logits, and a trained
-policy routes each batch to the highest-scoring feasible candidate. Deciding
-needs numpy and the compiled kernels (`kernel`), so `--policy lyreo` works
-without the `lyreo` extra (torch), which only `lmedge train lyreo` needs.
+The actor is a small MLP applied to each candidate server's feature row
+(`features`) with shared weights; the candidate scores are its logits, and a
+trained policy routes each request to the highest-scoring server. Deciding
+needs numpy only, so `--policy lyreo` works without the `lyreo` extra
+(torch), which only `lmedge train lyreo` needs.
 
 A policy file is one JSON document (`PolicyFile`): the weights, the feature
 names they expect, the hyperparameters they were trained with, and the
@@ -12,25 +12,25 @@ provenance (scenario, seed, episodes, commit, training curve). JSON keeps it
 readable and diffable; the actor is a few thousand numbers.
 
 Not here: training (`lmedge.policies.lyreo.learning.ppo`, torch), and the
-greedy the actor's choice replaces (`LyreoRouter`).
+router that asks it (`lmedge.policies.lyreo.perrequest`).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from lmedge.api import RequestRecord, SlotObservation
+from lmedge.api import Arrival, RequestRecord
 from lmedge.errors import ConfigError
-from lmedge.policies.lyreo.learning.features import FEATURES, SlotFeatures
+from lmedge.policies.kit.requests import RequestSlot
+from lmedge.policies.lyreo.learning.features import FEATURES, request_rows, static_columns
 from lmedge.policies.lyreo.learning.params import LearnerParams, Variant
-from lmedge.policies.lyreo.router import Candidate
+from lmedge.policies.lyreo.perrequest import Terms
 
 FORMAT: Literal["lmedge-lyreo-policy/1"] = "lmedge-lyreo-policy/1"
 #: Where the shipped policies live in the package: `<variant>.json`.
@@ -141,72 +141,51 @@ def shipped_policy(variant: Variant) -> Path:
 
 
 class NumpyActor:
-    """The actor MLP: two tanh hidden layers, one logit per candidate row (compiled)."""
+    """The actor MLP: two tanh hidden layers, one logit per candidate row.
+
+    Plain numpy: a request's rows are a handful of servers, so the forward pass
+    is a few small products (~10 us), and deciding needs no compiler at start-up.
+    """
 
     def __init__(self, layers: Sequence[tuple[Array, Array]]) -> None:
-        from lmedge.policies.lyreo.learning import kernel
-
         if len(layers) != 3:
             raise ValueError(f"the actor has 3 layers (two hidden), got {len(layers)}")
         self.layers = [
             (np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(b, dtype=float))
             for w, b in layers
         ]
-        self._mlp = kernel.mlp
 
     @classmethod
     def of(cls, policy: PolicyFile) -> NumpyActor:
         return cls([(np.array(x.weight), np.array(x.bias)) for x in policy.actor])
 
     def logits(self, rows: Array) -> Array:
-        out = np.empty(len(rows))
+        """tanh(tanh(rows w1 + b1) w2 + b2) w3 + b3, one logit a row."""
         (w1, b1), (w2, b2), (w3, b3) = self.layers
-        self._mlp(np.ascontiguousarray(rows, dtype=float), len(rows), w1, b1, w2, b2, w3, b3, out)
+        h = np.tanh(rows @ w1 + b1)
+        h = np.tanh(h @ w2 + b2)
+        out: Array = (h @ w3 + b3)[:, 0]
         return out
-
-
-def pick(bias_len: int, j: int) -> list[float]:
-    """The bias that makes the router take candidate `j`: 0 there, +inf elsewhere."""
-    out = [math.inf] * bias_len
-    out[j] = 0.0
-    return out
 
 
 class ActorLearner:
     """A trained actor behind the router's learner seam: it decides, it does not learn.
 
-    Each batch goes to the feasible candidate with the highest logit (ties:
-    the first, in the router's candidate order); `bias` returns 0 for it and
-    +inf for the others, so the router's greedy takes it. With no feasible
-    candidate it leaves the greedy's choice alone.
+    Each request goes to the server with the highest logit (ties: the first,
+    in the slot's server order).
     """
 
     def __init__(self, policy: PolicyFile) -> None:
         self.policy = policy
         self.actor = NumpyActor.of(policy)
+        self._static: tuple[RequestSlot, Array] | None = None
         self._use_z = policy.variant != "ppo-fixed"
-        self._slot: SlotFeatures | None = None
 
-    def features(self, obs: SlotObservation, z: Mapping[str, float]) -> SlotFeatures:
-        if self._slot is None or self._slot.obs is not obs:
-            self._slot = SlotFeatures(obs, z, self._use_z)
-        return self._slot
-
-    def bias(
-        self, obs: SlotObservation, z: Mapping[str, float], b: int, cands: Sequence[Candidate]
-    ) -> Sequence[float]:
-        j = self.features(obs, z).choose(b, cands, self.actor)
-        return [0.0] * len(cands) if j < 0 else pick(len(cands), j)
-
-    def record(
-        self,
-        obs: SlotObservation,
-        z: Mapping[str, float],
-        b: int,
-        cands: Sequence[Candidate],
-        chosen: str,
-    ) -> None:
-        return None
+    def decide(self, slot: RequestSlot, a: Arrival, tokens: int, terms: Terms) -> int:
+        if self._static is None or self._static[0] is not slot:
+            self._static = (slot, static_columns(slot))
+        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z, self._static[1])
+        return int(np.argmax(self.actor.logits(rows)))
 
     def observe(self, records: Sequence[RequestRecord]) -> None:
         return None

@@ -1,22 +1,26 @@
-"""Collecting an episode of LYREO's sequence-MDP behind the router's learner seam.
+"""Collecting an episode of LYREO's sequence-MDP behind the per-request router's learner seam.
 
-Each batch the router scores is one step: the state is the candidates'
-feature rows (`features`), the action the candidate taken, sampled from the
-actor's softmax over the feasible candidates (or its argmax when evaluating).
-Its cost, what the learner minimizes, has the seed's three parts:
+Each request the router routes is one step: the state is the candidate
+servers' feature rows (`features`), the action the server taken, sampled
+from the actor's softmax (or its argmax when evaluating). Its cost, what the
+learner minimizes, has the seed's three parts:
 
-    cost_i = nu * sum_r K_r * latency_r / deadline     (delayed: known when r finishes)
-           + balance_i                                 (Lyapunov: the router's Z-weighted
-                                                        change of sum_s Z_s Y_s; ppo-fixed:
-                                                        fixed_penalty * (W_s - mean W))
-           + memory_penalty * 10 * max(kv_s - 0.9, 0)  (feasibility: KV share in use)
+    cost_i = nu * latency_i / deadline                 (delayed: known when request i finishes;
+                                                        a failure counts its full deadline)
+           + balance_i / epsilon                       (Lyapunov: the change of sum_s Z_s Y_s the
+                                                        request causes; ppo-fixed:
+                                                        fixed_penalty * (W_s - mean W) / epsilon)
+           + memory_penalty * 10 * max(kv_s - 0.9, 0)  (feasibility: KV-pool share in use at s)
 
-over the requests r of the batch (a failed request counts its full deadline).
-The immediate parts are known at the step; the latency part arrives in
-`observe` when the requests finish, and is booked twice: to the step whose
-requests they were (`true_cost`, for reporting) and to the latest step taken
-so far (`observed_cost`, the delayed reward stream PPO learns from; what is
-still outstanding at the end lands on the last step, as in the seed).
+The balance terms are read over epsilon (W and Z are fractions of memory-time
+near epsilon, the latency part is a fraction of the deadline), so neither
+part vanishes against the other. The immediate parts are known at the step;
+the latency part arrives in `observe` when the request finishes, matched to
+its step by the request id (`RequestRecord.id` = `Arrival.request`), and is
+booked twice: to that step (`true_cost`, for reporting) and to the latest
+step taken so far (`observed_cost`, the delayed reward stream PPO learns
+from; what is still outstanding at the end lands on the last step, as in
+the seed).
 
 Not here: the updates (`ppo`, torch).
 """
@@ -24,17 +28,18 @@ Not here: the updates (`ppo`, torch).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lmedge.api import RequestRecord, SlotObservation
-from lmedge.policies.lyreo.learning.actor import NumpyActor, pick
-from lmedge.policies.lyreo.learning.features import WIDTH, SlotFeatures
+from lmedge.api import Arrival, RequestRecord
+from lmedge.policies.kit.requests import RequestSlot
+from lmedge.policies.lyreo.learning.actor import NumpyActor
+from lmedge.policies.lyreo.learning.features import WIDTH, request_rows, static_columns
 from lmedge.policies.lyreo.learning.params import LearnerParams
-from lmedge.policies.lyreo.router import Candidate
+from lmedge.policies.lyreo.perrequest import Terms
 
 Array = np.ndarray[Any, Any]
 #: KV share above which the feasibility penalty starts.
@@ -46,18 +51,18 @@ class Trajectory:
     """One episode's steps, padded to the widest candidate set."""
 
     rows: Array  # (N, M, WIDTH)
-    mask: Array  # (N, M) feasible candidates
+    mask: Array  # (N, M) candidates present
     actions: Array  # (N,)
     logp: Array  # (N,) log-probability of the action when taken
     observed_cost: Array  # (N,) cost as the delayed reward stream delivers it
-    true_cost: Array  # (N,) cost of each step's own requests
+    true_cost: Array  # (N,) cost of each step's own request
 
     def __len__(self) -> int:
         return int(self.actions.size)
 
 
 class RolloutLearner:
-    """A `LyreoLearner` that acts with a numpy actor and records the episode.
+    """A `RequestLearner` that acts with a numpy actor and records the episode.
 
     `measured_slots`: requests of later slots (the settle phase) still drive
     learning but are left out of the episode statistics.
@@ -77,98 +82,72 @@ class RolloutLearner:
         self.rng = rng
         self.sample = sample
         self.measured = measured_slots
+        self._static: tuple[RequestSlot, Array] | None = None
         self._use_z = params.variant != "ppo-fixed"
-        self._slot: SlotFeatures | None = None
-        self._pending: tuple[Array, Array, int, float] | None = None
         self.rows: list[Array] = []
-        self.masks: list[Array] = []
         self.actions: list[int] = []
         self.logp: list[float] = []
         self.observed: list[float] = []
         self.true: list[float] = []
-        self._steps: dict[tuple[int, str, str], int] = {}
-        self._z_sum, self._z_slots = 0.0, 0
-        self._latency_sum, self._prompts, self._failed = 0.0, 0, 0
+        self._steps: dict[str, tuple[int, float]] = {}  # request id -> (step, deadline)
+        self._slot_z: dict[int, float] = {}
+        self._latency_sum, self._requests, self._failed = 0.0, 0, 0
 
-    def _features(self, obs: SlotObservation, z: Mapping[str, float]) -> SlotFeatures:
-        if self._slot is None or self._slot.obs is not obs:
-            self._slot = SlotFeatures(obs, z, self._use_z)
-            if self.measured is None or obs.slot < self.measured:
-                self._z_sum += self._slot.mean_z
-                self._z_slots += 1
-        return self._slot
-
-    def bias(
-        self, obs: SlotObservation, z: Mapping[str, float], b: int, cands: Sequence[Candidate]
-    ) -> Sequence[float]:
-        rows, ok = self._features(obs, z).rows(b, cands)
-        if not ok.any():
-            ok[:] = True  # the greedy takes the first; the step is still recorded
-        logits = np.where(ok, self.actor.logits(rows), -np.inf)
+    def decide(self, slot: RequestSlot, a: Arrival, tokens: int, terms: Terms) -> int:
+        if self._static is None or self._static[0] is not slot:
+            self._static = (slot, static_columns(slot))
+        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z, self._static[1])
+        logits = self.actor.logits(rows)
         logits -= logits.max()
         prob = np.exp(logits)
         prob /= prob.sum()
-        j = int(self.rng.choice(len(cands), p=prob)) if self.sample else int(np.argmax(prob))
-        self._pending = (rows, ok, j, math.log(max(prob[j], 1e-12)))
-        return pick(len(cands), j)
-
-    def record(
-        self,
-        obs: SlotObservation,
-        z: Mapping[str, float],
-        b: int,
-        cands: Sequence[Candidate],
-        chosen: str,
-    ) -> None:
-        assert self._pending is not None, "record without bias"
-        rows, ok, j, logp = self._pending
-        self._pending = None
-        j = (
-            next(i for i, c in enumerate(cands) if c.node == chosen)
-            if cands[j].node != chosen
-            else j
-        )
-        feats, a, c = self._features(obs, z), obs.arrivals[b], cands[j]
+        j = int(self.rng.choice(len(prob), p=prob)) if self.sample else int(np.argmax(prob))
         if self._use_z:
-            balance = c.balance if math.isfinite(c.balance) else 0.0
+            balance = terms.balance[j]
         else:
-            balance = self.p.fixed_penalty * feats.deviation(c.node)
-        memory = self.p.memory_penalty * 10 * max(feats.kv_usage(c.node, a.lm) - KV_HIGH, 0.0)
-        self._steps[(obs.slot, a.origin, a.lm)] = len(self.actions)
+            mean = math.fsum(terms.loads) / len(terms.loads)
+            balance = self.p.fixed_penalty * (terms.loads[j] - mean)
+        s = slot.servers[j]
+        memory = self.p.memory_penalty * 10 * max(s.kv_usage() - KV_HIGH, 0.0)
+        cost = balance / max(terms.epsilon, 1e-12) + memory
+        if a.request is not None:
+            self._steps[a.request] = (len(self.actions), slot.deadline_s)
+        if self.measured is None or slot.slot < self.measured:
+            self._slot_z.setdefault(slot.slot, math.fsum(terms.z) / max(len(terms.z), 1))
         self.rows.append(rows)
-        self.masks.append(ok)
         self.actions.append(j)
-        self.logp.append(logp)
-        self.observed.append(balance + memory)
-        self.true.append(balance + memory)
+        self.logp.append(math.log(max(float(prob[j]), 1e-12)))
+        self.observed.append(cost)
+        self.true.append(cost)
+        return j
 
     def observe(self, records: Sequence[RequestRecord]) -> None:
         if not self.actions:
             return
         last = len(self.actions) - 1
         for r in records:
-            step = self._steps.get((r.slot, r.origin, r.lm))
-            if step is None:
+            got = self._steps.pop(r.id, None)
+            if got is None:
                 continue
-            deadline = self._slot.obs.context.deadline_s(r.lm) if self._slot else 1.0
+            step, deadline = got
             ok = r.outcome == "success"
             latency = min(r.latency_s, deadline) if ok else deadline
-            cost = self.p.nu * max(r.prompts, 1) * latency / deadline
+            cost = self.p.nu * latency / deadline
             self.observed[last] += cost
             self.true[step] += cost
             if self.measured is None or r.slot < self.measured:
-                self._latency_sum += max(r.prompts, 1) * latency
-                self._prompts += max(r.prompts, 1)
-                self._failed += 0 if ok else max(r.prompts, 1)
+                self._latency_sum += latency
+                self._requests += 1
+                self._failed += 0 if ok else 1
 
     def trajectory(self) -> Trajectory:
         n = len(self.actions)
         width = max((len(r) for r in self.rows), default=1)
         rows = np.zeros((n, width, WIDTH), dtype=np.float32)
         mask = np.zeros((n, width), dtype=bool)
-        for i, (r, m) in enumerate(zip(self.rows, self.masks, strict=True)):
+        for i, r in enumerate(self.rows):
             rows[i, : len(r)] = r
-            mask[i, : len(m)] = m
+            mask[i, : len(r)] = True
         return Trajectory(
             rows=rows,
             mask=mask,
@@ -179,12 +158,12 @@ class RolloutLearner:
         )
 
     def stats(self) -> dict[str, float | int]:
-        """Mean latency per prompt (failures at the deadline), failure share, mean Z, mean cost."""
-        prompts = max(self._prompts, 1)
+        """Mean latency per request (failures at the deadline), failure share, mean Z, mean cost."""
+        requests = max(self._requests, 1)
         return {
-            "mean_latency_s": self._latency_sum / prompts,
-            "failure_share": self._failed / prompts,
-            "mean_z": self._z_sum / max(self._z_slots, 1),
+            "mean_latency_s": self._latency_sum / requests,
+            "failure_share": self._failed / requests,
+            "mean_z": math.fsum(self._slot_z.values()) / max(len(self._slot_z), 1),
             "mean_cost": float(np.mean(self.true)) if self.true else 0.0,
             "decisions": len(self.actions),
         }

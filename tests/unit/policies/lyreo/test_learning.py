@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmedge.api import ClusterContext, check_routing_map
+from lmedge.api import SlotObservation, check_routing_map
+from lmedge.backends.emulated import EmulatedBackend
 from lmedge.errors import ConfigError
 from lmedge.policies.kit.params import parse_params
-from lmedge.policies.lyreo import build
+from lmedge.policies.kit.requests import RequestSlot
+from lmedge.policies.lyreo import LyreoRequestParams, LyreoRequestRouter, build_request_router
 from lmedge.policies.lyreo.learned import build_learned
 from lmedge.policies.lyreo.learning import (
     FEATURES,
@@ -26,8 +28,9 @@ from lmedge.policies.lyreo.learning import (
     save_policy,
 )
 from lmedge.policies.lyreo.learning.actor import Layer
+from lmedge.policies.lyreo.learning.features import request_rows
 from lmedge.sim import load_scenario
-from tests.unit.policies.lyapunov.scenario import paper_testbed, slot_obs
+from tests.unit.policies.lyapunov.scenario import slot_obs
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -164,33 +167,49 @@ def test_redistribution_keeps_each_windows_return() -> None:
         assert out[s:e].sum() == pytest.approx(rewards[s:e].sum() + boot)
 
 
-@pytest.mark.parametrize("scenario", ["testbed", "llm-edge"])
-def test_a_policy_decides_on_clusters_of_any_size(scenario: str) -> None:
-    ctx = load_scenario(ROOT / "examples" / scenario).context() if scenario != "testbed" else None
-    ctx = ctx or paper_testbed()
-    lm = ctx.lm_names[0]
-    origins = [n.name for n in ctx.workers][:4]
-    obs = slot_obs([(o, lm, 2) for o in origins], ctx=ctx)
-    router = build(ctx, 0, {}, learner=ActorLearner(_policy()))
-    decision = router.route(obs)
-    assert len(decision.value.routes) == len(origins)
+def _lyreo_slot(mix: str = "") -> SlotObservation:
+    """Slot 0 of examples/lyreo (`mix`: a subdirectory), every server running the LM."""
+    scenario = load_scenario(ROOT / "examples" / "lyreo" / mix)
+    backend = EmulatedBackend(scenario, seed=1)
+    ctx = backend.context()
+    running = {n.name: {lm: "gpu" for lm in ctx.lm_names} for n in ctx.workers}
+    obs = slot_obs([], running=running, ctx=ctx, slot=0)
+    return obs.model_copy(update={"arrivals": backend.arrivals(0)})
+
+
+@pytest.mark.parametrize("servers", [8, 3, 1], ids=["8", "3", "1"])
+def test_a_policy_decides_on_any_number_of_servers(servers: int) -> None:
+    obs = _lyreo_slot()
+    slot = RequestSlot(obs.context, obs, obs.context.lm_names[0])
+    slot.servers = slot.servers[:servers]
+    router = LyreoRequestRouter("lyreo", LyreoRequestParams(), ActorLearner(_policy()))
+    terms = router.terms(slot, 70)
+    rows = request_rows(slot, 70, terms, slot.deadline_s, True)
+    assert rows.shape == (servers, len(FEATURES))
+    assert 0 <= router.learner.decide(slot, obs.arrivals[0], 70, terms) < servers  # type: ignore[union-attr]
+
+
+def test_the_learned_router_assigns_every_request() -> None:
+    obs = _lyreo_slot("heterogeneous")
+    decision = LyreoRequestRouter("lyreo", LyreoRequestParams(), ActorLearner(_policy())).route(obs)
+    assert {x.request for x in decision.value.assignments} == {a.request for a in obs.arrivals}
     assert check_routing_map(decision.value, obs.context, obs.arrivals) == []
 
 
 def test_the_actor_decides_not_the_greedy() -> None:
-    ctx = paper_testbed()
-    obs = slot_obs([("worker-3", "lm1", 8)], running={"worker-3": {"lm1": "gpu"}})
-    greedy = build(ctx, 0, {"nu": 10.0}).route(obs).value.routes[0].destination
-    assert greedy == "worker-3"
-    # an actor that only reads the `local` column, against it: never the origin
+    obs = _lyreo_slot()
+    first = obs.model_copy(update={"arrivals": obs.arrivals[:1]})
+    greedy = build_request_router("lyreo-ly", {}).route(first).value.assignments[0].destination
+    assert "4090" in greedy  # an idle cluster: the fastest server
+    # an actor that only reads the `prefill_rate` column, against it: the slowest server
     layers = [
-        Layer(weight=[[-1.0 if f == "local" else 0.0] for f in FEATURES], bias=[0.0]),
+        Layer(weight=[[-1.0 if f == "prefill_rate" else 0.0] for f in FEATURES], bias=[0.0]),
         Layer(weight=[[1.0]], bias=[0.0]),
         Layer(weight=[[1.0]], bias=[0.0]),
     ]
     policy = _policy().model_copy(update={"actor": layers})
-    learned = build(ctx, 0, {"nu": 10.0}, learner=ActorLearner(policy))
-    assert learned.route(obs).value.routes[0].destination != "worker-3"
+    learned = LyreoRequestRouter("lyreo", LyreoRequestParams(), ActorLearner(policy))
+    assert "3080" in learned.route(first).value.assignments[0].destination
 
 
 def test_missing_shipped_policy_falls_back_to_the_greedy_and_says_so(
@@ -200,17 +219,16 @@ def test_missing_shipped_policy_falls_back_to_the_greedy_and_says_so(
 
     monkeypatch.setattr(learned, "shipped_policy", lambda v: tmp_path / f"{v}.json")
     monkeypatch.setattr(learned, "_told", set())
-    ctx: ClusterContext = paper_testbed()
     with caplog.at_level(logging.WARNING):
-        router = build_learned(ctx, 0, {}, "ly-ppo")
+        router = build_learned({}, "ly-ppo")
     assert router.learner is None
     assert "no trained policy" in caplog.text and "lmedge train lyreo" in caplog.text
 
 
 def test_a_policy_file_parameter_is_loaded(tmp_path: Path) -> None:
     save_policy(_policy(), tmp_path / "p.json")
-    router = build_learned(paper_testbed(), 0, {"policy": str(tmp_path / "p.json")}, "lyreo")
+    router = build_learned({"policy": str(tmp_path / "p.json")}, "lyreo")
     assert isinstance(router.learner, ActorLearner)
-    assert build_learned(paper_testbed(), 0, {"policy": "none"}, "lyreo").learner is None
+    assert build_learned({"policy": "none"}, "lyreo").learner is None
     with pytest.raises(ConfigError, match="cannot read"):
-        build_learned(paper_testbed(), 0, {"policy": str(tmp_path / "nope.json")}, "lyreo")
+        build_learned({"policy": str(tmp_path / "nope.json")}, "lyreo")
