@@ -21,8 +21,9 @@
    clients' streams, caches shared by the batch), and a replay whose bursts
    overload it is decided by its sustained speed. So a saturating burst
    (`SUSTAINED_FACTOR` x `parallel` requests with the trace's length
-   distribution but their own seed, all sent at once) is timed on the server
-   and in the emulator;
+   distribution but their own seed, sent `SUSTAINED_GAP_S` apart so that the
+   server queues them in the emulator's order) is timed on the server and in
+   the emulator;
    the profile's prefill speed and decode curve are each scaled by the factor
    that best fits the burst's TTFT and end-to-end latencies (`fit_sustained`).
    Steps 1-2 give the profile's shape, the burst its level. The burst never
@@ -259,7 +260,7 @@ def fit_sustained(
     factors minimise the mean squared log error of the emulated time to first
     token and end-to-end latency over the burst's requests (Nelder-Mead on
     the log factors, within 1/8x..8x): the first `max_running` requests' TTFT
-    is a prefill, the later ones' a wait for a slot, so both speeds show.
+    is a prefill, the later ones' mostly a wait for a slot, so both speeds show.
     """
     if len(burst) != len(measured) or not burst:
         raise ValueError("a sustained burst needs one measured latency per request")
@@ -478,15 +479,21 @@ def measure(
 
 #: A sustained burst has this many requests per slot of the server.
 SUSTAINED_FACTOR = 6
+#: Seconds between a burst's requests: far below their service time, so the
+#: server stays saturated, but enough that they reach it in order (sent at the
+#: same instant, the threads' race decides which are queued first, and each
+#: request's latency could not be paired with the emulator's).
+SUSTAINED_GAP_S = 0.1
 
 
 def sustained_burst(spec: TraceSpec, context_tokens: int, parallel: int) -> list[TraceRequest]:
-    """`SUSTAINED_FACTOR` x `parallel` requests of the trace's lengths, all at 0, own seed."""
+    """`SUSTAINED_FACTOR` x `parallel` requests of the trace's lengths, `SUSTAINED_GAP_S`
+    apart, from their own seed."""
     burst = TraceSpec(
         **{**asdict(spec), "requests": SUSTAINED_FACTOR * parallel, "seed": spec.seed + 10_007}
     )
     return [
-        TraceRequest(r.rid, 0.0, r.input_tokens, r.output_tokens)
+        TraceRequest(r.rid, r.rid * SUSTAINED_GAP_S, r.input_tokens, r.output_tokens)
         for r in make_trace(burst, context_tokens, 1.0)
     ]
 
