@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 
 from lmedge.api import ClusterContext, PowerProfile, SlotObservation
+from lmedge.api.base import built
 from lmedge.api.constants import COLD_START_S
+from lmedge.api.decisions import Route
 from lmedge.policies.cema import kernel
 from lmedge.policies.cema.quality import QualityPredictor
 from lmedge.policies.kit.estimates import (
@@ -240,6 +242,22 @@ class BatchEvaluator:
         """(Q, C, E, T) of an assignment (a destination per gene)."""
         q, c, e, t = kernel.raw(self.slot, self.radio_watts, np.asarray(chromosome, np.int64))
         return float(q), float(c), float(e), float(t)
+
+    def routes(self, chromosome: list[int]) -> list[Route]:
+        """The chromosome as routes: each gene's (origin, class) to its destination, with
+        the serving model named when it is not the class itself (trusted names: no revalidation)."""
+        return [
+            built(
+                Route,
+                {
+                    "origin": g.origin,
+                    "lm": g.lm,
+                    "destination": self.dests[d][0],
+                    "model": None if self.dests[d][1] == g.lm else self.dests[d][1],
+                },
+            )
+            for g, d in zip(self.genes, chromosome, strict=True)
+        ]
 
     def fitness(self, chromosome: list[int]) -> float:
         """J(g), lower is better."""

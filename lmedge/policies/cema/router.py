@@ -150,19 +150,7 @@ class CemaRouter:
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         ev = BatchEvaluator(obs, self.predictor, self.weights, self.p.radio_watts)
         best = self.search(ev)
-        # trusted names (the context's and the arrivals'): no revalidation
-        routes = [
-            built(
-                Route,
-                {
-                    "origin": g.origin,
-                    "lm": g.lm,
-                    "destination": ev.dests[d][0],
-                    "model": None if ev.dests[d][1] == g.lm else ev.dests[d][1],
-                },
-            )
-            for g, d in zip(ev.genes, best, strict=True)
-        ]
+        routes = ev.routes(best)
         self.last_fitness = ev.fitness(best) if best else None
         return Decision[RoutingMap](
             agent="scheduler", policy=NAME, source="rule", value=RoutingMap(routes=routes)

@@ -41,11 +41,10 @@ from lmedge.api import (
     Capabilities,
     ClusterContext,
     Decision,
-    Route,
     RoutingMap,
     SlotObservation,
 )
-from lmedge.api.base import built
+from lmedge.api.constants import RADIO_WATTS
 from lmedge.errors import ConfigError
 from lmedge.policies.cema.evaluator import BatchEvaluator, Weights
 from lmedge.policies.cema.quality import (
@@ -179,20 +178,9 @@ class UniRouter:
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         # CEMA's evaluator for the legal destinations and, for comparison, J of the choice
-        ev = BatchEvaluator(obs, self.quality, Weights(0.25, 0.25, 0.25, 0.25), 2.0)
+        ev = BatchEvaluator(obs, self.quality, Weights(0.25, 0.25, 0.25, 0.25), RADIO_WATTS)
         best = self.choose(ev)
-        routes = [
-            built(
-                Route,
-                {
-                    "origin": g.origin,
-                    "lm": g.lm,
-                    "destination": ev.dests[d][0],
-                    "model": None if ev.dests[d][1] == g.lm else ev.dests[d][1],
-                },
-            )
-            for g, d in zip(ev.genes, best, strict=True)
-        ]
+        routes = ev.routes(best)
         self.last_fitness = ev.fitness(best) if best else None
         return Decision[RoutingMap](
             agent="scheduler", policy=NAME, source="rule", value=RoutingMap(routes=routes)
