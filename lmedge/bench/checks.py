@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmedge.bench import paper
+from lmedge.bench import lyreo_paper, paper
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Section:
 
 
 def label(p: str) -> str:
-    return paper.LABELS.get(p, p)
+    return paper.LABELS.get(p) or lyreo_paper.LABELS.get(p, p)
 
 
 def fmt(x: float | None, digits: int = 1) -> str:
@@ -125,13 +125,17 @@ def extreme_check(
 
 
 def chain_check(
-    claim: str, ref: str, values: dict[str, float | None], chain: Sequence[str]
+    claim: str,
+    ref: str,
+    values: dict[str, float | None],
+    chain: Sequence[str],
+    digits: int = 1,
 ) -> Check:
     """Is values[chain[0]] < values[chain[1]] < ...?"""
     missing = [p for p in chain if values.get(p) is None]
     if missing:
         return Check(claim, ref, None, f"not measured: {', '.join(map(label, missing))}")
-    shown = ", ".join(f"{label(p)} {values[p]:.1f}" for p in chain)
+    shown = ", ".join(f"{label(p)} {values[p]:.{digits}f}" for p in chain)
     for a, b in itertools.pairwise(chain):
         va, vb = values[a], values[b]
         assert va is not None and vb is not None
