@@ -151,7 +151,6 @@ def _fig2(repro: LyreoReproduction, series: dict[str, Any]) -> Section:
         f"{o.train_slots} measured slots; paper: 800-slot episodes to convergence). A curve "
         "point is an episode's mean latency per request (timeouts at τ) and mean Z; "
         "'converged' is the mean of the last third of the episodes.",
-        figures=["fig2-convergence"],
     )
     claims = (
         "LYREO < Ly-PPO < PPO in latency at convergence",
@@ -163,6 +162,7 @@ def _fig2(repro: LyreoReproduction, series: dict[str, Any]) -> Section:
     curves = _curves(repro)
     keys = repro.plan.curves["fig2"]
     series["fig2"] = {v: curves[k] for v, k in keys.items()}
+    sec.figures.append("fig2-convergence")
     lat: dict[str, float | None] = {}
     z: dict[str, float | None] = {}
     rows = []
@@ -663,9 +663,10 @@ def _fig7(g: Cells, repro: LyreoReproduction, series: dict[str, Any]) -> Section
         + f". (b) tiny lyreo trainings (seed {o.seeds[0]}, {o.episodes} episodes of "
         f"{o.train_slots} slots) at each truncation H: final latency and Z (mean of the last "
         "third of the episodes) and the spread of those episodes' latencies.",
-        figures=["fig7-sensitivity"],
     )
     pts = repro.plan.axes["nu"]
+    if pts or (repro.plan.curves["h"] and not repro.training_skipped):
+        sec.figures.append("fig7-sensitivity")
     nu_rows = []
     lat: dict[float, float | None] = {}
     dev: dict[float, float | None] = {}

@@ -35,6 +35,7 @@ from typing import Any
 
 from lmedge.bench import lyreo_paper
 from lmedge.bench.checks import Section
+from lmedge.bench.papers import Flags, Progress
 from lmedge.bench.runner import RunData, RunExecutor, RunSpec, resolve_scenario
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.errors import ConfigError
@@ -293,10 +294,6 @@ def policy_sources() -> dict[str, str]:
     return out
 
 
-#: `progress(done, total, what)`: a run or a training episode finished.
-Progress = Callable[[int, int, str], None]
-
-
 def _train(p: Plan, t: Training, progress: Callable[[str], None]) -> TrainingRun:
     from lmedge.bench.training import train
     from lmedge.policies.lyreo.learning import LearnerParams
@@ -356,3 +353,28 @@ def reproduce(
     repro = LyreoReproduction(p, runs, trained, skipped, policy_sources())
     repro.sections, repro.series = evaluate(repro)
     return repro
+
+
+class LyreoReproducer:
+    """`lmedge reproduce --paper lyreo`: this module behind `lmedge.bench.papers`."""
+
+    summary = "lyreo: LYREO's Figs. 2-7 and Table II on examples/lyreo"
+    seeds = LyreoOptions.seeds
+    slots = LyreoOptions.slots
+
+    def options(self, flags: Flags) -> LyreoOptions:
+        return LyreoOptions(flags.seeds, flags.slots, flags.quick, flags.policies)
+
+    def check(self, flags: Flags) -> None:
+        plan(self.options(flags))
+
+    def run(self, flags: Flags, executor: RunExecutor, progress: Progress) -> LyreoReproduction:
+        return reproduce(self.options(flags), executor, progress)
+
+    def write(self, out: Path, result: Any, *, command: str, cpu_note: str) -> Path:
+        from lmedge.bench import lyreo_report  # it imports this module
+
+        return lyreo_report.write(out, result, command=command, cpu_note=cpu_note)
+
+
+REPRODUCER = LyreoReproducer()

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from lmedge.bench import plots
-from lmedge.bench.checks import Check, TableData
+from lmedge.bench.checks import Check, Section, TableData
 from lmedge.bench.environment import environment
 from lmedge.bench.grid import Experiment
 from lmedge.bench.paper import EXTRAS
@@ -84,9 +84,6 @@ def payload(repro: Reproduction) -> dict[str, Any]:
 def render(repro: Reproduction, command: str, cpu_note: str) -> str:
     """REPORT.md."""
     o = repro.options
-    every = [c for s in repro.sections if s.key != "targets" for c in s.checks]
-    held = sum(1 for c in every if c.holds)
-    targets = [c for s in repro.sections if s.key == "targets" for c in s.checks]
     lines = [
         "# The paper's §VI evidence, regenerated on lmedge's emulator",
         "",
@@ -107,14 +104,29 @@ def render(repro: Reproduction, command: str, cpu_note: str) -> str:
         "",
         cpu_note,
         "",
+    ]
+    return "\n".join(lines + body(repro.sections))
+
+
+def body(sections: Sequence[Section]) -> list[str]:
+    """What every paper's REPORT.md has after its introduction: the orderings with their
+    verdicts, lmedge's targets (when a section keyed `targets` holds them), then one part
+    per section (its tables, its checks, its figures)."""
+    every = [c for s in sections if s.key != "targets" for c in s.checks]
+    held = sum(1 for c in every if c.holds)
+    targets = [c for s in sections if s.key == "targets" for c in s.checks]
+    lines = [
         f"## The paper's orderings: {held} of {len(every)} hold",
         "",
         *_checks_table(every, with_ref=True),
-        f"## lmedge's targets: {sum(1 for c in targets if c.holds)} of {len(targets)} met",
-        "",
-        *_checks_table(targets, with_ref=False),
     ]
-    for s in repro.sections:
+    if any(s.key == "targets" for s in sections):
+        lines += [
+            f"## lmedge's targets: {sum(1 for c in targets if c.holds)} of {len(targets)} met",
+            "",
+            *_checks_table(targets, with_ref=False),
+        ]
+    for s in sections:
         lines += [f"## {s.title}", "", f"*{s.ref}.* {s.note}".rstrip(), ""]
         for t in s.tables:
             lines += markdown_table(t)
@@ -122,7 +134,7 @@ def render(repro: Reproduction, command: str, cpu_note: str) -> str:
             lines += _checks_table(s.checks, with_ref=False)
         lines += [f"![{f}]({f}.png)" for f in s.figures]
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def _tau(e: Experiment) -> float:
@@ -188,7 +200,6 @@ def write(
     """Write the report folder `out` (created if needed); returns `out/REPORT.md`."""
     out.mkdir(parents=True, exist_ok=True)
     figures(repro, out, formats)
-    (out / "summary.json").write_text(dumps(payload(repro)))
     timing = [
         {
             "scenario": r.summary["scenario"],
@@ -198,11 +209,27 @@ def write(
         }
         for r in repro.runs
     ]
-    (out / "timing.json").write_text(json.dumps(timing, indent=2) + "\n")
+    return write_folder(
+        out, payload(repro), timing, lambda note: render(repro, command, note), cpu_note
+    )
+
+
+def write_folder(
+    out: Path,
+    summary: dict[str, Any],
+    timing: Sequence[dict[str, Any]],
+    markdown: Callable[[str], str],
+    cpu_note: str,
+) -> Path:
+    """The files every paper's report folder has: `summary.json` (deterministic),
+    `timing.json`, `environment.json` and `REPORT.md`, whose text `markdown` renders from
+    the cost note and the environment sentence. Returns `out/REPORT.md`."""
+    (out / "summary.json").write_text(dumps(summary))
+    (out / "timing.json").write_text(json.dumps(list(timing), indent=2) + "\n")
     env = environment()
     (out / "environment.json").write_text(json.dumps(env.as_dict(), indent=2) + "\n")
     md = out / "REPORT.md"
-    md.write_text(render(repro, command, f"{cpu_note}\n\nEnvironment: {env.sentence()}"))
+    md.write_text(markdown(f"{cpu_note}\n\nEnvironment: {env.sentence()}"))
     return md
 
 

@@ -10,13 +10,15 @@ numbers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lmedge.bench.checks import Section
 from lmedge.bench.evaluation import evaluate
 from lmedge.bench.grid import Experiment, Options, plan, specs
+from lmedge.bench.papers import Flags, Progress
 from lmedge.bench.runner import RunData, RunExecutor
 
 
@@ -30,6 +32,11 @@ class Reproduction:
     sections: list[Section] = field(default_factory=list)
     #: Figure series: {"fig8": {policy: rolling}, "fig9": {...}, "fig9_arrivals": {...}}.
     series: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def jobs(self) -> Sequence[RunData]:
+        """Everything that ran (for the cost note): the runs."""
+        return self.runs
 
 
 def reproduce(
@@ -62,3 +69,32 @@ def reproduce(
     )
     sections, series = evaluate(experiments, runs)
     return Reproduction(options, experiments, runs, sections, series)
+
+
+class MaReproducer:
+    """`lmedge reproduce --paper ma` (the default): this module behind `lmedge.bench.papers`."""
+
+    summary = "ma (default): the MA paper's Figs. 6-9 and Tables II-IV"
+    seeds = (1, 2, 3)
+    slots = 200
+
+    def options(self, flags: Flags) -> Options:
+        return Options(flags.seeds, flags.slots, flags.quick, flags.policies)
+
+    def check(self, flags: Flags) -> None:
+        plan(self.options(flags))
+
+    def run(self, flags: Flags, executor: RunExecutor, progress: Progress) -> Reproduction:
+        def done(n: int, total: int, data: RunData) -> None:
+            s = data.summary
+            progress(n, total, f"{s['scenario']} {s['policy']} s{s['seed']}")
+
+        return reproduce(self.options(flags), executor, done)
+
+    def write(self, out: Path, result: Any, *, command: str, cpu_note: str) -> Path:
+        from lmedge.bench import paper_report  # it imports this module
+
+        return paper_report.write(out, result, command=command, cpu_note=cpu_note)
+
+
+REPRODUCER = MaReproducer()

@@ -1,6 +1,8 @@
-"""`lmedge reproduce`: the paper's §VI results regenerated in one command.
+"""`lmedge reproduce`: a paper's results regenerated in one command.
 
-Runs the grid of `lmedge.bench.grid` over a process pool (one worker per CPU
+`--paper ma` (the default) is the MA paper's §VI, `--paper lyreo` LYREO's §V
+(`PAPERS` names the module of each; `lmedge.bench.papers` is what it offers).
+Runs the paper's grid over a process pool (one worker per CPU
 core by default) or, with `--executor ray --address ...`, on a Ray cluster
 (same results either way), prints every side-by-side table and the paper's orderings
 with holds / does not hold, and writes a report folder (`REPORT.md`,
@@ -9,11 +11,12 @@ with holds / does not hold, and writes a report folder (`REPORT.md`,
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -22,6 +25,9 @@ from rich.table import Table
 
 from lmedge.cli.console import AddressOpt, ExecutorOpt, WorkersOpt, progress_bar
 from lmedge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lmedge.bench.papers import Reproducer
 
 #: Piped output gets wide lines: the side-by-side tables have up to a dozen columns.
 out = Console() if sys.stdout.isatty() else Console(width=200)
@@ -62,10 +68,29 @@ def _print(repro: Any) -> None:
             out.print(table)
         for c in s.checks:
             out.print(f"  {_verdict_style(c.holds)}  {escape(c.claim)}: {escape(c.reason)}")
+    targets = any(s.key == "targets" for s in repro.sections)
     for key, what in (("", "the paper's orderings hold"), ("targets", "lmedge's targets met")):
+        if key and not targets:
+            continue
         checks = [c for s in repro.sections if (s.key == "targets") == bool(key) for c in s.checks]
         held = sum(1 for c in checks if c.holds)
         out.print(f"{what}: {held} of {len(checks)}")
+
+
+#: `--paper` values: the module whose `REPRODUCER` (`lmedge.bench.papers.Reproducer`)
+#: regenerates that paper's results. A paper plugs in with one line here.
+PAPERS: dict[str, str] = {
+    "ma": "lmedge.bench.reproduce",
+    "lyreo": "lmedge.bench.lyreo_repro",
+}
+DEFAULT_PAPER = "ma"
+
+
+def reproducer(name: str) -> Reproducer:
+    """The `REPRODUCER` of paper `name` (a `ConfigError` names the known ones)."""
+    if name not in PAPERS:
+        raise ConfigError(f"--paper must be one of {', '.join(PAPERS)}, got {name!r}")
+    return cast("Reproducer", importlib.import_module(PAPERS[name]).REPRODUCER)
 
 
 def register(app: typer.Typer) -> None:
@@ -74,9 +99,16 @@ def register(app: typer.Typer) -> None:
         out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = (
             REPRODUCE_OUT
         ),
-        seeds: str = typer.Option("1,2,3", help="Comma-separated seeds (non-negative)."),
-        slots: int = typer.Option(
-            200, help="Measured slots per testbed run and per bursty phase (paper: 200)."
+        paper: str = typer.Option(
+            DEFAULT_PAPER, help=f"Which paper to reproduce: {', '.join(PAPERS)}."
+        ),
+        seeds: str | None = typer.Option(
+            None, help="Comma-separated seeds (non-negative; ma: 1,2,3, lyreo: 1,2,3)."
+        ),
+        slots: int | None = typer.Option(
+            None,
+            help="Measured slots per run (ma: 200 a testbed run and bursty phase, as the paper; "
+            "lyreo: 400, paper 800).",
         ),
         workers: WorkersOpt = None,
         executor_name: ExecutorOpt = "local",
@@ -84,27 +116,32 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(
             False,
             "--quick",
-            help="Seed 1, at most 30 slots, the paper's nine methods only: a fast smoke run.",
+            help="A fast smoke run: seed 1, at most 30 slots (ma: the paper's nine methods "
+            "only; lyreo: two-episode trainings, two points a sweep).",
         ),
         policies: str | None = typer.Option(
             None,
-            help="Comma-separated profiles to run (default: the paper's nine, cema, lyreo-greedy).",
+            help="Comma-separated profiles to run (default: ma: the paper's nine, cema, "
+            "lyreo-greedy; lyreo: its ten profiles).",
         ),
     ) -> None:
-        """Regenerate the paper's Figs. 6-9 and Tables II-IV on the emulator, side by side."""
-        from lmedge.bench import paper_report
+        """Regenerate a paper's results on the emulator, side by side with its numbers:
+        the MA paper's Figs. 6-9 and Tables II-IV (default), or LYREO's Figs. 2-7 and Table II."""
         from lmedge.bench.executors import executor_for
-        from lmedge.bench.grid import Options, plan
-        from lmedge.bench.reproduce import reproduce
+        from lmedge.bench.paper_report import timing_note
+        from lmedge.bench.papers import Flags
         from lmedge.processes.plugins import register_plugins
 
         register_plugins()
+        repro = reproducer(paper)
+        seeds_text = seeds if seeds is not None else ",".join(map(str, repro.seeds))
+        slots = repro.slots if slots is None else slots
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
         if workers is not None and workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
-        options = Options(_ints(seeds, "--seeds"), slots, quick, _names(policies))
-        plan(options)  # every mistake in the flags or scenarios surfaces before any run
+        flags = Flags(_ints(seeds_text, "--seeds"), slots, quick, _names(policies))
+        repro.check(flags)  # every mistake in the flags or scenarios surfaces before any run
         try:  # and so does an --out the file system refuses, before minutes of runs
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -119,19 +156,14 @@ def register(app: typer.Typer) -> None:
         with bar:
             task = bar.add_task(f"reproduce ({where})", total=None)
 
-            def done(n: int, total: int, data: Any) -> None:
-                s = data.summary
-                bar.update(
-                    task,
-                    completed=n,
-                    total=total,
-                    description=f"{s['scenario']} {s['policy']} s{s['seed']}",
-                )
+            def done(n: int, total: int, what: str) -> None:
+                bar.update(task, completed=n, total=total, description=what)
 
-            repro = reproduce(options, executor, done)
+            result = repro.run(flags, executor, done)
         wall = time.perf_counter() - started
-        _print(repro)
-        parts = [f"--seeds {seeds}", f"--slots {slots}"]
+        _print(result)
+        parts = [] if paper == DEFAULT_PAPER else [f"--paper {paper}"]
+        parts += [f"--seeds {seeds_text}", f"--slots {slots}"]
         if quick:
             parts.append("--quick")
         if policies:
@@ -139,7 +171,7 @@ def register(app: typer.Typer) -> None:
         if executor_name == "ray":
             parts.append(f"--executor ray --address {address}")
         command = " ".join(["lmedge reproduce", *parts, f"-o {out_dir}"])
-        note = paper_report.timing_note(repro.runs, count, wall)
-        md = paper_report.write(out_dir, repro, command=command, cpu_note=note)
+        note = timing_note(result.jobs, count, wall)
+        md = repro.write(out_dir, result, command=command, cpu_note=note)
         out.print(note, soft_wrap=True)
         out.print(f"report: {md}", soft_wrap=True)
