@@ -64,6 +64,8 @@ def distributions(
     for k, (box, n) in enumerate(zip(boxes["boxes"], names, strict=True)):
         box.set_facecolor(colour(n, k))
         box.set_alpha(0.75)
+    for med in boxes["medians"]:
+        med.set_color("black")
     for k, n in enumerate(names):
         ys = data[n]["deviations"]
         b.scatter([k] * len(ys), ys, color=colour(n, k), zorder=3)

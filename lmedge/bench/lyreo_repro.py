@@ -66,7 +66,7 @@ QUICK: dict[str, Any] = {
     "users": (30, 60),
     "servers": (6, 8),
     "nus": (0.05, 2.0),
-    "horizons": (50, 250),
+    "horizons": (50, 250, 300),
 }
 
 
