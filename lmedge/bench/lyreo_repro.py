@@ -88,6 +88,9 @@ class LyreoOptions:
     servers: tuple[int, ...] = (4, 6, 8, 12)
     nus: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
     horizons: tuple[int, ...] = (50, 150, 250, 300)
+    #: Run each grid run past its measured slots until every measured request has an
+    #: outcome (`RunSpec.settle`); off only where a test needs the grid cheap, not correct.
+    settle: bool = True
 
     def sized(self) -> LyreoOptions:
         """These options with `--quick`'s sizes applied (slots: the smaller)."""
@@ -257,6 +260,7 @@ def specs(p: Plan) -> list[tuple[str, RunSpec]]:
                 PolicyChoice(pol, params={"router": dict(c.router)} if c.router else {}),
                 seed,
                 p.options.slots,
+                settle=p.options.settle,
                 overrides=c.overrides or None,
             ),
         )
