@@ -90,6 +90,9 @@ def register(app: typer.Typer) -> None:
             None,
             help="Comma-separated profiles to run (default: the paper's nine, cema, lyreo-greedy).",
         ),
+        paper: str = typer.Option(
+            "ma", help="Which paper: ma (default) or cema (CEMA-Router; --seeds, --slots, --quick)."
+        ),
     ) -> None:
         """Regenerate the paper's Figs. 6-9 and Tables II-IV on the emulator, side by side."""
         from lmedge.bench import paper_report
@@ -99,6 +102,11 @@ def register(app: typer.Typer) -> None:
         from lmedge.processes.plugins import register_plugins
 
         register_plugins()
+        if paper == "cema":
+            _cema(out_dir, seeds, slots, workers, executor_name, address, quick)
+            return
+        if paper != "ma":
+            raise ConfigError(f"--paper must be ma or cema, got {paper!r}")
         if slots < 1:
             raise ConfigError(f"--slots must be at least 1, got {slots}")
         if workers is not None and workers < 1:
@@ -143,3 +151,53 @@ def register(app: typer.Typer) -> None:
         md = paper_report.write(out_dir, repro, command=command, cpu_note=note)
         out.print(note, soft_wrap=True)
         out.print(f"report: {md}", soft_wrap=True)
+
+
+def _cema(
+    out_dir: Path,
+    seeds: str,
+    slots: int,
+    workers: int | None,
+    executor_name: str,
+    address: str | None,
+    quick: bool,
+) -> None:
+    """`--paper cema`: `lmedge.bench.cema_repro` with the same flags and progress."""
+    from lmedge.bench.cema_repro import CemaOptions, reproduce_cema, write
+    from lmedge.bench.executors import executor_for
+    from lmedge.bench.paper_report import timing_note
+    from lmedge.processes.plugins import register_plugins
+
+    if slots < 1:
+        raise ConfigError(f"--slots must be at least 1, got {slots}")
+    # the paper's 10 runs per method unless --seeds is given
+    chosen = tuple(range(1, 11)) if seeds == "1,2,3" else _ints(seeds, "--seeds")
+    options = CemaOptions(chosen, 60 if slots == 200 else slots, quick=quick)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--out {out_dir}: cannot create the report folder: {exc.strerror}"
+        ) from exc
+    executor = executor_for(workers, executor_name, address, setup=register_plugins)
+    count = workers or os.cpu_count() or 1
+    bar = progress_bar()
+    started = time.perf_counter()
+    with bar:
+        task = bar.add_task("reproduce --paper cema", total=None)
+
+        def done(n: int, total: int, what: str) -> None:
+            bar.update(task, completed=n, total=total, description=what)
+
+        repro = reproduce_cema(options, executor, done)
+    wall = time.perf_counter() - started
+    _print(repro)
+    o = repro.options
+    command = (
+        f"lmedge reproduce --paper cema --seeds {','.join(map(str, o.seeds))} "
+        f"--slots {o.slots}{' --quick' if quick else ''} -o {out_dir}"
+    )
+    note = timing_note(repro.runs, count, wall)
+    md = write(out_dir, repro, command=command, note=note)
+    out.print(note, soft_wrap=True)
+    out.print(f"report: {md}", soft_wrap=True)
