@@ -167,7 +167,7 @@ def reproduce_cema(
     if not o.seeds or any(s < 0 for s in o.seeds) or o.slots < 1 or o.batches < 1:
         raise ConfigError("cema reproduction: seeds must be non-negative, slots and batches >= 1")
     specs = deploy_specs(o)
-    total = len(specs) + 5
+    total = len(specs) + 4  # the controlled stage reports four steps
     count = [0]
 
     def tick(what: str) -> None:
