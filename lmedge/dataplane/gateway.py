@@ -417,6 +417,7 @@ class Gateway:
             routes=len(self.routing.routes()),
             active=self.local.active(),
             queue_depth=self._depth(),
+            windows=dict(self.windows.stats) if self.windows and self.windows.active else None,
         )
 
     def _depth(self) -> dict[str, int]:

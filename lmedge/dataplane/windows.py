@@ -194,7 +194,7 @@ class RequestWindows:
         self._router: tuple[str, RequestRouter] | None = None
         self._seed: tuple[str, RequestRouter] | None = None
         #: Windows decided, and of those how many went by the seed and by the map.
-        self.stats = {"windows": 0, "requests": 0, "seed": 0, "map": 0}
+        self.stats = {"windows": 0, "requests": 0, "router": 0, "seed": 0, "map": 0}
 
     @property
     def active(self) -> bool:
@@ -338,8 +338,8 @@ class RequestWindows:
                 pending.done.set_result(WindowRoute(route, used, now - pending.arrived))
         self.stats["windows"] += 1
         self.stats["requests"] += len(members)
+        self.stats[used] += 1
         if used != "router":
-            self.stats[used] += 1
             log.warning("window of %d at %s went by the %s: %s", len(members), self.node, used, why)
         self._audit(window, chosen, used, why, report, spent_s)
 
