@@ -191,6 +191,31 @@ class GuardAudit(WireModel):
     reason: str = ""
 
 
+class WindowAudit(WireModel):
+    """What one routing window at a gateway decided (request-level routing), beside its routes.
+
+    The routes are the decision's `RoutingMap.assignments` (one per request,
+    by id). `j` and the raw terms are the router's own report of the window
+    (CEMA: J, mean quality loss, cost, modelled energy, makespan, and `seed_j`
+    the load-aware seed's J on the same window); None when the router reports
+    none or the window did not go by it. `used` says who routed the window:
+    the router, the load-aware `seed`, or the slot's `map`; the decision's
+    `error` says why when it was not the router.
+    """
+
+    start_s: float = Field(ge=0, description="Run clock when the window opened, seconds.")
+    end_s: float = Field(ge=0, description="Run clock when it closed, seconds.")
+    requests: int = Field(ge=0)
+    used: Literal["router", "seed", "map"]
+    wait_s: float = Field(ge=0, description="Close to decision, seconds (wall).")
+    j: float | None = None
+    seed_j: float | None = None
+    quality_loss: float | None = None
+    cost: float | None = None
+    energy: float | None = None
+    makespan: float | None = None
+
+
 class Decision(WireModel, Generic[T]):
     """The audit envelope: a decided value plus how it came to be.
 
@@ -241,6 +266,9 @@ class Decision(WireModel, Generic[T]):
     guard: GuardAudit | None = Field(
         default=None,
         description="The scoring guard's comparison with the rule, when one was made.",
+    )
+    window: WindowAudit | None = Field(
+        default=None, description="A gateway's routing window: its terms and who routed it."
     )
     created_at: datetime = Field(default_factory=_utcnow)
 
