@@ -80,16 +80,6 @@ class Rejection(WireModel):
     lm: str = Field(description="LM service (request class) of the requests to refuse.")
 
 
-class Assignment(WireModel):
-    """One request sent to one node, overriding its (origin, LM) route (per-request routing)."""
-
-    request: str = Field(description="The request's id (`Arrival.request`).")
-    destination: str = Field(description="Node that will serve it.")
-    model: str | None = Field(
-        default=None, description="LM service that serves it when `lm` is a class; null: `lm`."
-    )
-
-
 class RoutingMap(WireModel):
     """Tier-2 router output, every slot: (origin, LM or request class) -> destination (+ model).
 
@@ -108,13 +98,6 @@ class RoutingMap(WireModel):
         default_factory=list,
         description="(origin, LM) pairs refused this slot; empty unless admission control is on.",
     )
-    assignments: list[Assignment] = Field(
-        default_factory=list,
-        description=(
-            "Per-request destinations by request id; they override the request's (origin, LM) "
-            "route. Empty for routers that route (origin, LM) pairs."
-        ),
-    )
 
     def lookup(self) -> dict[tuple[str, str], str]:
         return {(r.origin, r.lm): r.destination for r in self.routes}
@@ -122,10 +105,6 @@ class RoutingMap(WireModel):
     def rejected(self) -> set[tuple[str, str]]:
         """The refused (origin, LM) pairs."""
         return {(r.origin, r.lm) for r in self.rejections}
-
-    def assigned(self) -> dict[str, Assignment]:
-        """The per-request assignments by request id."""
-        return {a.request: a for a in self.assignments}
 
 
 class LMPlacement(WireModel):
