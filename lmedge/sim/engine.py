@@ -588,7 +588,8 @@ class Emulator:
                 continue
             was, now = self._destination(r), self._destination(r, route)
             if isinstance(was, tuple) and isinstance(now, tuple) and was[0] != now[0]:
-                sharing[was[0]] -= 1
+                # a timeline step at the window's end may have moved the map's answer
+                sharing[was[0]] = max(sharing.get(was[0], 1) - 1, 0)
                 sharing[now[0]] = sharing.get(now[0], 0) + 1
 
     def _destination(
