@@ -677,27 +677,18 @@ def routed_backlog(
     The deployers decide after the router (paper Fig. 4, T2.7), so what they
     must keep serving is the queue at the slot start plus what the routing map
     has just sent there; counted per serving LM (a request class counts as the
-    model its route names); a request with an assignment counts at its
-    assigned node. Routes to a node the snapshot lacks are ignored
+    model its route names). Routes to a node the snapshot lacks are ignored
     (that node has no deployer observation to update). `index` is
     `route_index(routing)` when the caller has it already.
     """
     routes = route_index(routing) if index is None else index
-    assigned = routing.assigned() if routing.assignments else {}
     added: dict[str, dict[str, int]] = {}
     for a in arrivals:
-        if a.requests <= 0 or a.prompts <= 0:
+        route = routes.get((a.origin, a.lm))
+        if route is None or a.requests <= 0 or a.prompts <= 0:
             continue
-        one = assigned.get(a.request) if a.request is not None and assigned else None
-        if one is not None:
-            dest, lm = one.destination, one.model or a.lm
-        else:
-            route = routes.get((a.origin, a.lm))
-            if route is None:
-                continue
-            dest, lm = route.destination, route.serving_lm
-        per = added.setdefault(dest, {})
-        per[lm] = per.get(lm, 0) + a.prompts
+        per = added.setdefault(route.destination, {})
+        per[route.serving_lm] = per.get(route.serving_lm, 0) + a.prompts
     if not added:
         return snapshot
     nodes = []

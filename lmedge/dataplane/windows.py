@@ -30,7 +30,7 @@ window holds one origin's requests (a central picker would see them all, at
 a round trip per window).
 
 Every window is audited: one `Decision[RoutingMap]` (agent `scheduler`,
-`node` this gateway, the routes as `assignments`, `window` the terms the
+`node` this gateway, `window` the routes (one per request) and the terms the
 router reported, who routed it, and in `error` why it fell back), handed to
 the gateway's record sink, which stores it through the same write buffer as
 its request records. This module does not forward: the gateway does.
@@ -57,7 +57,7 @@ from lmedge.api import (
     RoutingMap,
     WindowRequest,
 )
-from lmedge.api.decisions import Assignment, WindowAudit
+from lmedge.api.decisions import WindowAudit, WindowRoute
 from lmedge.api.gateway_control import RequestRouting
 from lmedge.api.runconfig import PolicyConfig
 
@@ -363,13 +363,7 @@ class RequestWindows:
             agent="scheduler",
             policy=policy.router or policy.profile,
             source="rule" if used == "router" else "fallback",
-            value=RoutingMap(
-                routes=[],
-                assignments=[
-                    Assignment(request=p.request.id, destination=r.destination, model=r.model)
-                    for p, r in zip(window.members, routes, strict=True)
-                ],
-            ),
+            value=RoutingMap(routes=[]),
             run=window.run,
             slot=window.slot,
             node=self.node,
@@ -384,6 +378,10 @@ class RequestWindows:
                 requests=len(window.members),
                 used=used,
                 wait_s=max(spent_s, 0.0),
+                routes=[
+                    WindowRoute(request=p.request.id, destination=r.destination, model=r.model)
+                    for p, r in zip(window.members, routes, strict=True)
+                ],
                 **terms,
             ),
         )

@@ -9,7 +9,7 @@ request router from the plugin catalog and routes every request in 0.5-s
 windows, one gene per request, through the OpenAI API (plain and streamed).
 Every request is served (none lost while the router is built and its kernel
 compiles: those windows go by the seed or the map), and each window is one
-`Decision` in worker-1's store, whose assignments are the records' routes.
+`Decision` in worker-1's store, whose window routes are the records' routes.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def test_cema_request_routes_each_request_at_the_gateway_with_window_decisions_s
     windows = [d for d in decisions if d.window is not None]
     assert windows and all(d.node == "worker-1" and d.trigger == "window" for d in windows)
     # each request is in exactly one window, and went where that window sent it
-    assigned = {a.request: a for d in windows for a in d.value.assignments}
+    assigned = {a.request: a for d in windows if d.window for a in d.window.routes}
     assert sorted(assigned) == sorted(r.id for r in records)
     by_id = {r.id: r for r in records}
     for rid, a in assigned.items():

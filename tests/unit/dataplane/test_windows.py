@@ -180,8 +180,8 @@ def test_a_window_goes_by_the_router_else_the_seed_else_the_map(
     [decision] = sink.decisions
     assert decision.window is not None and decision.window.used == used
     assert decision.node == "worker-1" and decision.slot == 3 and decision.run == "run-1"
-    assert sorted(a.request for a in decision.value.assignments) == ["r0", "r1"]
-    assert {a.destination for a in decision.value.assignments} == {destination}
+    assert sorted(a.request for a in decision.window.routes) == ["r0", "r1"]
+    assert {a.destination for a in decision.window.routes} == {destination}
     assert decision.window.requests == 2
     if why is None:
         assert decision.source == "rule" and decision.outcome == "accepted"

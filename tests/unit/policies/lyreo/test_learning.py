@@ -31,6 +31,7 @@ from lmedge.policies.lyreo.learning.actor import Layer
 from lmedge.policies.lyreo.learning.features import request_rows
 from lmedge.sim import load_scenario
 from tests.unit.policies.lyapunov.scenario import slot_obs
+from tests.unit.policies.lyreo.windows import window_of
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -189,17 +190,19 @@ def test_a_policy_decides_on_any_number_of_servers(servers: int) -> None:
     assert 0 <= router.learner.decide(slot, obs.arrivals[0], 70, terms) < servers  # type: ignore[union-attr]
 
 
-def test_the_learned_router_assigns_every_request() -> None:
+def test_the_learned_router_routes_every_request() -> None:
     obs = _lyreo_slot("heterogeneous")
-    decision = LyreoRequestRouter("lyreo", LyreoRequestParams(), ActorLearner(_policy())).route(obs)
-    assert {x.request for x in decision.value.assignments} == {a.request for a in obs.arrivals}
-    assert check_routing_map(decision.value, obs.context, obs.arrivals) == []
+    router = LyreoRequestRouter("lyreo", LyreoRequestParams(), ActorLearner(_policy()))
+    routes = router.route_requests(window_of(obs))
+    assert [(r.origin, r.lm) for r in routes] == [(a.origin, a.lm) for a in obs.arrivals]
+    assert all(r.destination in obs.context.feasible_nodes(r.lm) for r in routes)
+    assert check_routing_map(router.route(obs).value, obs.context, obs.arrivals) == []
 
 
 def test_the_actor_decides_not_the_greedy() -> None:
     obs = _lyreo_slot()
     first = obs.model_copy(update={"arrivals": obs.arrivals[:1]})
-    greedy = build_request_router("lyreo-ly", {}).route(first).value.assignments[0].destination
+    greedy = build_request_router("lyreo-ly", {}).route_requests(window_of(first))[0].destination
     assert "4090" in greedy  # an idle cluster: the fastest server
     # an actor that only reads the `prefill_rate` column, against it: the slowest server
     layers = [
@@ -209,7 +212,7 @@ def test_the_actor_decides_not_the_greedy() -> None:
     ]
     policy = _policy().model_copy(update={"actor": layers})
     learned = LyreoRequestRouter("lyreo", LyreoRequestParams(), ActorLearner(policy))
-    assert "3080" in learned.route(first).value.assignments[0].destination
+    assert "3080" in learned.route_requests(window_of(first))[0].destination
 
 
 def test_missing_shipped_policy_falls_back_to_the_greedy_and_says_so(
