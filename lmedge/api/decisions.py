@@ -170,7 +170,7 @@ class GuardAudit(WireModel):
     reason: str = ""
 
 
-class WindowRoute(WireModel):
+class RoutedRequest(WireModel):
     """Where a routing window sent one request (request-level routing's audit)."""
 
     request: str = Field(description="The request's id (`RequestRecord.id`).")
@@ -183,9 +183,10 @@ class WindowRoute(WireModel):
 class WindowAudit(WireModel):
     """What one routing window at a gateway decided (request-level routing).
 
-    `routes` holds one entry per request, by id, in arrival order. `j` and the raw terms are the router's own report of the window
-    (CEMA: J, mean quality loss, cost, modelled energy, makespan, and `seed_j`
-    the load-aware seed's J on the same window); None when the router reports
+    `routes` holds one entry per request, by id, in arrival order. `j` and
+    the raw terms are the router's own report of the window (CEMA: J, mean
+    quality loss, cost, modelled energy, makespan, and `seed_j` the
+    load-aware seed's J on the same window); None when the router reports
     none or the window did not go by it. `used` says who routed the window:
     the router, the load-aware `seed`, or the slot's `map`; the decision's
     `error` says why when it was not the router.
@@ -196,7 +197,7 @@ class WindowAudit(WireModel):
     requests: int = Field(ge=0)
     used: Literal["router", "seed", "map"]
     wait_s: float = Field(ge=0, description="Close to decision, seconds (wall).")
-    routes: list[WindowRoute] = Field(default_factory=list)
+    routes: list[RoutedRequest] = Field(default_factory=list)
     j: float | None = None
     seed_j: float | None = None
     quality_loss: float | None = None

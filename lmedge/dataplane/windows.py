@@ -57,7 +57,7 @@ from lmedge.api import (
     RoutingMap,
     WindowRequest,
 )
-from lmedge.api.decisions import WindowAudit, WindowRoute
+from lmedge.api.decisions import RoutedRequest, WindowAudit
 from lmedge.api.gateway_control import RequestRouting
 from lmedge.api.runconfig import PolicyConfig
 
@@ -379,7 +379,7 @@ class RequestWindows:
                 used=used,
                 wait_s=max(spent_s, 0.0),
                 routes=[
-                    WindowRoute(request=p.request.id, destination=r.destination, model=r.model)
+                    RoutedRequest(request=p.request.id, destination=r.destination, model=r.model)
                     for p, r in zip(window.members, routes, strict=True)
                 ],
                 **terms,
