@@ -13,6 +13,10 @@ counts, shares, rates over the fastest GPU's (decode: at a full batch), W, Z
 and the balance term over epsilon), so the policy file needs no normalizer. `ppo-fixed` sees no
 virtual queue: its Z and balance columns are zero.
 
+`greedy_scores` is the other input of a residual actor: the variant's
+one-step greedy score per candidate (`lyreo-ly`'s drift-plus-penalty), which
+the actor's MLP corrects.
+
 Not here: the scores (`actor`), the Lyapunov terms (`lmedge.policies.lyreo.perrequest`).
 """
 
@@ -25,6 +29,7 @@ import numpy as np
 
 from lmedge.api.engines import GIB
 from lmedge.policies.kit.requests import RequestSlot
+from lmedge.policies.lyreo.learning.params import LearnerParams
 
 if TYPE_CHECKING:
     from lmedge.policies.lyreo.perrequest import Terms
@@ -111,3 +116,22 @@ def request_rows(
     rows[:, 10:14] = static_columns(slot) if static is None else static
     rows[:, 14] = math.log1p(input_tokens)
     return rows
+
+
+def greedy_scores(terms: Terms, deadline_s: float, params: LearnerParams) -> Array:
+    """The variant's one-step greedy score per candidate, lower is better (the residual prior).
+
+    lyreo, ly-ppo: `lyreo-ly`'s drift-plus-penalty, nu latency_s / deadline + balance_s
+    (the router divides by tau, which is the LM's deadline unless the LM sets
+    its own); ppo-fixed, which has no virtual queue: nu latency_s / deadline +
+    fixed_penalty (W_s - mean W), its cost's fixed balancing penalty at the
+    router's scale. The argmin is the greedy's choice, ties to the first.
+    """
+    latency = np.asarray(terms.latency, dtype=float)
+    score = params.nu * latency / deadline_s
+    if params.variant == "ppo-fixed":
+        w = np.asarray(terms.loads, dtype=float)
+        out: Array = score + params.fixed_penalty * (w - w.sum() / max(w.size, 1))
+        return out
+    out = score + np.asarray(terms.balance, dtype=float)
+    return out
