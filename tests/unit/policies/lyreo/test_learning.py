@@ -49,7 +49,12 @@ def _policy(seed: int = 0, variant: str = "lyreo", hidden: int = 8) -> PolicyFil
         params=LearnerParams(variant=variant),  # type: ignore[arg-type]
         actor=layers,
         provenance=Provenance(
-            scenario="t", seed=seed, episodes=0, selected=0, slots=1, commit="x",
+            scenario="t",
+            seed=seed,
+            episodes=0,
+            selected=0,
+            slots=1,
+            commit="x",
             lmedge_version="0",
         ),
     )
