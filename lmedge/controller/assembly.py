@@ -161,8 +161,9 @@ def build_node_deployer(
 
 
 #: The router a gateway falls back on when the run's router is late or fails on
-#: a window: CEMA's load-aware seed (longest request first, each to the
-#: earliest finish; one pass over the catalogue), whatever the run's router.
+#: a window and declares no `Capabilities.fallback_router` of its own: CEMA's
+#: load-aware seed (longest request first, each to the earliest finish; one pass
+#: over the catalogue).
 SEED_ROUTER = "cema-seed"
 
 
@@ -187,9 +188,15 @@ def build_gateway_router(config: PolicyConfig, ctx: ClusterContext, node: str) -
     return router
 
 
-def build_seed_router(ctx: ClusterContext, node: str, seed: int = 0) -> RequestRouter:
-    """The gateway's fallback router (`SEED_ROUTER`) for `node`."""
-    router = build_router(SEED_ROUTER, BuildContext(ctx, derive_seed(seed, f"seed:{node}")))
-    if not isinstance(router, RequestRouter):
-        raise ConfigError(f"router {SEED_ROUTER} does not route requests one by one")
+def build_seed_router(config: PolicyConfig, ctx: ClusterContext, node: str) -> RequestRouter:
+    """The fallback `node`'s gateway routes a window with when the run's router fails on it.
+
+    The run's router's `Capabilities.fallback_router` (LYREO's: `ll-kv`), else
+    `SEED_ROUTER`; default parameters, a seed of its own per node (`seed:NODE`).
+    """
+    declared = entry("router", PolicyChoice.of(config).resolve().router).capabilities
+    name = declared.fallback_router or SEED_ROUTER
+    router = build_router(name, BuildContext(ctx, derive_seed(config.seed, f"seed:{node}")))
+    if not (capabilities_of(router).routes_requests and isinstance(router, RequestRouter)):
+        raise ConfigError(f"router {name} does not route requests one by one")
     return router

@@ -19,6 +19,9 @@ from lmedge.controller.catalog import BuildContext, Profile, Registry
 from lmedge.policies.kit.support import no_params
 
 _T = TypeVar("_T")
+#: What LYREO's request routers fall back on at a gateway: least KV memory-time,
+#: the signal they route on (CEMA's seed would send work to a full KV pool).
+KV_FALLBACK = "ll-kv"
 
 
 def _plain(
@@ -187,19 +190,19 @@ def lyreo(reg: Registry) -> None:
         "lyreo",
         lambda b: build_learned(b.params, "lyreo"),
         "LYREO: PPO actor trained on LSTM-redistributed rewards, a server per request",
-        Capabilities(routes_requests=True),
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
     reg.add_router(
         "ly-ppo",
         lambda b: build_learned(b.params, "ly-ppo"),
         "Ly-PPO: LYREO's PPO without reward redistribution (ablation), per request",
-        Capabilities(routes_requests=True),
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
     reg.add_router(
         "ppo-fixed",
         lambda b: build_learned(b.params, "ppo-fixed"),
         "PPO with a fixed balancing penalty, no virtual queue (ablation), per request",
-        Capabilities(routes_requests=True),
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
     reg.add_router(
         "lyreo-greedy",
@@ -212,7 +215,10 @@ def lyreo(reg: Registry) -> None:
         ("lyreo-count", "LYREO-Count: lyreo-ly with active requests as the workload"),
     ):
         reg.add_router(
-            name, partial(_request_router, name), summary, Capabilities(routes_requests=True)
+            name,
+            partial(_request_router, name),
+            summary,
+            Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
         )
 
 
@@ -230,13 +236,13 @@ def per_request(reg: Registry) -> None:
         "ll-count",
         lambda b: leastloaded.build("ll-count", b.params),
         "Least-Loaded: each request to the server with the fewest active requests",
-        Capabilities(routes_requests=True),
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
     reg.add_router(
         "static-batch",
         lambda b: staticbatch.build(b.params),
         "Static: each request where a static batch of the slot would finish it first",
-        Capabilities(routes_requests=True),
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
 
 

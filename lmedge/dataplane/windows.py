@@ -12,8 +12,10 @@ dispatch record, and each request goes to its route.
 The added delay is bounded: the router has `budget_s` after the close, less
 a share kept for the seed (`seed_s`); when it has not answered by then,
 raises, answers the wrong number of routes or a route the gateway cannot
-forward, the window goes by CEMA's load-aware seed (`SEED_ROUTER`, one pass
-over the catalogue, on its own thread), and failing that by the slot's map,
+forward, the window goes by the router's fallback (its declared
+`Capabilities.fallback_router`, e.g. `ll-kv` for LYREO's; else CEMA's
+load-aware seed `SEED_ROUTER`, one pass over the catalogue), on its own
+thread, and failing that by the slot's map,
 request by request. No request is dropped: every one gets a route by
 `close + budget_s`, i.e. at most `window_s + budget_s` after it arrived, and
 that wait counts in its uplink, as in the emulator.
@@ -76,8 +78,8 @@ T = TypeVar("T")
 
 #: Builds the run's request router for a node (`controller.assembly.build_gateway_router`).
 RouterBuilder = Callable[[PolicyConfig, ClusterContext, str], RequestRouter]
-#: Builds the fallback seed router for a node (`controller.assembly.build_seed_router`).
-SeedBuilder = Callable[[ClusterContext, str], RequestRouter]
+#: Builds the run's fallback router for a node (`controller.assembly.build_seed_router`).
+SeedBuilder = Callable[[PolicyConfig, ClusterContext, str], RequestRouter]
 
 #: The seed's share of a window's budget, at most `SEED_MAX_S`: the seed is one
 #: pass over the catalogue (milliseconds), so a quarter second is ample and the
@@ -398,7 +400,7 @@ class RequestWindows:
         if held is not None and held[0] == key:
             return held[1]
         router = (
-            self._build_seed(routing.context, self.node)
+            self._build_seed(routing.policy, routing.context, self.node)
             if seed
             else self._build_router(routing.policy, routing.context, self.node)
         )
@@ -431,7 +433,7 @@ class RequestWindows:
             if lm is None:
                 return
             spare = (
-                self._build_seed(ctx, self.node)
+                self._build_seed(routing.policy, ctx, self.node)
                 if seed
                 else self._build_router(routing.policy, ctx, self.node)
             )

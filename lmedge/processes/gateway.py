@@ -126,13 +126,13 @@ def build_router(policy: PolicyConfig, ctx: ClusterContext, node: str) -> Reques
     return build_gateway_router(policy, ctx, node)
 
 
-def build_seed(ctx: ClusterContext, node: str) -> RequestRouter:
+def build_seed(policy: PolicyConfig, ctx: ClusterContext, node: str) -> RequestRouter:
     """The load-aware seed router `node` falls back on (fills the catalog on first use)."""
     from lmedge.controller.assembly import build_seed_router
     from lmedge.processes.plugins import register_plugins
 
     register_plugins()
-    return build_seed_router(ctx, node)
+    return build_seed_router(policy, ctx, node)
 
 
 def main(settings: GatewaySettings, options: GatewayOptions) -> None:

@@ -111,7 +111,7 @@ def cluster(
             models=models,
             sink=sink if origin else MemorySink(),
             build_router=lambda policy, ctx, n: router,
-            build_seed=lambda ctx, n: seed,
+            build_seed=lambda policy, ctx, n: seed,
         )
         peers.gateways[settings.peers[node]] = gw
         return gw
