@@ -72,7 +72,13 @@ def full_size_policy(path: Path) -> Path:
         params=LearnerParams(),
         actor=layers,
         provenance=Provenance(
-            scenario="bench", seed=0, episodes=0, slots=1, commit="bench", lmedge_version="0"
+            scenario="bench",
+            seed=0,
+            episodes=0,
+            selected=0,
+            slots=1,
+            commit="bench",
+            lmedge_version="0",
         ),
     )
     save_policy(policy, path)

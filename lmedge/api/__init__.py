@@ -4,7 +4,6 @@ schemas, store validators and every interface between the parts."""
 from lmedge.api.constants import LoopConstants
 from lmedge.api.decisions import (
     AgentKind,
-    Assignment,
     Decision,
     LMPlacement,
     LMRouting,
@@ -74,7 +73,6 @@ __all__ = [
     "ActuationResult",
     "AgentKind",
     "Arrival",
-    "Assignment",
     "Capabilities",
     "Clock",
     "ClusterBackend",

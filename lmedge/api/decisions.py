@@ -80,16 +80,6 @@ class Rejection(WireModel):
     lm: str = Field(description="LM service (request class) of the requests to refuse.")
 
 
-class Assignment(WireModel):
-    """One request sent to one node, overriding its (origin, LM) route (per-request routing)."""
-
-    request: str = Field(description="The request's id (`Arrival.request`).")
-    destination: str = Field(description="Node that will serve it.")
-    model: str | None = Field(
-        default=None, description="LM service that serves it when `lm` is a class; null: `lm`."
-    )
-
-
 class RoutingMap(WireModel):
     """Tier-2 router output, every slot: (origin, LM or request class) -> destination (+ model).
 
@@ -108,13 +98,6 @@ class RoutingMap(WireModel):
         default_factory=list,
         description="(origin, LM) pairs refused this slot; empty unless admission control is on.",
     )
-    assignments: list[Assignment] = Field(
-        default_factory=list,
-        description=(
-            "Per-request destinations by request id; they override the request's (origin, LM) "
-            "route. Empty for routers that route (origin, LM) pairs."
-        ),
-    )
 
     def lookup(self) -> dict[tuple[str, str], str]:
         return {(r.origin, r.lm): r.destination for r in self.routes}
@@ -122,10 +105,6 @@ class RoutingMap(WireModel):
     def rejected(self) -> set[tuple[str, str]]:
         """The refused (origin, LM) pairs."""
         return {(r.origin, r.lm) for r in self.rejections}
-
-    def assigned(self) -> dict[str, Assignment]:
-        """The per-request assignments by request id."""
-        return {a.request: a for a in self.assignments}
 
 
 class LMPlacement(WireModel):
@@ -191,6 +170,42 @@ class GuardAudit(WireModel):
     reason: str = ""
 
 
+class RoutedRequest(WireModel):
+    """Where a routing window sent one request (request-level routing's audit)."""
+
+    request: str = Field(description="The request's id (`RequestRecord.id`).")
+    destination: str = Field(description="Node that serves it.")
+    model: str | None = Field(
+        default=None, description="LM service that serves it when it names a class; null: its LM."
+    )
+
+
+class WindowAudit(WireModel):
+    """What one routing window at a gateway decided (request-level routing).
+
+    `routes` holds one entry per request, by id, in arrival order. `j` and
+    the raw terms are the router's own report of the window (CEMA: J, mean
+    quality loss, cost, modelled energy, makespan, and `seed_j` the
+    load-aware seed's J on the same window); None when the router reports
+    none or the window did not go by it. `used` says who routed the window:
+    the router, the load-aware `seed`, or the slot's `map`; the decision's
+    `error` says why when it was not the router.
+    """
+
+    start_s: float = Field(ge=0, description="Run clock when the window opened, seconds.")
+    end_s: float = Field(ge=0, description="Run clock when it closed, seconds.")
+    requests: int = Field(ge=0)
+    used: Literal["router", "seed", "map"]
+    wait_s: float = Field(ge=0, description="Close to decision, seconds (wall).")
+    routes: list[RoutedRequest] = Field(default_factory=list)
+    j: float | None = None
+    seed_j: float | None = None
+    quality_loss: float | None = None
+    cost: float | None = None
+    energy: float | None = None
+    makespan: float | None = None
+
+
 class Decision(WireModel, Generic[T]):
     """The audit envelope: a decided value plus how it came to be.
 
@@ -241,6 +256,9 @@ class Decision(WireModel, Generic[T]):
     guard: GuardAudit | None = Field(
         default=None,
         description="The scoring guard's comparison with the rule, when one was made.",
+    )
+    window: WindowAudit | None = Field(
+        default=None, description="A gateway's routing window: its terms and who routed it."
     )
     created_at: datetime = Field(default_factory=_utcnow)
 

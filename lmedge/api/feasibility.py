@@ -142,9 +142,7 @@ def check_routing_map(
     class. The destination must be able to host the serving LM. A rejection
     names a known origin and request class that no route also covers; with
     `allow_rejections=False` (a router whose admission control is off) any
-    rejection is a violation. A pair with arrivals is routed or rejected,
-    unless each of its requests is assigned (`RoutingMap.assignments`): an
-    assignment names a request of `arrivals` and a node that can host it.
+    rejection is a violation. A pair with arrivals is routed or rejected.
     """
     out: list[Violation] = []
     seen: dict[tuple[str, str], int] = {}
@@ -175,53 +173,11 @@ def check_routing_map(
             out.append(Violation(path, f"unknown destination node {r.destination!r}"))
         elif not ctx.can_host(r.destination, model):
             out.append(Violation(path, _why_not_host(ctx, r.destination, model)))
-    assigned = _check_assignments(routing, ctx, arrivals, hosts, out)
     for a in arrivals:
         key = (a.origin, a.lm)
-        if (
-            a.requests > 0
-            and key not in seen
-            and key not in rejected
-            and a.request not in assigned
-            and _servable(ctx, a.lm)
-        ):
+        if a.requests > 0 and key not in seen and key not in rejected and _servable(ctx, a.lm):
             out.append(Violation("routes", f"no destination for ({a.origin}, {a.lm})"))
     return out
-
-
-def _check_assignments(
-    routing: RoutingMap,
-    ctx: ClusterContext,
-    arrivals: Sequence[Arrival],
-    hosts: dict[str, frozenset[str]],
-    out: list[Violation],
-) -> set[str | None]:
-    """The assigned request ids, after appending what is wrong with the assignments:
-    each names a request of this slot's arrivals once, and a node that can host the
-    LM serving it."""
-    if not routing.assignments:
-        return set()
-    lm_of = {a.request: a.lm for a in arrivals if a.request is not None}
-    assigned: set[str | None] = set()
-    for i, r in enumerate(routing.assignments):
-        path = f"assignments[{i}]"
-        lm = lm_of.get(r.request)
-        if r.request in assigned:
-            out.append(Violation(path, f"request {r.request!r} is assigned twice"))
-        assigned.add(r.request)
-        if lm is None:
-            out.append(Violation(path, f"no arrival this slot is request {r.request!r}"))
-            continue
-        if r.model is None and r.destination in hosts.get(lm, ()):
-            continue
-        model = _route_model(ctx, lm, r.model, path, out)
-        if model is None:
-            continue
-        if not ctx.has_node(r.destination):
-            out.append(Violation(path, f"unknown destination node {r.destination!r}"))
-        elif not ctx.can_host(r.destination, model):
-            out.append(Violation(path, _why_not_host(ctx, r.destination, model)))
-    return assigned
 
 
 def _check_rejections(

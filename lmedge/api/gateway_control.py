@@ -16,9 +16,41 @@ from pydantic import Field
 from lmedge.api.base import WireModel
 from lmedge.api.decisions import RoutingMap
 from lmedge.api.engines import PodProtocol
+from lmedge.api.observations import ClusterContext, Snapshot
 from lmedge.api.resources import Modality
+from lmedge.api.runconfig import PolicyConfig
 
-__all__ = ["LocalModels", "ModelEndpoint", "PodProtocol", "RoutingUpdate"]
+__all__ = ["LocalModels", "ModelEndpoint", "PodProtocol", "RequestRouting", "RoutingUpdate"]
+
+
+class RequestRouting(WireModel):
+    """What a gateway needs to route its own requests one by one (request-level routing).
+
+    Pushed with the slot's map when the run's router declares
+    `Capabilities.routes_requests`. The gateway builds the same router the
+    controller runs from `policy` (the run's policy choice, through the
+    plugin catalog: one home, no second router) and calls it on each window
+    of its requests with `context` and `snapshot` (the controller's view at
+    the slot's start: the deployed (node, model) pairs, their queues), so no
+    call leaves the node. A window closes `window_s` after its first request
+    or at `window_requests`; the router has `budget_s` after the close, then
+    the window goes by the load-aware seed, failing that by the slot's map.
+    """
+
+    policy: PolicyConfig = Field(description="The run's policy; the gateway builds its router.")
+    context: ClusterContext
+    snapshot: Snapshot
+    window_s: float = Field(
+        default=1.0, gt=0, le=60, allow_inf_nan=False, description="Window, seconds (Δ)."
+    )
+    window_requests: int = Field(default=128, ge=1, le=4096, description="Most requests a call.")
+    budget_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        allow_inf_nan=False,
+        description="Seconds a window's decision may take after it closes (router, then seed).",
+    )
 
 
 class RoutingUpdate(WireModel):
@@ -37,6 +69,10 @@ class RoutingUpdate(WireModel):
     waiting for an LM that left end at once with outcome `lm_removed`.
     `lost` names nodes that left the cluster (down or deleted): sets waiting
     at or for them end with outcome `node_lost`. None / empty: no change.
+
+    `requests`: set when the run's router routes request by request; the
+    gateway then routes each of its requests in windows (`RequestRouting`)
+    and the map is the fallback. None: the map routes.
     """
 
     run: str = Field(default="", max_length=128)
@@ -57,6 +93,9 @@ class RoutingUpdate(WireModel):
     )
     lost: list[str] = Field(
         default_factory=list, description="Nodes that left the cluster since the last push."
+    )
+    requests: RequestRouting | None = Field(
+        default=None, description="Request-level routing at the gateway; None: the map routes."
     )
 
 

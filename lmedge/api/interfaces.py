@@ -47,6 +47,10 @@ class Capabilities:
       requests (`RequestRouter.route_requests`, e.g. `cema`'s request mode);
       where the backend cannot call it per window the slot map applies, and
       a window whose call fails or answers wrongly keeps the slot map too.
+    - `fallback_router` (request-level router): the cheap request router a
+      gateway routes a window with when this one is late or fails on it
+      (None: CEMA's load-aware seed, `cema-seed`); LYREO's routers name
+      `ll-kv`, which reads the KV usage they route on.
     - `io_bound` (deployer): a call waits on I/O (an LLM over HTTP), so the
       loop runs the nodes' deployers concurrently.
     - `joint_router` (deployer): the name of the router whose joint solve in
@@ -63,6 +67,7 @@ class Capabilities:
     routes_requests: bool = False
     window_s: float = 1.0
     window_requests: int = 128
+    fallback_router: str | None = None
     io_bound: bool = False
     joint_router: str | None = None
     reads_baseline: bool = False

@@ -216,8 +216,8 @@ class Arrival(WireModel):
     """Requests of one LM arriving at one origin during the slot.
 
     `request` names one request when the world knows it before routing (the
-    emulator, which submits one `Arrival` per request): a per-request router
-    addresses it in `RoutingMap.assignments`. `input_tokens` is its prompt's
+    emulator, which submits one `Arrival` per request; a per-request router
+    sees a window's request as one, `WindowRequest.id`). `input_tokens` is its prompt's
     length for a token-engine LM (the output length is not known until it
     ends). Both are None on an aggregate arrival (a gateway's count).
     """

@@ -9,6 +9,12 @@ actor's weights, the hyperparameters, the provenance and the training curve.
 
 `evaluate` runs the same loop with a policy's argmax (or, with no policy,
 with an untrained actor), so a curve point and an evaluation measure alike.
+Validation (`LearnerParams.validate_every`, lmedge's addition): the argmax
+is evaluated on the validation seeds before the first update and every few
+episodes, and the file holds the checkpoint of lowest mean validation cost
+(ties: the earlier), not necessarily the last; PPO's sampled policy can
+improve while its argmax degrades, and this keeps the untrained residual
+actor (the greedy) as the floor.
 Not here: the networks and the updates (torch, `ppo`), the CLI (`lmedge.cli.train`).
 """
 
@@ -28,6 +34,7 @@ from lmedge.errors import ConfigError
 from lmedge.policies.lyreo import LyreoRequestParams, LyreoRequestRouter
 from lmedge.policies.lyreo.learning import (
     FEATURES,
+    Checkpoint,
     Episode,
     LearnerParams,
     NumpyActor,
@@ -35,6 +42,7 @@ from lmedge.policies.lyreo.learning import (
     Provenance,
     RolloutLearner,
 )
+from lmedge.policies.lyreo.learning.actor import Layer
 from lmedge.sim import Scenario
 
 #: The profile whose planner and deployer the episodes run with (its router is replaced):
@@ -120,7 +128,10 @@ def train(
     slots: int | None = None,
     on_episode: Callable[[Episode, PolicyFile], None] | None = None,
 ) -> PolicyFile:
-    """Train for `episodes` episodes; the policy file of the last actor, with its curve.
+    """Train for `episodes` episodes; the policy file of the selected actor, with its curve.
+
+    The actor is the validation's best checkpoint (module docstring), or the
+    last one when `params.validate_every` is 0.
 
     `on_episode(point, policy)` gets each curve point and the policy as it is
     after that episode's update (the CLI writes it, so a stopped training keeps
@@ -139,27 +150,57 @@ def train(
     if episodes < 0:
         raise ConfigError(f"--episodes must be at least 0, got {episodes}")
     n = _slots(scenario, slots)
+    clash = sorted(set(params.validate_seeds) & {episode_seed(seed, k) for k in range(episodes)})
+    if params.validate_every and clash:
+        raise ConfigError(f"validate_seeds: {clash} are also training episode seeds")
     trainer = Trainer(params, seed)
     commit = git_commit(Path(__file__).resolve().parent)
     curve: list[Episode] = []
+    checks: list[Checkpoint] = []
+    best: tuple[float, int, list[Layer]] | None = None  # (validation cost, updates, layers)
+
+    def validate() -> None:
+        nonlocal best
+        actor = trainer.actor()
+        runs = [evaluate(scenario, v, actor, params, n) for v in params.validate_seeds]
+        mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+        checks.append(
+            Checkpoint(
+                episodes=len(curve),
+                mean_latency_s=mean["mean_latency_s"],
+                failure_share=mean["failure_share"],
+                mean_z=mean["mean_z"],
+                mean_cost=mean["mean_cost"],
+            )
+        )
+        if best is None or mean["mean_cost"] < best[0]:
+            best = (mean["mean_cost"], len(curve), trainer.net.numpy_layers())
 
     def policy() -> PolicyFile:
+        selected, layers = (
+            (best[1], best[2]) if best is not None else (len(curve), trainer.net.numpy_layers())
+        )
         return PolicyFile(
             variant=params.variant,
             features=list(FEATURES),
             params=params,
-            actor=trainer.net.numpy_layers(),
+            actor=layers,
             provenance=Provenance(
                 scenario=scenario.name,
                 seed=seed,
                 episodes=len(curve),
+                selected=selected,
                 slots=n,
                 commit=commit,
                 lmedge_version=__version__,
             ),
             curve=list(curve),
+            validation=list(checks),
         )
 
+    validating = params.validate_every > 0 and bool(params.validate_seeds)
+    if validating:
+        validate()
     for k in range(episodes):
         s = episode_seed(seed, k)
         learner = RolloutLearner(
@@ -169,6 +210,8 @@ def train(
         trainer.update(learner.trajectory())
         point = Episode(episode=k, seed=s, **learner.stats())
         curve.append(point)
+        if validating and (len(curve) % params.validate_every == 0 or k == episodes - 1):
+            validate()
         if on_episode is not None:
             on_episode(point, policy())
     return policy()

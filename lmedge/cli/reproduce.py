@@ -1,7 +1,8 @@
 """`lmedge reproduce`: a paper's results regenerated in one command.
 
-`--paper ma` (the default) is the MA paper's §VI, `--paper lyreo` LYREO's §V
-(`PAPERS` names the module of each; `lmedge.bench.papers` is what it offers).
+`--paper ma` (the default) is the MA paper's §VI, `--paper lyreo` LYREO's §V,
+`--paper cema` CEMA-Router's §V (`PAPERS` names the module of each;
+`lmedge.bench.papers` is what it offers).
 Runs the paper's grid over a process pool (one worker per CPU
 core by default) or, with `--executor ray --address ...`, on a Ray cluster
 (same results either way), prints every side-by-side table and the paper's orderings
@@ -82,6 +83,7 @@ def _print(repro: Any) -> None:
 PAPERS: dict[str, str] = {
     "ma": "lmedge.bench.reproduce",
     "lyreo": "lmedge.bench.lyreo_repro",
+    "cema": "lmedge.bench.cema_repro",
 }
 DEFAULT_PAPER = "ma"
 
@@ -103,12 +105,13 @@ def register(app: typer.Typer) -> None:
             DEFAULT_PAPER, help=f"Which paper to reproduce: {', '.join(PAPERS)}."
         ),
         seeds: str | None = typer.Option(
-            None, help="Comma-separated seeds (non-negative; ma: 1,2,3, lyreo: 1,2,3)."
+            None,
+            help="Comma-separated seeds (non-negative; ma: 1,2,3, lyreo: 1,2,3, cema: 1-10).",
         ),
         slots: int | None = typer.Option(
             None,
             help="Measured slots per run (ma: 200 a testbed run and bursty phase, as the paper; "
-            "lyreo: 400, paper 800).",
+            "lyreo: 400, paper 800; cema: 60 a deployment run).",
         ),
         workers: WorkersOpt = None,
         executor_name: ExecutorOpt = "local",
@@ -126,7 +129,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Regenerate a paper's results on the emulator, side by side with its numbers:
-        the MA paper's Figs. 6-9 and Tables II-IV (default), or LYREO's Figs. 2-7 and Table II."""
+        the MA paper's Figs. 6-9 and Tables II-IV (default), LYREO's Figs. 2-7 and Table II,
+        or CEMA-Router's controlled and deployment-like stages."""
         from lmedge.bench.executors import executor_for
         from lmedge.bench.paper_report import timing_note
         from lmedge.bench.papers import Flags

@@ -15,7 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lmedge.api import ClusterContext, Deployer, Planner, Router
+from lmedge.api import (
+    ClusterContext,
+    Deployer,
+    Planner,
+    RequestRouter,
+    Router,
+    capabilities_of,
+)
 from lmedge.api.runconfig import DEFAULT_PROFILE, PolicyConfig
 from lmedge.controller.catalog import (
     BuildContext,
@@ -80,12 +87,15 @@ class PolicyChoice:
 
 @dataclass
 class PolicyPlugins:
-    """The plugin instances of one run."""
+    """The plugin instances of one run, and the choice and seed they were built from
+    (a gateway routing request by request builds its own router from them)."""
 
     name: str
     planner: Planner
     router: Router
     deployers: dict[str, Deployer]
+    choice: PolicyChoice | None = None
+    seed: int = 0
 
 
 def build_plugins(
@@ -114,7 +124,7 @@ def build_plugins(
         if deployers_in_process
         else {}
     )
-    return PolicyPlugins(p.name, planner, router, deployers)
+    return PolicyPlugins(p.name, planner, router, deployers, choice, seed)
 
 
 def check_split(p: Profile) -> None:
@@ -148,3 +158,45 @@ def build_node_deployer(
         p.deployer,
         BuildContext(ctx, derive_seed(seed, f"deployer:{node}"), choice.params.get("deployer", {})),
     )
+
+
+#: The router a gateway falls back on when the run's router is late or fails on
+#: a window and declares no `Capabilities.fallback_router` of its own: CEMA's
+#: load-aware seed (longest request first, each to the earliest finish; one pass
+#: over the catalogue).
+SEED_ROUTER = "cema-seed"
+
+
+def build_gateway_router(config: PolicyConfig, ctx: ClusterContext, node: str) -> RequestRouter:
+    """The request-level router `node`'s gateway runs on its own requests.
+
+    The run's router, built from the same catalog entry and parameters as the
+    controller's, with a seed of its own per node (`router:NODE`), so each
+    gateway's copy draws its own stream. `ConfigError` when the router does
+    not route requests.
+    """
+    choice = PolicyChoice.of(config)
+    name = choice.resolve().router
+    router = build_router(
+        name,
+        BuildContext(
+            ctx, derive_seed(config.seed, f"router:{node}"), choice.params.get("router", {})
+        ),
+    )
+    if not (capabilities_of(router).routes_requests and isinstance(router, RequestRouter)):
+        raise ConfigError(f"router {name} does not route requests one by one")
+    return router
+
+
+def build_seed_router(config: PolicyConfig, ctx: ClusterContext, node: str) -> RequestRouter:
+    """The fallback `node`'s gateway routes a window with when the run's router fails on it.
+
+    The run's router's `Capabilities.fallback_router` (LYREO's: `ll-kv`), else
+    `SEED_ROUTER`; default parameters, a seed of its own per node (`seed:NODE`).
+    """
+    declared = entry("router", PolicyChoice.of(config).resolve().router).capabilities
+    name = declared.fallback_router or SEED_ROUTER
+    router = build_router(name, BuildContext(ctx, derive_seed(config.seed, f"seed:{node}")))
+    if not (capabilities_of(router).routes_requests and isinstance(router, RequestRouter)):
+        raise ConfigError(f"router {name} does not route requests one by one")
+    return router

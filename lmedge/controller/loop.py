@@ -80,7 +80,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from lmedge.api import (
     ActuationResult,
@@ -105,6 +105,7 @@ from lmedge.api import (
     capabilities_of,
 )
 from lmedge.api.feasibility import check_macro_policy
+from lmedge.api.runconfig import PolicyConfig
 from lmedge.controller.assembly import PolicyPlugins, derive_seed
 from lmedge.controller.gctune import quiet_gc, slot_end
 from lmedge.controller.guard import DecisionGuard
@@ -128,6 +129,20 @@ MAX_DEPLOYER_THREADS = 16
 #: Epoch metrics a run without history keeps (the newest): 2,000 epochs are
 #: 35 days of 25-minute epochs; the store has all of them.
 MAX_EPOCHS_KEPT = 2000
+
+
+@runtime_checkable
+class RoutesAtGateways(Protocol):
+    """A backend whose gateways route request by request (a cluster's).
+
+    `route_requests_at_gateways` makes every later routing push carry what a
+    gateway needs to build `policy`'s router and run it on windows of
+    `window_s` seconds (at most `most` requests a call): `RequestRouting`.
+    """
+
+    def route_requests_at_gateways(
+        self, policy: PolicyConfig, window_s: float, most: int
+    ) -> None: ...
 
 
 @dataclass
@@ -268,16 +283,23 @@ class ControlLoop:
         self._install_request_router()
 
     def _install_request_router(self) -> None:
-        """Hand a request-level router to a backend that can call it per window.
+        """Hand a request-level router to a backend that can route per window.
 
-        A backend without `route_requests_with` (the cluster's, for now) keeps
-        using the router's slot map.
+        The emulator calls this process's router (`route_requests_with`); a
+        cluster's gateways each build the same router from the run's policy
+        (`RoutesAtGateways`: the push carries it with the slot's map). Any
+        other backend keeps using the router's slot map.
         """
         router = self.plugins.router
         caps = capabilities_of(router)
+        if not caps.routes_requests:
+            return
         install = getattr(self.backend, "route_requests_with", None)
-        if caps.routes_requests and install is not None and isinstance(router, RequestRouter):
+        if install is not None and isinstance(router, RequestRouter):
             install(router.route_requests, caps.window_s, caps.window_requests)
+        elif isinstance(self.backend, RoutesAtGateways) and self.plugins.choice is not None:
+            policy = self.plugins.choice.config(self.plugins.seed)
+            self.backend.route_requests_at_gateways(policy, caps.window_s, caps.window_requests)
 
     # -- the loop ---------------------------------------------------------------
 
@@ -655,27 +677,18 @@ def routed_backlog(
     The deployers decide after the router (paper Fig. 4, T2.7), so what they
     must keep serving is the queue at the slot start plus what the routing map
     has just sent there; counted per serving LM (a request class counts as the
-    model its route names); a request with an assignment counts at its
-    assigned node. Routes to a node the snapshot lacks are ignored
+    model its route names). Routes to a node the snapshot lacks are ignored
     (that node has no deployer observation to update). `index` is
     `route_index(routing)` when the caller has it already.
     """
     routes = route_index(routing) if index is None else index
-    assigned = routing.assigned() if routing.assignments else {}
     added: dict[str, dict[str, int]] = {}
     for a in arrivals:
-        if a.requests <= 0 or a.prompts <= 0:
+        route = routes.get((a.origin, a.lm))
+        if route is None or a.requests <= 0 or a.prompts <= 0:
             continue
-        one = assigned.get(a.request) if a.request is not None and assigned else None
-        if one is not None:
-            dest, lm = one.destination, one.model or a.lm
-        else:
-            route = routes.get((a.origin, a.lm))
-            if route is None:
-                continue
-            dest, lm = route.destination, route.serving_lm
-        per = added.setdefault(dest, {})
-        per[lm] = per.get(lm, 0) + a.prompts
+        per = added.setdefault(route.destination, {})
+        per[route.serving_lm] = per.get(route.serving_lm, 0) + a.prompts
     if not added:
         return snapshot
     nodes = []

@@ -19,6 +19,9 @@ from lmedge.controller.catalog import BuildContext, Profile, Registry
 from lmedge.policies.kit.support import no_params
 
 _T = TypeVar("_T")
+#: What LYREO's request routers fall back on at a gateway: least KV memory-time,
+#: the signal they route on (CEMA's seed would send work to a full KV pool).
+KV_FALLBACK = "ll-kv"
 
 
 def _plain(
@@ -60,8 +63,9 @@ def baselines(reg: Registry) -> None:
     )
     reg.add_router(
         "random-request",
-        _plain("router", "random-request", lambda b: rnd.RandomRequestRouter(b.seed)),
+        lambda b: rnd.build_request(b.seed, b.params),
         "uniformly random server per request (LYREO's Random baseline)",
+        Capabilities(routes_requests=True),
     )
     reg.add_router(
         "uniform",
@@ -186,16 +190,19 @@ def lyreo(reg: Registry) -> None:
         "lyreo",
         lambda b: build_learned(b.params, "lyreo"),
         "LYREO: PPO actor trained on LSTM-redistributed rewards, a server per request",
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
     reg.add_router(
         "ly-ppo",
         lambda b: build_learned(b.params, "ly-ppo"),
         "Ly-PPO: LYREO's PPO without reward redistribution (ablation), per request",
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
     reg.add_router(
         "ppo-fixed",
         lambda b: build_learned(b.params, "ppo-fixed"),
         "PPO with a fixed balancing penalty, no virtual queue (ablation), per request",
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
     reg.add_router(
         "lyreo-greedy",
@@ -207,7 +214,12 @@ def lyreo(reg: Registry) -> None:
         ("lyreo-nolb", "LYREO-NoLB: lyreo-ly without the balance term (latency only)"),
         ("lyreo-count", "LYREO-Count: lyreo-ly with active requests as the workload"),
     ):
-        reg.add_router(name, partial(_request_router, name), summary)
+        reg.add_router(
+            name,
+            partial(_request_router, name),
+            summary,
+            Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
+        )
 
 
 def per_request(reg: Registry) -> None:
@@ -218,16 +230,19 @@ def per_request(reg: Registry) -> None:
         "ll-kv",
         lambda b: leastloaded.build("ll-kv", b.params),
         "Least-Loaded: each request to the server with the least KV memory-time now",
+        Capabilities(routes_requests=True),
     )
     reg.add_router(
         "ll-count",
         lambda b: leastloaded.build("ll-count", b.params),
         "Least-Loaded: each request to the server with the fewest active requests",
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
     reg.add_router(
         "static-batch",
-        _plain("router", "static-batch", lambda b: staticbatch.StaticBatchRouter()),
+        lambda b: staticbatch.build(b.params),
         "Static: each request where a static batch of the slot would finish it first",
+        Capabilities(routes_requests=True, fallback_router=KV_FALLBACK),
     )
 
 

@@ -11,7 +11,9 @@ events at every hop) and its record adds TTFT, TPOT, tokens and the prefill /
 decode split of inference.
 
 Modules, from the core outwards: `routing` (the map as one node sees it),
-`queues` (destination side), `timing` (stage split and record), `sse` (the
+`queues` (destination side), `windows` (request-level routing: the run's
+router on windows of this node's requests, when the push asks for it),
+`timing` (stage split and record), `sse` (the
 event format), `engines` (one adapter per model-pod protocol), `gateway`
 (both roles, no web framework), `records` (the store sink), `metrics`
 (Prometheus), `openai` (OpenAI-compatible shapes and chunks), `clients`

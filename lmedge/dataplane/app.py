@@ -176,7 +176,7 @@ def create_app(gateway: Gateway, api: ApiSettings | None = None) -> FastAPI:
         request: Request,
     ) -> Response:
         prompt, messages = oa.stream_prompt(body, gateway.check_lm(body.model))
-        opened = gateway.open_stream(body.model, prompt, messages)  # Rejected: the 429
+        opened = await gateway.open_stream(body.model, prompt, messages)  # Rejected: the 429
         first = await _first(opened, request)
         if first is None:  # the client left before the first piece
             return Response(status_code=499)

@@ -48,8 +48,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from lmedge.api.constants import TAU_S
+from lmedge.api.decisions import Route
 from lmedge.api.inference import Prompt
-from lmedge.api.observations import ServiceInfo
+from lmedge.api.observations import ServiceInfo, WindowRequest
 from lmedge.api.records import RequestOutcome, RequestRecord
 from lmedge.api.resources import Modality
 from lmedge.dataplane.engines import EngineCall, Finish, Piece, pod_protocol
@@ -64,6 +65,7 @@ from lmedge.dataplane.timing import (
     split_stages,
     stream_record,
 )
+from lmedge.dataplane.windows import RequestWindows, RouterBuilder, SeedBuilder
 from lmedge.dataplane.wire import (
     ForwardRequest,
     ForwardResult,
@@ -247,6 +249,8 @@ class Gateway:
         metrics: GatewayMetrics | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        build_router: RouterBuilder | None = None,
+        build_seed: SeedBuilder | None = None,
     ) -> None:
         self.settings = settings
         self.node = settings.node
@@ -279,6 +283,21 @@ class Gateway:
         # itself is held here (see `submit`), counted per LM in the queue depth.
         self._routed = asyncio.Event()
         self._held: Counter[str] = Counter()
+        # Request-level routing (`lmedge.dataplane.windows`), when the process can build
+        # routers (the `lmedge gateway` root gives the catalog's builders).
+        self.windows = (
+            RequestWindows(
+                settings.node,
+                build_router=build_router,
+                build_seed=build_seed,
+                forwarding=self,
+                sink=sink.put_decision,
+                clock_s=lambda: self._wall() - (self.routing.run_started_at or self._started_at),
+                monotonic=monotonic,
+            )
+            if build_router is not None and build_seed is not None
+            else None
+        )
 
     # -- control ------------------------------------------------------------------
 
@@ -312,7 +331,49 @@ class Gateway:
             self._end(("node", node), "node_lost", f"node {node} left the cluster")
         entries = self.routing.update(update, self._monotonic())
         self._routed.set()
+        if self.windows is not None:
+            self.windows.install(update.requests, self.routing.run, self.routing.slot)
+        elif update.requests is not None:
+            log.warning("routing push asks for request-level routing, which this gateway "
+                        "cannot run (no router builder); the map routes")  # fmt: skip
         return entries
+
+    # -- request-level routing (`Forwarding` for `RequestWindows`) ----------------------
+
+    def unforwardable(self, request: WindowRequest, route: Route) -> str | None:
+        """Why this gateway cannot send `request` along `route` (None: it can)."""
+        if route.origin != request.origin or route.lm != request.lm:
+            return f"route for ({route.origin}, {route.lm}), not ({request.origin}, {request.lm})"
+        if route.destination != self.node and self.settings.peer_url(route.destination) is None:
+            return f"no address for node {route.destination}"
+        models = self.settings.models_for(request.lm)
+        if route.model is not None and route.model not in models:
+            return f"{route.model} does not serve {request.lm}"
+        if route.model is None and request.lm not in self.settings.services and not models:
+            return f"no LM serves {request.lm}"
+        return None
+
+    def by_map(self, request: WindowRequest) -> Route:
+        """The slot's map's route for `request`: its (origin, class) entry, else local."""
+        return Route(
+            origin=request.origin,
+            lm=request.lm,
+            destination=self.routing.destination(request.lm),
+            model=self.routing.model(request.lm),
+        )
+
+    async def _window_route(
+        self, rid: str, lm: str, prompts: int, submit_s: float
+    ) -> tuple[str, str, float]:
+        """(destination, serving LM, seconds waited) of a request routed in a window."""
+        assert self.windows is not None
+        routed = await self.windows.route(
+            WindowRequest(
+                id=rid, origin=self.node, lm=lm, prompts=prompts, submit_s=max(submit_s, 0.0)
+            )
+        )
+        route = routed.route
+        return route.destination, route.model or self.settings.models_for(lm)[0], routed.waited_s
 
     def _live_settings(self, update: RoutingUpdate) -> GatewaySettings:
         """The settings with the pushed LMServices and classes (the same without them)."""
@@ -356,6 +417,7 @@ class Gateway:
             routes=len(self.routing.routes()),
             active=self.local.active(),
             queue_depth=self._depth(),
+            windows=dict(self.windows.stats) if self.windows and self.windows.active else None,
         )
 
     def _depth(self) -> dict[str, int]:
@@ -425,6 +487,11 @@ class Gateway:
             self._refuse(rid, lm, len(prompts), slot, run, anchor)
         destination = self.node if end else self.choose(lm)
         model = model if end else self.serving_model(lm)
+        waited = 0.0  # in a routing window: counted in the uplink, as in the emulator
+        if end is None and self.windows is not None and self.windows.active:
+            destination, model, waited = await self._window_route(
+                rid, lm, len(prompts), submitted_at - anchor
+            )
         tau = self._tau()
         left = tau - (self._monotonic() - start)
         sent_at = self._wall()
@@ -451,7 +518,7 @@ class Gateway:
             result = result.model_copy(update={"outcome": "timeout"})
         times = split_stages(
             total_s=record_total(rtt_s=rtt, outcome=result.outcome, error=result.error, tau_s=tau),
-            sent_at=sent_at,
+            sent_at=sent_at - waited,
             received_at=result.received_at,
             queue_s=result.queue_s,
             inference_s=result.inference_s,
@@ -605,12 +672,13 @@ class Gateway:
 
     # -- streams ------------------------------------------------------------------
 
-    def open_stream(
+    async def open_stream(
         self, lm: str, prompt: Prompt, messages: list[dict[str, Any]] | None = None
     ) -> OpenedStream:
         """Admit and route one streamed prompt submitted here; its events come later.
 
         Raises `UnknownLM`, or `Rejected` (after recording it) when the map refuses it.
+        Under request-level routing it returns once its window is routed.
         """
         self.check_lm(lm)
         rid = uuid.uuid4().hex
@@ -622,6 +690,9 @@ class Gateway:
             self._refuse(rid, lm, 1, slot, run, anchor)
         destination = self.choose(lm)
         model = self.serving_model(lm)
+        waited = 0.0
+        if self.windows is not None and self.windows.active:
+            destination, model, waited = await self._window_route(rid, lm, 1, submit_s)
         tau = self._tau()
         forward = StreamForward(id=rid, lm=model, origin=self.node, prompt=prompt,
                                 messages=messages, sent_at=self._wall(), budget_s=tau)  # fmt: skip
@@ -635,7 +706,7 @@ class Gateway:
                     origin=self.node,
                     slot=slot,
                     submit_s=submit_s,
-                    sent_at=forward.sent_at,
+                    sent_at=forward.sent_at - waited,
                     tau_s=tau,
                     clock=clock,
                     end=end,
@@ -862,6 +933,8 @@ class Gateway:
         return stopped()
 
     async def close(self) -> None:
+        if self.windows is not None:
+            await self.windows.close()
         await self.queues.close()
         # A store sink joins its writer thread and flushes: keep the loop free.
         await asyncio.to_thread(self._sink.close)

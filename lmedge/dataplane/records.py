@@ -1,4 +1,5 @@
-"""Where the gateway's `RequestRecord`s go: off the event loop, never lost.
+"""Where the gateway's `RequestRecord`s (and its routing windows' decisions) go:
+off the event loop, never lost.
 
 The store's writes are synchronous (pymongo) and, while MongoDB is down, each
 attempt waits for server selection. A `StoreSink` therefore hands records to a
@@ -7,6 +8,9 @@ thread passes them to `Store.record_requests`, whose write buffer keeps them
 (in memory, then a spill file) until the server answers, and retries a flush
 every `retry_s` while anything waits, so records reach the server after an
 outage even when no new request arrives. `close` flushes, or spills to disk.
+A routing window's audit `Decision` (request-level routing,
+`lmedge.dataplane.windows`) takes the same thread and buffer
+(`Store.record_decisions`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import queue
 import threading
 from typing import Protocol
 
+from lmedge.api.decisions import Decision, RoutingMap
 from lmedge.api.records import RequestRecord
 from lmedge.errors import StoreUnavailable
 from lmedge.store import Store
@@ -28,9 +33,11 @@ _STOP = object()
 
 
 class RecordSink(Protocol):
-    """Accepts finished records; `put` must not block."""
+    """Accepts finished records and window decisions; `put` and `put_decision` must not block."""
 
     def put(self, record: RequestRecord) -> None: ...
+
+    def put_decision(self, decision: Decision[RoutingMap]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -40,9 +47,13 @@ class MemorySink:
 
     def __init__(self) -> None:
         self.records: list[RequestRecord] = []
+        self.decisions: list[Decision[RoutingMap]] = []
 
     def put(self, record: RequestRecord) -> None:
         self.records.append(record)
+
+    def put_decision(self, decision: Decision[RoutingMap]) -> None:
+        self.decisions.append(decision)
 
     def close(self) -> None:
         return None
@@ -71,6 +82,10 @@ class StoreSink:
         self.accepted += 1
         self._queue.put(record)
 
+    def put_decision(self, decision: Decision[RoutingMap]) -> None:
+        self.accepted += 1
+        self._queue.put(decision)
+
     def pending(self) -> int:
         """Records not yet handed to the store."""
         return self._queue.qsize()
@@ -97,6 +112,17 @@ class StoreSink:
                     break
             stopping = any(item is _STOP for item in items)
             records = [item for item in items if isinstance(item, RequestRecord)]
+            decisions = [item for item in items if isinstance(item, Decision)]
+            if decisions:
+                try:
+                    self.store.record_decisions(decisions)
+                except Exception:
+                    self.failed += len(decisions)
+                    log.exception(
+                        "record sink: %d decisions not handed to the store", len(decisions)
+                    )
+                else:
+                    self.written += len(decisions)
             if records:
                 # Never raises for an outage: the store buffers and retries later.
                 try:

@@ -106,12 +106,17 @@ class ForwardResult(WireModel):
 
 
 class GatewayStatus(WireModel):
+    """`GET /control/status`. `windows`: under request-level routing, windows decided
+    and requests routed so far, and how many windows went by the `router`, the
+    `seed` and the `map` (None: the map routes)."""
+
     node: str
     run: str
     slot: int
     routes: int
     active: list[str]
     queue_depth: dict[str, int]
+    windows: dict[str, int] | None = None
 
 
 class StreamForward(WireModel):

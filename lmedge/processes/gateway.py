@@ -7,7 +7,11 @@ record sink, takes the newest run's deadline from the store, and serves the
 framework-free `Gateway` core (`lmedge.dataplane.gateway`) through its app
 until SIGTERM, then drains (`lmedge.dataplane.serving.GatewayServer`).
 `lmedge gateway` only parses and checks its flags into `GatewaySettings` and
-`GatewayOptions`. A gateway builds no policy: it registers no plugins.
+`GatewayOptions`. A gateway builds one policy only when a routing push asks
+it to route request by request (`lmedge.dataplane.windows`): the run's
+router, from the plugin catalog (`build_gateway_router`) on a window thread,
+which fills the catalog then, so a gateway serving a slot map never imports
+a policy.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pathlib import Path
 
 import uvicorn
 
+from lmedge.api import ClusterContext, RequestRouter
+from lmedge.api.runconfig import PolicyConfig
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.dataplane.app import DEFAULT_MAX_BODY, ApiSettings, create_app
 from lmedge.dataplane.auth import (
@@ -35,7 +41,7 @@ from lmedge.dataplane.serving import DEFAULT_DRAIN_S, GatewayServer, bind
 from lmedge.errors import ConfigError, LmedgeError
 from lmedge.store import Store, open_store
 
-__all__ = ["GatewayOptions", "control_auth", "main"]
+__all__ = ["GatewayOptions", "build_router", "build_seed", "control_auth", "main"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,24 @@ def _stored_tau(store: Store, default: float) -> float:
     return latest.config.loop.tau_s if latest is not None and latest.config is not None else default
 
 
+def build_router(policy: PolicyConfig, ctx: ClusterContext, node: str) -> RequestRouter:
+    """The run's request router for `node` (fills the plugin catalog on first use)."""
+    from lmedge.controller.assembly import build_gateway_router
+    from lmedge.processes.plugins import register_plugins
+
+    register_plugins()
+    return build_gateway_router(policy, ctx, node)
+
+
+def build_seed(policy: PolicyConfig, ctx: ClusterContext, node: str) -> RequestRouter:
+    """The load-aware seed router `node` falls back on (fills the catalog on first use)."""
+    from lmedge.controller.assembly import build_seed_router
+    from lmedge.processes.plugins import register_plugins
+
+    register_plugins()
+    return build_seed_router(policy, ctx, node)
+
+
 def main(settings: GatewaySettings, options: GatewayOptions) -> None:
     """The `lmedge gateway` process: serve `settings`' node until SIGTERM, then drain."""
     # Bound before the store and clients open: a port it cannot use is one error line.
@@ -125,7 +149,14 @@ def main(settings: GatewaySettings, options: GatewayOptions) -> None:
     opened = open_store(options.store)
     sink = StoreSink(opened)
     settings = dataclasses.replace(settings, tau_s=_stored_tau(opened, settings.tau_s))
-    core = Gateway(settings, peers=clients, models=clients, sink=sink)
+    core = Gateway(
+        settings,
+        peers=clients,
+        models=clients,
+        sink=sink,
+        build_router=build_router,
+        build_seed=build_seed,
+    )
     api = create_app(core, api_settings)
     api.state.closers.append(clients.aclose)
     config = uvicorn.Config(api, log_level="warning", backlog=4096)

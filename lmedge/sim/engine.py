@@ -162,7 +162,6 @@ class Emulator:
         self._jitter = lognormal_unit(self.em.service_time_cv) if self.em.service_time_cv else None
         self._routing: dict[int, dict[tuple[str, str], tuple[str, str]]] = {}
         self._rejected: dict[int, set[tuple[str, str]]] = {}
-        self._assigned: dict[int, dict[str, tuple[str, str]]] = {}
         # users with a wireless uplink (lmedge.sim.radio), and where the servers are
         users = scenario.spec.workload.users
         self._radio = users.radio if users is not None else None
@@ -418,15 +417,9 @@ class Emulator:
                 table[(r.origin, r.lm)] = (r.destination, model)
         self._routing[slot] = table
         self._rejected[slot] = routing.rejected() - table.keys()
-        assigned: dict[str, tuple[str, str]] = {}
-        for a in routing.assignments:
-            hit = (a.destination, a.model) if a.model is not None else None
-            assigned[a.request] = hit or (a.destination, "")
-        self._assigned[slot] = assigned
         for old in [s for s in self._routing if s < slot - 2]:
             del self._routing[old]
             self._rejected.pop(old, None)
-            self._assigned.pop(old, None)
 
     def default_destination(self, origin: str, lm: str) -> str:
         """Local if the origin can host the LM, else the nearest feasible worker.
@@ -509,8 +502,10 @@ class Emulator:
     ) -> None:
         """Schedule the slot's windows: each routes its requests at its end.
 
-        A user's uplink band is shared by the requests the slot's map sends to
-        its server (`sharing`), whatever their windows then choose.
+        A user's uplink band is shared by the requests of the slot sent to its
+        server (`sharing`): counted by the slot's map at first, each window
+        moves its requests to the servers it routed them to before they leave,
+        so with one window a slot the count is exact.
         """
         _, window_s, most = self._window_router or (None, 1.0, 128)
         groups: dict[int, list[tuple[RequestSpec, list[tuple[int, int]] | None]]] = {}
@@ -571,18 +566,39 @@ class Emulator:
         if routes is None or len(routes) != len(members):
             self.window_stats["fallbacks"] += 1
             routes = None
-        for k, (r, lengths) in enumerate(members):
-            route = None if routes is None else (routes[k].destination, routes[k].serving_lm)
+        chosen = [
+            None if routes is None else (routes[k].destination, routes[k].serving_lm)
+            for k in range(len(members))
+        ]
+        if sharing is not None and routes is not None:
+            self._reshare(sharing, [r for r, _ in members], chosen)
+        for (r, lengths), route in zip(members, chosen, strict=True):
             self._submit(r, slot * self.slot_s + r.offset_s, lengths, sharing, route, now)
+
+    def _reshare(
+        self,
+        sharing: dict[str, int],
+        rows: list[RequestSpec],
+        routes: list[tuple[str, str] | None],
+    ) -> None:
+        """Move each user's request from the server the slot's map sent it to (where
+        `_uplink_sharing` counted it) to the one its window chose."""
+        for r, route in zip(rows, routes, strict=True):
+            if r.user < 0:
+                continue
+            was, now = self._destination(r), self._destination(r, route)
+            if isinstance(was, tuple) and isinstance(now, tuple) and was[0] != now[0]:
+                # a timeline step at the window's end may have moved the map's answer
+                sharing[was[0]] = max(sharing.get(was[0], 1) - 1, 0)
+                sharing[now[0]] = sharing.get(now[0], 0) + 1
 
     def _destination(
         self, r: RequestSpec, route: tuple[str, str] | None = None
     ) -> tuple[str, str] | RequestOutcome:
         """(destination, serving LM) of `r`, or the outcome it is refused with at once.
 
-        Its routing window's `route` if it can follow it, else its assignment
-        if the slot's map has one it can follow, else its (origin, class)
-        route, else its class's first model at the local or nearest node.
+        Its routing window's `route` if it can follow it, else its (origin,
+        class) route, else its class's first model at the local or nearest node.
         Pure: the same answer whenever it is asked in the slot.
         """
         if r.origin in self._down:
@@ -591,11 +607,6 @@ class Emulator:
             return "rejected"
         if route is not None and self._serves(r, route):
             return route  # its routing window's answer
-        assigned = self._assigned.get(r.slot)
-        if assigned:
-            one = assigned.get(self._request_id(r))
-            if one is not None and self._serves(r, (one[0], one[1] or r.lm)):
-                return one[0], one[1] or r.lm
         hit = self._routing.get(r.slot, {}).get((r.origin, r.lm))
         if hit is not None and hit in self._hostable:
             return hit

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -361,11 +362,16 @@ class EmbeddedBackend(Backend):
         except (OSError, montydb.errors.MontyError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open {self.where}: {exc}") from exc
         self._db = self._client[self._DATABASE]
+        # One connection for the process: the controller's background flush inserts
+        # while its slot path reads the feed, and MontyDB's SQLite storage is not
+        # safe for two threads at once (an intermittent sqlite3 error otherwise).
+        self._lock = threading.RLock()
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
         try:
-            yield
+            with self._lock:
+                yield
         except sqlite3.OperationalError as exc:  # "database is locked" by another writer
             raise StoreUnavailable(f"{self.where} is busy ({action}): {exc}") from exc
         except (OSError, sqlite3.Error, montydb.errors.MontyError) as exc:
@@ -456,7 +462,8 @@ class EmbeddedBackend(Backend):
         return out
 
     def close(self) -> None:
-        self._client.close()
+        with self._lock:
+            self._client.close()
 
 
 @contextmanager

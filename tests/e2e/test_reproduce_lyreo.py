@@ -112,7 +112,7 @@ def test_the_convergence_curves_come_from_the_trainings(report: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--paper", "nosuch"], "--paper must be one of ma, lyreo, got 'nosuch'"),
+        (["--paper", "nosuch"], "--paper must be one of ma, lyreo, cema, got 'nosuch'"),
         (["--paper", "lyreo", "--policies", "lyreo,nosuch"], "nosuch"),
         (["--paper", "lyreo", "--seeds", "1,1"], "--seeds names a seed twice"),
     ],

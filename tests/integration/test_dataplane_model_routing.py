@@ -37,13 +37,15 @@ CLASS = "text-generation"
 class Gateway:
     """`lmedge gateway --node NODE` as a child process, ready when /readyz answers."""
 
-    def __init__(self, tmp: Path, node: str, port: int, *extra: str) -> None:
+    def __init__(
+        self, tmp: Path, node: str, port: int, *extra: str, services: Path = SERVICES
+    ) -> None:
         self.port, self.store = port, tmp / f"store-{node}"
         token = tmp / "control-token"
         token.write_text(CONTROL)
         self.log = tmp / f"{node}.log"
         args = [
-            sys.executable, "-c", CODE, "gateway", "--node", node, "--services", str(SERVICES),
+            sys.executable, "-c", CODE, "gateway", "--node", node, "--services", str(services),
             "--port", str(port), "--store", str(self.store), "--run", RUN,
             "--control-token-file", str(token), *extra,
         ]  # fmt: skip

@@ -1,57 +1,57 @@
-"""Per-request routing (RoutingMap.assignments) and LYREO's setting (examples/lyreo)."""
+"""Per-request routing in windows on LYREO's setting (examples/lyreo)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from lmedge.api import Arrival, Assignment, Route, RoutingMap, check_routing_map
+from lmedge.api import Arrival, RequestWindow, Route, RoutingMap
 from lmedge.backends.emulated import EmulatedBackend, load_scenario
 from lmedge.bench.runner import RunSpec, run
 from lmedge.controller.assembly import PolicyChoice
-from lmedge.sim import Scenario
+from lmedge.sim.radio import uplink_s
 from tests.sim.conftest import place, run_all
 
 LYREO = Path(__file__).resolve().parents[2] / "examples" / "lyreo"
 
 
-def test_an_assignment_overrides_the_pair_route(make_scenario: Callable[..., Scenario]) -> None:
-    rows = [(0, "w1", "a", 1, 0.0), (0, "w3", "a", 1, 0.0)]
-    be = EmulatedBackend(make_scenario(rows), seed=0)
+def test_a_window_shares_each_server_uplink_among_the_requests_it_sent_there() -> None:
+    """The slot's map sends every user to its origin; the window sends all to one server,
+    whose band the slot's 60 requests then share (each user's uplink at n = 60)."""
+    sc = load_scenario(LYREO)
+    be = EmulatedBackend(sc, seed=1)
+    em = be.emulator
+    target = be.context().workers[0].name
+    place(be, target, ("llama-1b", "gpu", 2, 1))
     arrivals = be.arrivals(0)
-    assert [a.request for a in arrivals] == ["0-0-w1-a", "0-0-w3-a"]
-    place(be, "w1", ("a", "gpu", 4, 1))
-    place(be, "w2", ("a", "gpu", 4, 1))
-    routing = RoutingMap(
-        routes=[
-            Route(origin="w1", lm="a", destination="w1"),
-            Route(origin="w3", lm="a", destination="w1"),
-        ],
-        assignments=[Assignment(request="0-0-w3-a", destination="w2")],
+    be.publish_routing(
+        0,
+        RoutingMap(
+            routes=[
+                Route(origin=o, lm=lm, destination=o)
+                for o, lm in {(a.origin, a.lm) for a in arrivals}
+            ]
+        ),
     )
-    assert check_routing_map(routing, be.context(), arrivals) == []
-    be.publish_routing(0, routing)
-    dest = {r.id: r.destination for r in run_all(be, 500.0)}
-    assert dest == {"0-0-w1-a": "w1", "0-0-w3-a": "w2"}
 
+    def to_target(window: RequestWindow) -> list[Route]:
+        return [Route(origin=r.origin, lm=r.lm, destination=target) for r in window.requests]
 
-def test_assignments_are_checked(make_scenario: Callable[..., Scenario]) -> None:
-    be = EmulatedBackend(make_scenario([(0, "w1", "a", 1, 0.0)]), seed=0)
-    arrivals = be.arrivals(0)
-    ok = RoutingMap(routes=[], assignments=[Assignment(request="0-0-w1-a", destination="w2")])
-    assert check_routing_map(ok, be.context(), arrivals) == []
-    bad = RoutingMap(
-        routes=[],
-        assignments=[
-            Assignment(request="nope", destination="w2"),
-            Assignment(request="0-0-w1-a", destination="elsewhere"),
-        ],
-    )
-    why = [v.message for v in check_routing_map(bad, be.context(), arrivals)]
-    assert any("no arrival this slot is request 'nope'" in m for m in why)
-    assert any("unknown destination node 'elsewhere'" in m for m in why)
+    be.route_requests_with(to_target, sc.spec.loop.slot_s, 1024)
+    rows = {em._request_id(r): r for r in em._requests(0)}
+    lengths = em._lengths_of(0)
+    radio = sc.spec.workload.users.radio  # type: ignore[union-attr]
+    records = [r for r in run_all(be, 200.0) if r.slot == 0]
+    assert len(records) == len(arrivals) == 60
+    for rec in records:
+        r = rows[rec.id]
+        tokens = sum(i for i, _ in lengths[rec.id])
+        wait = sc.spec.loop.slot_s - r.offset_s
+        assert rec.destination == target
+        assert rec.uplink_s == pytest.approx(
+            wait + uplink_s(radio, (r.x_m, r.y_m), em._server_at[target], tokens, 60)
+        )
 
 
 @pytest.fixture(scope="module")

@@ -54,8 +54,9 @@ from lmedge.api import (
     ServiceInfo,
     Snapshot,
 )
-from lmedge.api.gateway_control import RoutingUpdate
+from lmedge.api.gateway_control import RequestRouting, RoutingUpdate
 from lmedge.api.live import ContextUpdate
+from lmedge.api.runconfig import PolicyConfig
 from lmedge.backends.kubernetes.client import KubeClient
 from lmedge.backends.kubernetes.gateways import GatewayClient
 from lmedge.backends.kubernetes.live import LiveCluster, context_of, view_of
@@ -284,6 +285,14 @@ class KubernetesBackend:
         self._cursor = RecordCursor(settings.run)
         self._last_arrivals: Counter[tuple[str, str]] = Counter()
         self._last_prompts: Counter[tuple[str, str]] = Counter()
+        # request-level routing at the gateways: (policy, window s, most a call)
+        self._request_routing: tuple[PolicyConfig, float, int] | None = None
+        self._snapshot: Snapshot | None = None
+
+    def route_requests_at_gateways(self, policy: PolicyConfig, window_s: float, most: int) -> None:
+        """Make every later push carry `RequestRouting`: each gateway routes its own
+        requests in windows with `policy`'s router (the control loop installs it)."""
+        self._request_routing = (policy, window_s, most)
 
     def context(self) -> ClusterContext:
         return self._ctx
@@ -309,11 +318,12 @@ class KubernetesBackend:
         services = {s.name: s for s in self._ctx.services}
         workers = [n.name for n in self._ctx.workers]
         depths = self.gateways.queue_depths(workers) if self.gateways else {}
-        return Snapshot(
+        self._snapshot = Snapshot(
             slot=slot,
             time_s=self.clock.now(),
             nodes=[node_state(n, pods, services, depths.get(n.name)) for n in self._ctx.workers],
         )
+        return self._snapshot
 
     def node_snapshot(self, node: str) -> NodeState:
         """One node's state (what its node agent observes)."""
@@ -364,10 +374,30 @@ class KubernetesBackend:
             services={s.name: s.spec.modality for s in ctx.services},
             classes=classes,
             lost=sorted(n for n in self.gateways.urls if not ctx.has_node(n)),
+            requests=self._requests_push(slot),
         )
         failed = self.gateways.push_routing(update)
         if failed:
             log.warning("slot %d: routing not delivered to %s", slot, ", ".join(failed))
+
+    def _requests_push(self, slot: int) -> RequestRouting | None:
+        """What the gateways need to route request by request this slot (None: the map).
+
+        The slot's snapshot (taken by the loop before it routed) is the
+        gateways' view of the deployed pairs and their queues.
+        """
+        if self._request_routing is None:
+            return None
+        policy, window_s, most = self._request_routing
+        snapshot = self._snapshot if self._snapshot is not None else self.snapshot(slot)
+        return RequestRouting(
+            policy=policy,
+            context=self._ctx,
+            snapshot=snapshot,
+            window_s=window_s,
+            window_requests=most,
+            budget_s=window_s,
+        )
 
     def apply_placement(self, placement: Placement) -> ActuationResult:
         if not self._ctx.has_node(placement.node) and any(p.mode != "off" for p in placement.lms):

@@ -1,11 +1,14 @@
-"""Per-request routing over token-engine servers: the slot as such a router sees it.
+"""Per-request routing over token-engine servers: a routing window as such a router sees it.
 
 LYREO's scheduler and its baselines send each request to a server (not each
-(origin, LM) pair): `route_requests` walks the slot's arrivals in order, asks
-the router's `choose` for a server among those that can host the LM, commits
-the request there (so the next choice sees it), and returns a `RoutingMap`
-with one `Assignment` per named request and a route for any arrival without
-an id (an aggregate count: its pair goes where its first request would).
+(origin, LM) pair). They are request-level routers (`Capabilities.routes_requests`,
+windows set by `WindowParams`): `route_window` walks a `RequestWindow`'s
+requests in order, asks the router's `choose` for a server among those that
+can host the request's LM, commits the request there (so the next choice
+sees it), and returns one `Route` per request. `slot_map` is the same walk
+over a slot's arrivals with one choice per (origin, LM) pair: the slot's
+`RoutingMap`, which applies where no window is routed (a backend that cannot
+call the router per window, a window whose call failed).
 
 `RequestSlot` holds, per feasible server of one LM, what the snapshot says
 (running and waiting sequences, KV-pool usage of the LM's engine) and what
@@ -19,7 +22,7 @@ ends):
   max(0, n - slots) * out / decode(slots) when the batch is full, plus a cold
   start when the LM is not running there.
 - `static_latency_s`: static batching with single-slot completion (the
-  model LYREO argues against): only this slot's batch on the server,
+  model LYREO argues against): only this window's batch on the server,
   sum(input) / prefill + out * k / decode(k), k its size; carried-over
   requests are ignored.
 - `kv_work`: the request's normalized KV memory-time, kv bytes x (input +
@@ -27,7 +30,7 @@ ends):
   server's GPU memory (`lmedge.metrics`' W_s).
 - `count_work`: 1 / batch slots (LYREO-Count's workload).
 
-Loads at the slot start: `kv_load` = KV-pool usage x pool bytes / M_s (the
+Loads in the window's snapshot: `kv_load` = KV-pool usage x pool bytes / M_s (the
 memory-time the server holds over one slot at its current occupancy),
 `count_load` = active / batch slots. Pure: no randomness, no clock.
 """
@@ -38,14 +41,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import Field
+
 from lmedge.api import (
     Arrival,
-    Assignment,
     ClusterContext,
     Decision,
+    RequestWindow,
     Route,
     RoutingMap,
     SlotObservation,
+    WindowRequest,
 )
 from lmedge.api.constants import COLD_START_S
 from lmedge.api.engines import (
@@ -57,8 +63,23 @@ from lmedge.api.engines import (
     kv_capacity_tokens,
     throughput_profile,
 )
+from lmedge.policies.kit.params import PluginParams
 
-__all__ = ["RequestSlot", "Server", "route_requests"]
+__all__ = ["RequestSlot", "Server", "WindowParams", "route_window", "slot_map"]
+
+
+class WindowParams(PluginParams):
+    """The routing window of a per-request router (`Capabilities.window_s`, `window_requests`).
+
+    The defaults route a 1-s slot's requests in one call (LYREO's setting:
+    its scheduler decides each slot's requests together, and its virtual
+    queues move once a slot).
+    """
+
+    window_s: float = Field(default=1.0, gt=0, description="The routing window, seconds.")
+    window_requests: int = Field(
+        default=1024, ge=1, description="Most requests a call (a larger window is split)."
+    )
 
 
 @dataclass
@@ -86,9 +107,10 @@ class Server:
 
 
 class RequestSlot:
-    """The feasible servers of `lm` at the start of a slot (see the module docstring)."""
+    """The feasible servers of `lm` in a window's (or a slot's) snapshot (see the module
+    docstring); `slot` is the slot the requests arrived in."""
 
-    def __init__(self, ctx: ClusterContext, obs: SlotObservation, lm: str) -> None:
+    def __init__(self, ctx: ClusterContext, obs: RequestWindow | SlotObservation, lm: str) -> None:
         spec = ctx.service(lm).spec
         tokens = spec.engine.tokens
         states = {n.name: n for n in obs.snapshot.nodes}
@@ -168,48 +190,102 @@ class RequestSlot:
         s.batch_input += input_tokens
 
 
-#: (the LM's slot, the arrival, its input tokens) -> index of the chosen server
+#: (the LM's servers, the request as an arrival, its input tokens) -> index of the chosen server
 Chooser = Callable[[RequestSlot, Arrival, int], int]
 
 
-def route_requests(
-    obs: SlotObservation,
-    policy: str,
+def _slots(
+    ctx: ClusterContext, obs: RequestWindow | SlotObservation, lms: list[str]
+) -> dict[str, RequestSlot]:
+    """A `RequestSlot` per servable LM of `lms` (first appearance order)."""
+    out: dict[str, RequestSlot] = {}
+    for lm in lms:
+        if lm not in out and ctx.has_service(lm) and ctx.feasible_nodes(lm):
+            out[lm] = RequestSlot(ctx, obs, lm)
+    return out
+
+
+def _walk(slot: RequestSlot, ctx: ClusterContext, a: Arrival, choose: Chooser) -> str:
+    """The destination of arrival `a` (committed there), or the first feasible node
+    when no server of its LM runs a token engine."""
+    if not slot.servers:
+        return ctx.feasible_nodes(slot.lm)[0]
+    tokens = a.input_tokens if a.input_tokens is not None else NOMINAL_INPUT_TOKENS
+    k = choose(slot, a, tokens)
+    slot.commit(k, tokens)
+    return slot.servers[k].name
+
+
+def _arrival(w: WindowRequest, lm: str) -> Arrival:
+    """A window's request as the `Arrival` a `Chooser` reads (the learner seam's type)."""
+    return Arrival.model_construct(
+        origin=w.origin,
+        lm=lm,
+        requests=1,
+        prompts=w.prompts,
+        request=w.id,
+        input_tokens=w.input_tokens,
+    )
+
+
+def route_window(
+    window: RequestWindow,
     choose: Chooser,
     begin: Callable[[dict[str, RequestSlot]], None] | None = None,
-) -> Decision[RoutingMap]:
-    """Route every arrival of `obs` one request at a time (see the module docstring).
+) -> list[Route]:
+    """One route per request of `window`, in order (see the module docstring).
 
-    `begin` sees the slot's `RequestSlot` per LM before the first choice (a
-    router's virtual queues update there). LMs without a token-engine server
-    are routed to their first feasible node.
+    `begin` sees the window's `RequestSlot` per LM before the first choice (a
+    router's virtual queues update there). A request class that is not an LM
+    goes to its first model (`ClusterContext.default_model`), as a slot map
+    shows it to a router that does not route classes. A request no LM in force
+    can serve is routed to its origin: the backend's default routing replaces
+    a route it cannot follow.
     """
-    ctx = obs.context
-    slots: dict[str, RequestSlot] = {}
-    for a in obs.arrivals:
-        if a.lm not in slots and ctx.has_service(a.lm) and ctx.feasible_nodes(a.lm):
-            slots[a.lm] = RequestSlot(ctx, obs, a.lm)
+    ctx = window.context
+    models = [w.lm if ctx.has_service(w.lm) else ctx.default_model(w.lm) for w in window.requests]
+    slots = _slots(ctx, window, [m for m in models if m is not None])
     if begin is not None:
         begin(slots)
-    assignments: list[Assignment] = []
+    routes: list[Route] = []
+    for w, lm in zip(window.requests, models, strict=True):
+        slot = slots.get(lm) if lm is not None else None
+        if slot is None or lm is None:
+            routes.append(Route(origin=w.origin, lm=w.lm, destination=w.origin))
+            continue
+        dest = _walk(slot, ctx, _arrival(w, lm), choose)
+        routes.append(
+            Route(origin=w.origin, lm=w.lm, destination=dest, model=None if lm == w.lm else lm)
+        )
+    return routes
+
+
+def slot_map(obs: SlotObservation, policy: str, choose: Chooser) -> Decision[RoutingMap]:
+    """The slot's map: each (origin, LM) pair where `choose` sends its first arrival.
+
+    Every arrival is committed to its pair's destination, so later pairs see
+    the load. `choose` must leave the router's state alone: the requests
+    themselves are routed per window (`route_window`), and the map only
+    applies where they are not. LMs without a token-engine server are routed
+    to their first feasible node.
+    """
+    ctx = obs.context
+    slots = _slots(ctx, obs, [a.lm for a in obs.arrivals])
     routes: dict[tuple[str, str], Route] = {}
     for a in obs.arrivals:
         slot = slots.get(a.lm)
         if slot is None or a.requests <= 0:
             continue
-        if not slot.servers:
-            dest = ctx.feasible_nodes(a.lm)[0]
-        else:
+        hit = routes.get((a.origin, a.lm))
+        if hit is None:
+            dest = _walk(slot, ctx, a, choose)
+            routes[(a.origin, a.lm)] = Route(origin=a.origin, lm=a.lm, destination=dest)
+        elif slot.servers:
             tokens = a.input_tokens if a.input_tokens is not None else NOMINAL_INPUT_TOKENS
-            k = choose(slot, a, tokens)
-            slot.commit(k, tokens)
-            dest = slot.servers[k].name
-        if a.request is not None:
-            assignments.append(Assignment(request=a.request, destination=dest))
-        routes.setdefault((a.origin, a.lm), Route(origin=a.origin, lm=a.lm, destination=dest))
+            slot.commit([s.name for s in slot.servers].index(hit.destination), tokens)
     return Decision[RoutingMap](
         agent="scheduler",
         policy=policy,
         source="rule",
-        value=RoutingMap(routes=list(routes.values()), assignments=assignments),
+        value=RoutingMap(routes=list(routes.values())),
     )

@@ -1,11 +1,15 @@
 """LYREO's Lyapunov scheduler per request, on token-level KV memory-time (`lyreo-ly`).
 
-The seed's setting assigns each request a server (§III-E). Each slot, with
-W_s the servers' workload read from their engines at the slot start
-(`lmedge.policies.kit.requests`: KV-pool usage x pool bytes / (M_s x slot),
-M_s the server's GPU memory), the virtual queues are updated,
-Z_s <- max(Z_s + |W_s - mean W| - eps, 0) (`lmedge.metrics`), and the
-slot's requests are taken in arrival order, each to the server minimizing
+The seed's setting assigns each request a server (§III-E). The router is a
+request-level router (`Capabilities.routes_requests`): the backend hands it
+the requests of each routing window (`RequestWindow`; by default a window is
+the 1-s slot, `kit.requests.WindowParams`) at the window's end. At the first
+window of each slot, with W_s the servers' workload read from their engines
+in the window's snapshot (`lmedge.policies.kit.requests`: KV-pool usage x
+pool bytes / (M_s x slot), M_s the server's GPU memory), the virtual queues
+are updated, Z_s <- max(Z_s + |W_s - mean W| - eps, 0) (`lmedge.metrics`),
+and kept across windows; the window's requests are taken in arrival order,
+each to the server minimizing
 
     nu * latency_s(r) / tau  +  sum_j Z_j * |W_j' - mean W'|
 
@@ -13,7 +17,10 @@ where W' is the workload after adding the request's KV memory-time
 (kv bytes x (input + 215/2) tokens x latency_s / (M_s x slot)) at s, and
 latency_s the continuous-batching estimate of the kit. The sum is computed
 exactly over the servers (O(S^2) a request: 8 servers, ~100 requests a slot
-is ~6,000 terms). Ties go to the earlier server in manifest order.
+is ~6,000 terms). Ties go to the earlier server in manifest order. The
+slot's `RoutingMap` (`route`, the fallback where windows are not routed) is
+the same rule per (origin, LM) pair with the virtual queues as they stand:
+it neither moves them nor asks the learner.
 
 Ablations (seed §V-D), each a router of its own so that a profile names it:
 `lyreo-nolb` drops the balance term (latency only), `lyreo-count` measures
@@ -38,11 +45,20 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from pydantic import Field
 
-from lmedge.api import Arrival, Decision, RequestRecord, RoutingMap, SlotObservation
+from lmedge.api import (
+    Arrival,
+    Capabilities,
+    Decision,
+    RequestRecord,
+    RequestWindow,
+    Route,
+    RoutingMap,
+    SlotObservation,
+)
 from lmedge.errors import ConfigError
 from lmedge.metrics import BALANCE_EPSILON, load_deviations, next_virtual_queues
-from lmedge.policies.kit.params import PluginParams, parse_params
-from lmedge.policies.kit.requests import RequestSlot, route_requests
+from lmedge.policies.kit.params import parse_params
+from lmedge.policies.kit.requests import RequestSlot, WindowParams, route_window, slot_map
 
 NAME = "lyreo-ly"
 #: Router name -> its fixed ablation parameters (seed §V-D).
@@ -53,7 +69,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-class LyreoRequestParams(PluginParams):
+class LyreoRequestParams(WindowParams):
     nu: float = Field(default=0.5, ge=0, description="Weight of latency against load balance.")
     epsilon: float = Field(
         default=BALANCE_EPSILON, ge=0, description="Tolerated workload deviation (seed: 0.01)."
@@ -106,6 +122,10 @@ class LyreoRequestRouter:
         self.p = params
         self.learner = learner
         self.z: dict[str, float] = {}
+        self.capabilities = Capabilities(
+            routes_requests=True, window_s=params.window_s, window_requests=params.window_requests
+        )
+        self._z_slot: int | None = None  # the slot whose windows the queues last moved for
 
     def terms(self, slot: RequestSlot, tokens: int) -> Terms:
         """The request's `Terms` at each candidate of `slot`."""
@@ -133,29 +153,41 @@ class LyreoRequestRouter:
         return Terms(latency, balance, loads, z, self.p.epsilon)
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
+        """The slot's map (`kit.requests.slot_map`) by the rule, with Z as it stands."""
         tau = obs.context.loop.tau_s
-        by_count = self.p.workload == "count"
+        return slot_map(obs, self.name, lambda slot, a, tokens: self._rule(slot, tokens, tau))
 
-        def begin(slots: Mapping[str, RequestSlot]) -> None:
-            loads: dict[str, float] = {}
-            for slot in slots.values():
-                for s in slot.servers:
-                    w = s.count_load if by_count else s.kv_load
-                    loads[s.name] = loads.get(s.name, 0.0) + w
-            self.z.update(next_virtual_queues(self.z, load_deviations(loads), self.p.epsilon))
+    def route_requests(self, window: RequestWindow) -> list[Route]:
+        """One route per request of the window; Z moves at the slot's first window."""
+        tau = window.context.loop.tau_s
+        fresh = window.slot != self._z_slot
+        self._z_slot = window.slot
 
         def choose(slot: RequestSlot, a: Arrival, tokens: int) -> int:
-            t = self.terms(slot, tokens)
             if self.learner is not None:
-                return self.learner.decide(slot, a, tokens, t)
-            best, best_k = math.inf, 0
-            for k in range(len(slot.servers)):
-                score = self.p.nu * t.latency[k] / tau + t.balance[k]
-                if score < best:
-                    best, best_k = score, k
-            return best_k
+                return self.learner.decide(slot, a, tokens, self.terms(slot, tokens))
+            return self._rule(slot, tokens, tau)
 
-        return route_requests(obs, self.name, choose, begin)
+        return route_window(window, choose, self._update_queues if fresh else None)
+
+    def _update_queues(self, slots: Mapping[str, RequestSlot]) -> None:
+        by_count = self.p.workload == "count"
+        loads: dict[str, float] = {}
+        for slot in slots.values():
+            for s in slot.servers:
+                w = s.count_load if by_count else s.kv_load
+                loads[s.name] = loads.get(s.name, 0.0) + w
+        self.z.update(next_virtual_queues(self.z, load_deviations(loads), self.p.epsilon))
+
+    def _rule(self, slot: RequestSlot, tokens: int, tau: float) -> int:
+        """The drift-plus-penalty choice: the lowest nu latency / tau + balance change."""
+        t = self.terms(slot, tokens)
+        best, best_k = math.inf, 0
+        for k in range(len(slot.servers)):
+            score = self.p.nu * t.latency[k] / tau + t.balance[k]
+            if score < best:
+                best, best_k = score, k
+        return best_k
 
     def observe(self, records: Sequence[RequestRecord]) -> None:
         if self.learner is not None:

@@ -85,15 +85,12 @@ def test_no_rejection_allowed_when_admission_is_off(ctx: ClusterContext) -> None
 def test_strict_schema_expresses_rejections() -> None:
     """What the LLM answers in: the list is required (may be empty), items closed."""
     schema = strict_json_schema(RoutingMap)
-    # strict: every property required; assignments (per-request routing) may be empty
-    assert set(schema["required"]) == {"routes", "rejections", "assignments"}
+    assert set(schema["required"]) == {"routes", "rejections"}
     item = schema["$defs"]["Rejection"]
     assert item["additionalProperties"] is False
     assert set(item["required"]) == {"origin", "lm"}
     validator = jsonschema_rs.Draft202012Validator(schema)
-    reply = {"routes": [], "rejections": [{"origin": "gpu", "lm": "gen"}], "assignments": []}
+    reply = {"routes": [], "rejections": [{"origin": "gpu", "lm": "gen"}]}
     assert validator.is_valid(reply)
-    assert not validator.is_valid({"routes": [], "assignments": []}), (
-        "strict: rejections must be present"
-    )
+    assert not validator.is_valid({"routes": []}), "strict: rejections must be present"
     assert RoutingMap.model_validate_json(json.dumps(reply)).rejected() == {("gpu", "gen")}

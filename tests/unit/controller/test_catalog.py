@@ -124,3 +124,29 @@ def test_a_joint_profile_is_refused_for_a_cluster_saying_why(ctx: ClusterContext
     remote = build_plugins(PolicyChoice("ma"), ctx, 1, deployers_in_process=False)
     assert remote.deployers == {}
     assert build_node_deployer(PolicyChoice("ma"), ctx, "worker-2", 1).name == "agentic"
+
+
+def test_a_gateway_builds_the_runs_request_router_and_the_seed_from_the_catalog(
+    ctx: ClusterContext,
+) -> None:
+    from lmedge.api import RequestRouter
+    from lmedge.api.runconfig import PolicyConfig
+    from lmedge.controller.assembly import (
+        SEED_ROUTER,
+        build_gateway_router,
+        build_seed_router,
+    )
+
+    register_plugins()
+    config = PolicyChoice("cema-request").config(seed=3)
+    router = build_gateway_router(config, ctx, "worker-1")
+    assert isinstance(router, RequestRouter) and capabilities_of(router).routes_requests
+    seed = build_seed_router(config, ctx, "worker-1")
+    assert isinstance(seed, RequestRouter) and seed.p.method == "seed"  # type: ignore[attr-defined]
+    assert SEED_ROUTER == "cema-seed"
+    # LYREO's routers fall back on the least KV memory-time, the signal they route on
+    kv = build_seed_router(PolicyChoice("lyreo-ly").config(seed=3), ctx, "worker-1")
+    assert isinstance(kv, RequestRouter) and capabilities_of(kv).routes_requests
+    assert type(kv).__name__ == "LeastLoadedRouter" and kv.name == "ll-kv"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="does not route requests one by one"):
+        build_gateway_router(PolicyConfig(profile="ma"), ctx, "worker-1")

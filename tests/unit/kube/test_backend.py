@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from lmedge.api import ClusterContext, LMPlacement, LoopConstants, RequestRecord, Route, RoutingMap
 from lmedge.api.gateway_control import ModelEndpoint
 from lmedge.api.manifests import load_resources
+from lmedge.api.runconfig import PolicyConfig
 from lmedge.backends.kubernetes.backend import (
     KubernetesBackend,
     KubernetesSettings,
@@ -396,3 +397,40 @@ def test_a_token_engine_pod_is_registered_with_its_protocol_and_batch() -> None:
         "lm1": 1,
         chat.name: got[chat.name].concurrency,
     }
+
+
+class ListingNoPods(ListingOnly):
+    def list_model_pods(self, namespace: str | None, node: str | None = None) -> list[Any]:
+        return []
+
+
+def test_the_push_carries_request_routing_once_the_loop_installs_it() -> None:
+    # loop._install_request_router -> route_requests_at_gateways -> _requests_push:
+    # every later push carries the policy, the context and the slot's snapshot.
+    bodies: list[bytes] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT":
+            bodies.append(request.content)
+        return httpx.Response(200, json={})
+
+    gateways = GatewayClient({"worker-1": "http://w1"}, transport=httpx.MockTransport(handle))
+    store: Any = Records([])
+    backend = KubernetesBackend(
+        ListingNoPods(), KubernetesSettings(run="run", watch=False), store=store,
+        gateways=gateways,
+    )  # fmt: skip
+    backend.publish_routing(0, ROUTES)
+    policy = PolicyConfig(profile="cema-request", seed=7)
+    backend.route_requests_at_gateways(policy, 0.5, 64)
+    snapshot = backend.snapshot(1)
+    backend.publish_routing(1, ROUTES)
+
+    before, after = (RoutingUpdate.model_validate_json(b) for b in bodies)
+    assert before.requests is None  # the map, until a router routes requests
+    pushed = after.requests
+    assert pushed is not None
+    assert (pushed.policy, pushed.window_s, pushed.window_requests) == (policy, 0.5, 64)
+    assert pushed.budget_s == 0.5
+    assert pushed.snapshot == snapshot and pushed.context == backend.context()
+    gateways.close()

@@ -8,6 +8,8 @@ only; `ppo` (training) imports torch, the `lyreo` extra, and is imported by
 from lmedge.policies.lyreo.learning.actor import (
     FORMAT,
     ActorLearner,
+    CandidateScorer,
+    Checkpoint,
     Episode,
     NumpyActor,
     PolicyFile,
@@ -24,6 +26,8 @@ __all__ = [
     "FEATURES",
     "FORMAT",
     "ActorLearner",
+    "CandidateScorer",
+    "Checkpoint",
     "Episode",
     "LearnerParams",
     "NumpyActor",

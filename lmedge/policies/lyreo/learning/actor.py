@@ -2,7 +2,11 @@
 
 The actor is a small MLP applied to each candidate server's feature row
 (`features`) with shared weights; the candidate scores are its logits, and a
-trained policy routes each request to the highest-scoring server. Deciding
+trained policy routes each request to the highest-scoring server. A residual
+actor (`LearnerParams.residual`, the default) adds the variant's greedy
+score to the MLP's output, logit_s = -score_s / temperature + MLP(row_s)
+(`CandidateScorer`): the MLP learns a correction to `lyreo-ly`, and an
+untrained one (last layer zero) routes exactly as `lyreo-ly`. Deciding
 needs numpy only, so `--policy lyreo` works without the `lyreo` extra
 (torch), which only `lmedge train lyreo` needs.
 
@@ -28,11 +32,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from lmedge.api import Arrival, RequestRecord
 from lmedge.errors import ConfigError
 from lmedge.policies.kit.requests import RequestSlot
-from lmedge.policies.lyreo.learning.features import FEATURES, request_rows, static_columns
+from lmedge.policies.lyreo.learning.features import (
+    FEATURES,
+    greedy_scores,
+    request_rows,
+    static_columns,
+)
 from lmedge.policies.lyreo.learning.params import LearnerParams, Variant
 from lmedge.policies.lyreo.perrequest import Terms
 
-FORMAT: Literal["lmedge-lyreo-policy/1"] = "lmedge-lyreo-policy/1"
+#: /2: the actor may be residual (`params.residual`); a /1 file is refused (retrain it).
+FORMAT: Literal["lmedge-lyreo-policy/2"] = "lmedge-lyreo-policy/2"
 #: Where the shipped policies live in the package: `<variant>.json`.
 SHIPPED = Path(__file__).resolve().parent.parent / "trained"
 
@@ -62,12 +72,29 @@ class Episode(BaseModel):
     decisions: int = Field(ge=0)
 
 
+class Checkpoint(BaseModel):
+    """The argmax of the actor after `episodes` updates on the validation seeds (their mean)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    episodes: int = Field(ge=0, description="Updates done (0: the untrained actor).")
+    mean_latency_s: float
+    failure_share: float = Field(ge=0, le=1)
+    mean_z: float = Field(ge=0)
+    mean_cost: float = Field(description="What selects the shipped checkpoint (lowest wins).")
+
+
 class Provenance(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     scenario: str
     seed: int
     episodes: int = Field(ge=0)
+    selected: int = Field(
+        ge=0,
+        description="Updates of the actor in this file: the validation's best checkpoint "
+        "(`episodes` without validation).",
+    )
     slots: int = Field(ge=1)
     commit: str = Field(description="git commit of the code that trained it ('unknown' if none).")
     lmedge_version: str
@@ -78,13 +105,14 @@ class PolicyFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format: Literal["lmedge-lyreo-policy/1"] = FORMAT
+    format: Literal["lmedge-lyreo-policy/2"] = FORMAT
     variant: Variant
     features: list[str]
     params: LearnerParams
     actor: list[Layer] = Field(min_length=1)
     provenance: Provenance
     curve: list[Episode] = Field(default_factory=list)
+    validation: list[Checkpoint] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _shapes(self) -> PolicyFile:
@@ -168,6 +196,32 @@ class NumpyActor:
         return out
 
 
+class CandidateScorer:
+    """One request's candidate rows and the actor's logits over them (module docstring).
+
+    Keeps the slot's static columns between the requests of a slot. `prior`
+    is -score / temperature of a residual actor (zeros otherwise): training
+    adds it to the torch MLP's output exactly as here.
+    """
+
+    def __init__(self, actor: NumpyActor, params: LearnerParams) -> None:
+        self.actor = actor
+        self.p = params
+        self._use_z = params.variant != "ppo-fixed"
+        self._static: tuple[RequestSlot, Array] | None = None
+
+    def __call__(self, slot: RequestSlot, tokens: int, terms: Terms) -> tuple[Array, Array, Array]:
+        """(rows, prior, logits) of a request of `tokens` input tokens in `slot`."""
+        if self._static is None or self._static[0] is not slot:
+            self._static = (slot, static_columns(slot))
+        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z, self._static[1])
+        if self.p.residual:
+            prior = -greedy_scores(terms, slot.deadline_s, self.p) / self.p.temperature
+        else:
+            prior = np.zeros(len(rows))
+        return rows, prior, prior + self.actor.logits(rows)
+
+
 class ActorLearner:
     """A trained actor behind the router's learner seam: it decides, it does not learn.
 
@@ -177,15 +231,10 @@ class ActorLearner:
 
     def __init__(self, policy: PolicyFile) -> None:
         self.policy = policy
-        self.actor = NumpyActor.of(policy)
-        self._static: tuple[RequestSlot, Array] | None = None
-        self._use_z = policy.variant != "ppo-fixed"
+        self.score = CandidateScorer(NumpyActor.of(policy), policy.params)
 
     def decide(self, slot: RequestSlot, a: Arrival, tokens: int, terms: Terms) -> int:
-        if self._static is None or self._static[0] is not slot:
-            self._static = (slot, static_columns(slot))
-        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z, self._static[1])
-        return int(np.argmax(self.actor.logits(rows)))
+        return int(np.argmax(self.score(slot, tokens, terms)[2]))
 
     def observe(self, records: Sequence[RequestRecord]) -> None:
         return None

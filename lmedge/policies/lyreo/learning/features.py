@@ -13,6 +13,10 @@ counts, shares, rates over the fastest GPU's (decode: at a full batch), W, Z
 and the balance term over epsilon), so the policy file needs no normalizer. `ppo-fixed` sees no
 virtual queue: its Z and balance columns are zero.
 
+`greedy_scores` is the other input of a residual actor: the variant's
+one-step greedy score per candidate (`lyreo-ly`'s drift-plus-penalty), which
+the actor's MLP corrects.
+
 Not here: the scores (`actor`), the Lyapunov terms (`lmedge.policies.lyreo.perrequest`).
 """
 
@@ -25,6 +29,7 @@ import numpy as np
 
 from lmedge.api.engines import GIB
 from lmedge.policies.kit.requests import RequestSlot
+from lmedge.policies.lyreo.learning.params import LearnerParams
 
 if TYPE_CHECKING:
     from lmedge.policies.lyreo.perrequest import Terms
@@ -86,28 +91,57 @@ def request_rows(
     slot's workloads and virtual queues, all in `slot.servers` order; `static`
     is `static_columns(slot)` when the caller keeps it for the slot.
     """
+    # Plain Python over the few servers, one array at the end: numpy's per-call
+    # overhead on 8-element vectors cost twice as much (the decision budget is per request).
     eps = max(terms.epsilon, 1e-12)
     servers = slot.servers
-    w = np.asarray(terms.loads, dtype=float)
-    z = np.asarray(terms.z, dtype=float)
-    active = np.array([s.active for s in servers], dtype=float)
-    slots = np.array([s.slots for s in servers], dtype=float)
-    rows = np.empty((len(servers), WIDTH))
-    rows[:, 0] = np.minimum(np.asarray(terms.latency) / deadline_s, LATENCY_CAP)
-    if use_z:
-        bal = np.asarray(terms.balance) / eps
-        rows[:, 1] = np.sign(bal) * np.log1p(np.abs(bal))
-        rows[:, 2] = np.log1p(z / eps)
-        rows[:, 3] = math.log1p(float(z.sum()) / max(z.size, 1) / eps)
-    else:
-        rows[:, 1:4] = 0.0
-    dev = (w - w.sum() / max(w.size, 1)) / eps
-    rows[:, 4] = np.sign(dev) * np.log1p(np.abs(dev))
-    rows[:, 5] = np.log1p(w / eps)
-    rows[:, 6] = [s.kv_usage() for s in servers]
-    rows[:, 7] = np.log1p(active)
-    rows[:, 8] = np.minimum(active / slots, 2.0)
-    rows[:, 9] = np.log1p([s.batch_requests for s in servers])
+    n = len(servers)
+    w, z = terms.loads, terms.z
+    mean_w = math.fsum(w) / max(n, 1)
+    mean_z = math.log1p(math.fsum(z) / max(n, 1) / eps) if use_z else 0.0
+    log1p, copysign = math.log1p, math.copysign
+    tokens = log1p(input_tokens)
+    flat: list[float] = []
+    for k, s in enumerate(servers):
+        if use_z:
+            bal = terms.balance[k] / eps
+            zs = (copysign(log1p(abs(bal)), bal), log1p(z[k] / eps), mean_z)
+        else:
+            zs = (0.0, 0.0, 0.0)
+        dev = (w[k] - mean_w) / eps
+        flat += (
+            min(terms.latency[k] / deadline_s, LATENCY_CAP),
+            *zs,
+            copysign(log1p(abs(dev)), dev) if dev else 0.0,
+            log1p(w[k] / eps),
+            s.kv_usage(),
+            log1p(s.active),
+            min(s.active / s.slots, 2.0),
+            log1p(s.batch_requests),
+            0.0, 0.0, 0.0, 0.0,  # the static columns, below
+            tokens,
+        )  # fmt: skip
+    rows = np.array(flat, dtype=float).reshape(n, WIDTH)
     rows[:, 10:14] = static_columns(slot) if static is None else static
-    rows[:, 14] = math.log1p(input_tokens)
     return rows
+
+
+def greedy_scores(terms: Terms, deadline_s: float, params: LearnerParams) -> Array:
+    """The variant's one-step greedy score per candidate, lower is better (the residual prior).
+
+    lyreo, ly-ppo: `lyreo-ly`'s drift-plus-penalty, nu latency_s / deadline + balance_s
+    (the router divides by tau, which is the LM's deadline unless the LM sets
+    its own); ppo-fixed, which has no virtual queue: nu latency_s / deadline +
+    fixed_penalty (W_s - mean W), its cost's fixed balancing penalty at the
+    router's scale. The argmin is the greedy's choice, ties to the first.
+    """
+    nu = params.nu
+    if params.variant == "ppo-fixed":
+        w, c = terms.loads, params.fixed_penalty
+        mean = math.fsum(w) / max(len(w), 1)
+        return np.array(
+            [nu * x / deadline_s + c * (y - mean) for x, y in zip(terms.latency, w, strict=True)]
+        )
+    return np.array(
+        [nu * x / deadline_s + b for x, b in zip(terms.latency, terms.balance, strict=True)]
+    )

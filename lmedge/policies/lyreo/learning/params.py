@@ -2,14 +2,16 @@
 
 Defaults are the seed's where it gives them (LSTM 2 x 64, truncation H = 250,
 epsilon and nu as the router's) and common PPO settings elsewhere
-(assumptions, marked as such).
+(assumptions, marked as such). The residual actor (`residual`, `temperature`)
+and the validation that picks the shipped checkpoint (`validate_every`) are
+lmedge's additions to the seed's method (`lmedge/policies/lyreo/README.md`).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from lmedge.policies.kit.params import PluginParams
 
@@ -51,6 +53,36 @@ class LearnerParams(PluginParams):
     minibatch: int = Field(default=256, ge=1, description="Decisions per PPO minibatch.")
     entropy: float = Field(default=0.01, ge=0, description="Entropy bonus weight.")
     value_coef: float = Field(default=0.5, ge=0, description="Critic loss weight.")
+    residual: bool = Field(
+        default=True,
+        description="Residual actor: logits = -(greedy score)/temperature + MLP(row), the MLP's "
+        "last layer zero at the start, so the untrained argmax is the variant's greedy "
+        "(lyreo-ly; ppo-fixed: its fixed-penalty greedy). False: the MLP alone.",
+    )
+    temperature: float = Field(
+        default=0.005,
+        gt=0,
+        description="Residual actor: the greedy score's temperature (score units: a latency of "
+        "one deadline weighs nu). Lower: the sampled policy stays closer to the greedy.",
+    )
+    validate_every: int = Field(
+        default=5,
+        ge=0,
+        description="Evaluate the argmax on the validation seeds before training and every this "
+        "many episodes, and keep the checkpoint of lowest validation cost; 0: keep the last.",
+    )
+    validate_seeds: tuple[int, ...] = Field(
+        default=(11, 12),
+        description="Emulator seeds of the validation runs (not training seeds).",
+    )
+
+    @field_validator("validate_seeds", mode="before")
+    @classmethod
+    def _seeds_from_text(cls, value: object) -> object:
+        # `--param validate_seeds=11,12` arrives as text
+        if isinstance(value, str):
+            return tuple(x.strip() for x in value.split(",") if x.strip())
+        return value
 
     @model_validator(mode="after")
     def _penalty_for_variant(self) -> LearnerParams:

@@ -2,6 +2,11 @@
 
 After each episode (`Trajectory`, rewards r_i = -cost_i / scale):
 
+0. Actor. logit_s = MLP(row_s), plus -score_s / temperature for a residual
+   actor (`actor.CandidateScorer`; the trajectory carries that prior), whose
+   MLP starts with its last layer at zero: PPO learns a correction to the
+   variant's greedy instead of a policy from scratch (lmedge's addition: from
+   scratch, 19 episodes left the argmax far worse than the greedy).
 1. Values. The critic scores every step: V(s_i), from the candidates' rows
    (a per-candidate MLP, mean- and max-pooled, so any number of servers).
 2. Redistribution (variant `lyreo`; seed §IV-B2). The steps are cut into
@@ -47,21 +52,29 @@ def _mlp(width: int, hidden: int, out: int) -> nn.Sequential:
 
 
 class ActorCritic(nn.Module):
-    """Actor: a logit per candidate row. Critic: pooled per-candidate embeddings -> V(s)."""
+    """Actor: a logit per candidate row (+ the prior). Critic: pooled embeddings -> V(s).
 
-    def __init__(self, hidden: int) -> None:
+    `residual`: the actor's last layer starts at zero (its first argmax is the
+    prior's, the greedy); otherwise near zero (a near-uniform first policy).
+    """
+
+    def __init__(self, hidden: int, residual: bool = False) -> None:
         super().__init__()
         self.actor = _mlp(WIDTH, hidden, 1)
         self.embed = _mlp(WIDTH, hidden, hidden)
         self.value = nn.Linear(2 * hidden, 1)
-        with torch.no_grad():  # a near-uniform first policy
+        with torch.no_grad():
             last = self.actor[-1]
             assert isinstance(last, nn.Linear)
-            last.weight.mul_(0.01)
+            last.weight.mul_(0.0 if residual else 0.01)
             last.bias.zero_()
 
-    def logits(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def logits(
+        self, rows: torch.Tensor, mask: torch.Tensor, prior: torch.Tensor | None = None
+    ) -> torch.Tensor:
         raw: torch.Tensor = self.actor(rows).squeeze(-1)
+        if prior is not None:
+            raw = raw + prior
         return raw.masked_fill(~mask, -1e9)
 
     def values(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -117,7 +130,7 @@ class Trainer:
         torch.set_num_threads(1)
         torch.manual_seed(seed)
         self.p = params
-        self.net = ActorCritic(params.hidden)
+        self.net = ActorCritic(params.hidden, params.residual)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=params.lr)
         self.predictor = ReturnPredictor(params.lstm_hidden, params.lstm_layers)
         self.predictor_opt = torch.optim.Adam(self.predictor.parameters(), lr=1e-3)
@@ -175,6 +188,7 @@ class Trainer:
         if n == 0:
             return {}
         rows, mask = torch.from_numpy(traj.rows), torch.from_numpy(traj.mask)
+        prior = torch.from_numpy(traj.prior)
         actions, old = torch.from_numpy(traj.actions), torch.from_numpy(traj.logp)
         with torch.no_grad():
             values = self.net.values(rows, mask).double().numpy()
@@ -193,7 +207,7 @@ class Trainer:
             perm = torch.randperm(n, generator=order)
             for start in range(0, n, self.p.minibatch):
                 idx = perm[start : start + self.p.minibatch]
-                logits = self.net.logits(rows[idx], mask[idx])
+                logits = self.net.logits(rows[idx], mask[idx], prior[idx])
                 logp_all = torch.log_softmax(logits, -1)
                 logp = logp_all.gather(1, actions[idx].unsqueeze(1)).squeeze(1)
                 ratio = torch.exp(logp - old[idx])

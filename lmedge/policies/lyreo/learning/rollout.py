@@ -1,8 +1,9 @@
 """Collecting an episode of LYREO's sequence-MDP behind the per-request router's learner seam.
 
 Each request the router routes is one step: the state is the candidate
-servers' feature rows (`features`), the action the server taken, sampled
-from the actor's softmax (or its argmax when evaluating). Its cost, what the
+servers' feature rows (`features`) (and, for a residual actor, their greedy
+scores), the action the server taken, sampled from the actor's softmax (or
+its argmax when evaluating). Its cost, what the
 learner minimizes, has the seed's three parts:
 
     cost_i = nu * latency_i / deadline                 (delayed: known when request i finishes;
@@ -36,8 +37,8 @@ import numpy as np
 
 from lmedge.api import Arrival, RequestRecord
 from lmedge.policies.kit.requests import RequestSlot
-from lmedge.policies.lyreo.learning.actor import NumpyActor
-from lmedge.policies.lyreo.learning.features import WIDTH, request_rows, static_columns
+from lmedge.policies.lyreo.learning.actor import CandidateScorer, NumpyActor
+from lmedge.policies.lyreo.learning.features import WIDTH
 from lmedge.policies.lyreo.learning.params import LearnerParams
 from lmedge.policies.lyreo.perrequest import Terms
 
@@ -52,6 +53,7 @@ class Trajectory:
 
     rows: Array  # (N, M, WIDTH)
     mask: Array  # (N, M) candidates present
+    prior: Array  # (N, M) the residual actor's -score / temperature (zeros if not residual)
     actions: Array  # (N,)
     logp: Array  # (N,) log-probability of the action when taken
     observed_cost: Array  # (N,) cost as the delayed reward stream delivers it
@@ -78,13 +80,13 @@ class RolloutLearner:
         measured_slots: int | None = None,
     ) -> None:
         self.p = params
-        self.actor = actor
+        self.score = CandidateScorer(actor, params)
         self.rng = rng
         self.sample = sample
         self.measured = measured_slots
-        self._static: tuple[RequestSlot, Array] | None = None
         self._use_z = params.variant != "ppo-fixed"
         self.rows: list[Array] = []
+        self.prior: list[Array] = []
         self.actions: list[int] = []
         self.logp: list[float] = []
         self.observed: list[float] = []
@@ -94,10 +96,7 @@ class RolloutLearner:
         self._latency_sum, self._requests, self._failed = 0.0, 0, 0
 
     def decide(self, slot: RequestSlot, a: Arrival, tokens: int, terms: Terms) -> int:
-        if self._static is None or self._static[0] is not slot:
-            self._static = (slot, static_columns(slot))
-        rows = request_rows(slot, tokens, terms, slot.deadline_s, self._use_z, self._static[1])
-        logits = self.actor.logits(rows)
+        rows, prior, logits = self.score(slot, tokens, terms)
         logits -= logits.max()
         prob = np.exp(logits)
         prob /= prob.sum()
@@ -115,6 +114,7 @@ class RolloutLearner:
         if self.measured is None or slot.slot < self.measured:
             self._slot_z.setdefault(slot.slot, math.fsum(terms.z) / max(len(terms.z), 1))
         self.rows.append(rows)
+        self.prior.append(prior)
         self.actions.append(j)
         self.logp.append(math.log(max(float(prob[j]), 1e-12)))
         self.observed.append(cost)
@@ -145,12 +145,15 @@ class RolloutLearner:
         width = max((len(r) for r in self.rows), default=1)
         rows = np.zeros((n, width, WIDTH), dtype=np.float32)
         mask = np.zeros((n, width), dtype=bool)
-        for i, r in enumerate(self.rows):
+        prior = np.zeros((n, width), dtype=np.float32)
+        for i, (r, q) in enumerate(zip(self.rows, self.prior, strict=True)):
             rows[i, : len(r)] = r
             mask[i, : len(r)] = True
+            prior[i, : len(q)] = q
         return Trajectory(
             rows=rows,
             mask=mask,
+            prior=prior,
             actions=np.array(self.actions, dtype=np.int64),
             logp=np.array(self.logp, dtype=np.float32),
             observed_cost=np.array(self.observed),
