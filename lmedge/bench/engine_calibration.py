@@ -48,11 +48,8 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +67,8 @@ from lmedge.api.engines import (
     mixed_batches,
 )
 from lmedge.bench.llama_server import (
+    Call,
+    ClockKind,
     Completion,
     LlamaServer,
     ServerConfig,
@@ -389,6 +388,19 @@ def emulate(
 
     `mixed`: running sequences decode in a new prompt's batch, as llama-server does.
     """
+    reqs = emulate_requests(trace, profile, kv_capacity_tokens, max_running, mixed=mixed)
+    return [Latency(r.ttft_s, r.tpot_s, r.e2e_s) for r in reqs]
+
+
+def emulate_requests(
+    trace: Sequence[TraceRequest],
+    profile: ThroughputProfile,
+    kv_capacity_tokens: int,
+    max_running: int,
+    *,
+    mixed: bool = mixed_batches("llama.cpp"),
+) -> list[TokenRequest]:
+    """The trace run through `BatchingEngine`: its served requests, in trace order."""
     engine = BatchingEngine(profile, kv_capacity_tokens, max_running, mixed=mixed)
     reqs = [TokenRequest(r.rid, r.arrival_s, r.input_tokens, r.output_tokens) for r in trace]
     for req in sorted(reqs, key=lambda q: q.arrival_s):
@@ -396,7 +408,17 @@ def emulate(
         engine.submit(req, req.arrival_s)
     while (t := engine.next_event_time()) is not None:
         engine.advance(t)
-    return [Latency(r.ttft_s, r.tpot_s, r.e2e_s) for r in reqs]
+    return reqs
+
+
+def emulated_stages(req: TokenRequest) -> Stages:
+    """An emulated request's wait (for admission), prefill and decode."""
+    return Stages(
+        send=0.0,
+        wait=req.admitted_s - req.arrival_s,
+        prefill=req.first_token_s - req.admitted_s,
+        decode=req.finish_s - req.first_token_s,
+    )
 
 
 # -- the real side ----------------------------------------------------------------------
@@ -407,37 +429,57 @@ def _latency(c: Completion, arrival: float) -> Latency:
     return Latency(c.first_s - arrival, tpot, c.last_s - arrival)
 
 
+@dataclass(frozen=True)
+class Stages:
+    """Where one request's time went, seconds from its planned arrival.
+
+    `send`: the client's lag behind the plan; `wait`: sent to admitted (a slot
+    free and the iteration under way over; llama-server sends the response
+    headers then); `prefill`: admitted to the first token; `decode`: first to
+    last token. The emulator's stages have `send` 0. `server_prefill` and
+    `server_decode` are the server's own `timings` (0 for the emulator).
+    """
+
+    send: float
+    wait: float
+    prefill: float
+    decode: float
+    server_prefill: float = 0.0
+    server_decode: float = 0.0
+
+
+def measured_stages(c: Completion) -> Stages:
+    return Stages(
+        send=c.sent_s - c.planned_s,
+        wait=c.admitted_s - c.sent_s,
+        prefill=c.first_s - c.admitted_s,
+        decode=c.last_s - c.first_s,
+        server_prefill=c.server_prompt_s,
+        server_decode=c.server_decode_s,
+    )
+
+
+def stage_table(
+    trace: Sequence[TraceRequest], measured: Sequence[Stages], emulated: Sequence[Stages]
+) -> str:
+    """Per request, measured / emulated stages (ms) as a markdown table: where the time went."""
+    lines = [
+        "| request | arrival (s) | in | out | send lag | wait: measured / emulated "
+        "| prefill: measured (server) / emulated | decode: measured (server) / emulated |",
+        "|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for r, m, e in zip(trace, measured, emulated, strict=True):
+        lines.append(
+            f"| {r.rid} | {r.arrival_s:.2f} | {r.input_tokens} | {r.output_tokens} "
+            f"| {m.send * 1e3:.1f} | {m.wait * 1e3:.0f} / {e.wait * 1e3:.0f} "
+            f"| {m.prefill * 1e3:.0f} ({m.server_prefill * 1e3:.0f}) / {e.prefill * 1e3:.0f} "
+            f"| {m.decode * 1e3:.0f} ({m.server_decode * 1e3:.0f}) / {e.decode * 1e3:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _prompt(rng: np.random.Generator, vocab: Sequence[int], n: int) -> list[int]:
     return [int(t) for t in rng.choice(vocab, size=n)]
-
-
-def _concurrently(
-    calls: Sequence[tuple[float, Callable[[], Completion]]],
-) -> list[tuple[float, Completion]]:
-    """Run each call in its own thread at its offset (s) from now; (planned start, result)."""
-    t0 = time.monotonic() + 0.2
-    results: list[tuple[float, Completion] | None] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def worker(i: int, offset: float, call: Callable[[], Completion]) -> None:
-        start = t0 + offset
-        time.sleep(max(0.0, start - time.monotonic()))
-        try:
-            results[i] = (start, call())
-        except BaseException as exc:  # re-raised in the caller's thread
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=worker, args=(i, off, call), daemon=True)
-        for i, (off, call) in enumerate(calls)
-    ]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise errors[0]
-    return [r for r in results if r is not None]
 
 
 @dataclass
@@ -445,7 +487,7 @@ class Measurements:
     """What the calibration measured on the server."""
 
     prefill: list[tuple[int, float]] = field(default_factory=list)  # (tokens, client TTFT s)
-    server_prefill_per_s: list[float] = field(default_factory=list)
+    server_prefill_s: list[tuple[int, float]] = field(default_factory=list)  # (tokens, server s)
     decode: list[tuple[int, float]] = field(default_factory=list)  # (running, s per token)
     sustained: list[dict[str, float]] = field(default_factory=list)  # the burst's latencies
 
@@ -468,11 +510,10 @@ def measure(
         for n in prefill_sizes:
             c = server.complete(_prompt(rng, vocab, n), 1)
             m.prefill.append((c.prompt_tokens, c.first_s - c.sent_s))
-            m.server_prefill_per_s.append(c.server_prompt_per_s)
+            m.server_prefill_s.append((c.prompt_tokens, c.server_prompt_s))
         for k in running:
-            prompts = [_prompt(rng, vocab, 8) for _ in range(k)]
-            calls = [(0.0, partial(server.complete, p, decode_tokens)) for p in prompts]
-            for _, c in _concurrently(calls):
+            calls = [Call(0.0, _prompt(rng, vocab, 8), decode_tokens) for _ in range(k)]
+            for c in server.run(calls):
                 m.decode.append((k, (c.last_s - c.first_s) / (c.tokens - 1)))
     return m
 
@@ -500,30 +541,95 @@ def sustained_burst(spec: TraceSpec, context_tokens: int, parallel: int) -> list
 
 def replay(
     server: LlamaServer, vocab: Sequence[int], trace: Sequence[TraceRequest]
-) -> list[Latency]:
-    """Each trace request sent at its arrival time, streamed; latencies in trace order."""
+) -> list[Completion]:
+    """Each trace request sent at its arrival time, streamed; completions in trace order."""
     rng = np.random.default_rng(len(trace) + sum(r.input_tokens for r in trace))
-    calls = [
-        (
-            r.arrival_s,
-            partial(server.complete, _prompt(rng, vocab, r.input_tokens), r.output_tokens),
-        )
-        for r in trace
-    ]
-    done = _concurrently(calls)
-    t0 = done[0][0] - trace[0].arrival_s
-    out = []
-    for r, (_, c) in zip(trace, done, strict=True):
+    calls = [Call(r.arrival_s, _prompt(rng, vocab, r.input_tokens), r.output_tokens) for r in trace]
+    done = server.run(calls)
+    for r, c in zip(trace, done, strict=True):
         if c.tokens != r.output_tokens or c.prompt_tokens != r.input_tokens:
             raise RuntimeError(
                 f"request {r.rid}: the server ran {c.prompt_tokens}/{c.tokens} tokens, "
                 f"the trace asked {r.input_tokens}/{r.output_tokens}"
             )
-        out.append(_latency(c, t0 + r.arrival_s))
-    return out
+    return done
+
+
+def latencies(done: Sequence[Completion]) -> list[Latency]:
+    """Each request's latencies from its planned arrival (the emulator's arrival)."""
+    return [_latency(c, c.planned_s) for c in done]
 
 
 # -- the whole calibration --------------------------------------------------------------
+
+#: The replays' loads: an ON period offers this times what the calibrated engine
+#: serves at full batch. Below saturation the latencies are the engine's speed
+#: (queues stay short); above it, a queue grows in each burst and a small speed
+#: error grows with it.
+LOADS = (0.5, 1.3)
+
+
+@dataclass
+class Replay:
+    """One trace replayed on the server and in the emulator, with its error table."""
+
+    load: float
+    rate_on: float
+    trace: list[TraceRequest]
+    measured: list[Latency]
+    predicted: list[Latency]
+    measured_stages: list[Stages]
+    emulated_stages: list[Stages]
+    rows: list[ErrorRow]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "load": self.load,
+            "rate_on": self.rate_on,
+            "errors": [{**asdict(r), "meets_target": r.meets_target} for r in self.rows],
+            "requests": [
+                {
+                    **asdict(t),
+                    "measured": asdict(m),
+                    "emulated": asdict(p),
+                    "measured_stages": asdict(ms),
+                    "emulated_stages": asdict(es),
+                }
+                for t, m, p, ms, es in zip(
+                    self.trace,
+                    self.measured,
+                    self.predicted,
+                    self.measured_stages,
+                    self.emulated_stages,
+                    strict=True,
+                )
+            ],
+        }
+
+
+def compare(
+    trace: Sequence[TraceRequest],
+    done: Sequence[Completion],
+    profile: ThroughputProfile,
+    kv_capacity_tokens: int,
+    max_running: int,
+    load: float,
+    rate_on: float,
+) -> Replay:
+    """The served trace against the emulator: latencies, stages and the error table."""
+    measured = latencies(done)
+    reqs = emulate_requests(trace, profile, kv_capacity_tokens, max_running)
+    predicted = [Latency(r.ttft_s, r.tpot_s, r.e2e_s) for r in reqs]
+    return Replay(
+        load=load,
+        rate_on=rate_on,
+        trace=list(trace),
+        measured=measured,
+        predicted=predicted,
+        measured_stages=[measured_stages(c) for c in done],
+        emulated_stages=[emulated_stages(r) for r in reqs],
+        rows=error_summary(measured, predicted),
+    )
 
 
 @dataclass
@@ -532,11 +638,9 @@ class CalibrationResult:
     measurements: Measurements
     iteration_s: tuple[float, float]
     sustained: tuple[float, float]  # (prefill, decode) slow-down of the isolated fit
-    rate_on: float
-    rows: list[ErrorRow]
-    measured: list[Latency]
-    predicted: list[Latency]
-    trace: list[TraceRequest]
+    clock: ClockKind
+    burst: Replay  # the sustained burst the factors were fitted on (emulated with them)
+    replays: list[Replay]
 
     def engine_yaml(self) -> str:
         """The `spec.engine` snippet (camelCase, as in a manifest)."""
@@ -549,22 +653,34 @@ class CalibrationResult:
             + yaml.safe_dump(body, sort_keys=False)
         )
 
+    def markdown(self) -> str:
+        """Each replay's error table, then where the burst's time went."""
+        parts = [
+            f"Clock: {self.clock}. Sustained burst: prefill x{self.sustained[0]:.2f}, "
+            f"decode x{self.sustained[1]:.2f} of the isolated fit.\n"
+        ]
+        for r in self.replays:
+            parts.append(
+                f"\n## Replay at {r.load:g}x capacity in ON periods "
+                f"({len(r.trace)} requests, {r.rate_on:.2f}/s)\n\n" + markdown_table(r.rows)
+            )
+        parts.append(
+            f"\n## Where the sustained burst's time went ({len(self.burst.trace)} requests)\n\n"
+            + markdown_table(self.burst.rows)
+            + "\n"
+            + stage_table(self.burst.trace, self.burst.measured_stages, self.burst.emulated_stages)
+        )
+        return "".join(parts)
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "clock": self.clock,
             "tokens": self.tokens.model_dump(by_alias=True, exclude_none=True, mode="json"),
             "iteration_s": {"a": self.iteration_s[0], "b": self.iteration_s[1]},
             "sustained": {"prefill": self.sustained[0], "decode": self.sustained[1]},
-            "rate_on": self.rate_on,
             "measurements": asdict(self.measurements),
-            "errors": [{**asdict(r), "meets_target": r.meets_target} for r in self.rows],
-            "requests": [
-                {
-                    **asdict(t),
-                    "measured": asdict(m),
-                    "emulated": asdict(p),
-                }
-                for t, m, p in zip(self.trace, self.measured, self.predicted, strict=True)
-            ],
+            "burst": self.burst.to_json(),
+            "replays": [r.to_json() for r in self.replays],
         }
 
 
@@ -576,17 +692,21 @@ def calibrate(
     log_path: Path,
     port: int,
     *,
+    loads: Sequence[float] = LOADS,
+    clock: ClockKind = "cpu",
     repeats: int = 4,
     decode_tokens: int = 32,
     on_phase: Callable[[str], None] = lambda _: None,
 ) -> CalibrationResult:
-    """Measure, fit the profile, replay the trace on the server and in the emulator."""
+    """Measure, fit the profile, replay the trace at each load on the server and in the emulator."""
     # The lengths do not depend on the rate: the prefill sizes come from a draft.
     draft = make_trace(trace_spec, config.slot_context, 1.0)
     inputs = np.array([r.input_tokens for r in draft])
     sizes = sorted({int(np.quantile(inputs, q)) for q in (0.1, 0.3, 0.5, 0.7, 0.9)})
     running = [k for k in (1, 2, 4) if k <= config.parallel]
-    with running_llama_server(binary, model, config, log_path, port) as server:
+    kv_tokens = config.parallel * config.slot_context
+    replays: list[Replay] = []
+    with running_llama_server(binary, model, config, log_path, port, clock) as server:
         vocab = server.vocabulary()
         on_phase(f"measuring prefill at {sizes} tokens and decode at {running} sequences")
         m = measure(server, vocab, sizes, running, decode_tokens=decode_tokens, repeats=repeats)
@@ -597,18 +717,23 @@ def calibrate(
         )
         burst = sustained_burst(trace_spec, config.slot_context, config.parallel)
         on_phase(f"timing a sustained burst of {len(burst)} requests")
-        kv_tokens = config.parallel * config.slot_context
-        burst_measured = replay(server, vocab, burst)
-        m.sustained = [asdict(lat) for lat in burst_measured]
-        factors = fit_sustained(burst, burst_measured, isolated, kv_tokens, config.parallel)
+        burst_done = replay(server, vocab, burst)
+        m.sustained = [asdict(lat) for lat in latencies(burst_done)]
+        factors = fit_sustained(burst, latencies(burst_done), isolated, kv_tokens, config.parallel)
         throughput = scaled(isolated, *factors)
-        rate_on = trace_spec.burst_load * capacity_per_s(throughput, config.parallel, trace_spec)
-        trace = make_trace(trace_spec, config.slot_context, rate_on)
-        on_phase(
-            f"replaying {len(trace)} requests on the server "
-            f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s)"
-        )
-        measured = replay(server, vocab, trace)
+        burst_replay = compare(burst, burst_done, throughput, kv_tokens, config.parallel, 0.0, 0.0)
+        for load in loads:
+            spec = TraceSpec(**{**asdict(trace_spec), "burst_load": load})
+            rate_on = load * capacity_per_s(throughput, config.parallel, spec)
+            trace = make_trace(spec, config.slot_context, rate_on)
+            on_phase(
+                f"replaying {len(trace)} requests at {load:g}x capacity "
+                f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s)"
+            )
+            done = replay(server, vocab, trace)
+            replays.append(
+                compare(trace, done, throughput, kv_tokens, config.parallel, load, rate_on)
+            )
     tokens = TokenProfile(
         weights_gib=round(model.stat().st_size / GIB, 3),
         kv_bytes_per_token=kv_bytes_per_token(model),
@@ -617,9 +742,7 @@ def calibrate(
         gpus=[GpuThroughputProfile(gpu_model=ANY_GPU, **throughput.model_dump())],
         cpu=throughput,
     )
-    predicted = emulate(trace, throughput, kv_tokens, config.parallel)
-    rows = error_summary(measured, predicted)
-    return CalibrationResult(tokens, m, (a, b), factors, rate_on, rows, measured, predicted, trace)
+    return CalibrationResult(tokens, m, (a, b), factors, clock, burst_replay, replays)
 
 
 def write_result(result: CalibrationResult, out_dir: Path) -> list[Path]:
@@ -628,5 +751,5 @@ def write_result(result: CalibrationResult, out_dir: Path) -> list[Path]:
     paths = [out_dir / "engine.yaml", out_dir / "comparison.json", out_dir / "comparison.md"]
     paths[0].write_text(result.engine_yaml())
     paths[1].write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    paths[2].write_text(markdown_table(result.rows))
+    paths[2].write_text(result.markdown())
     return paths
