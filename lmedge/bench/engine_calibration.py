@@ -184,18 +184,25 @@ def _central(samples: Sequence[tuple[int, float]]) -> tuple[np.ndarray, np.ndarr
     )
 
 
-def fit_prefill_rate(samples: Sequence[tuple[int, float]]) -> float:
+def fit_prefill_rate(samples: Sequence[tuple[int, float]], fixed_s: float = 0.0) -> float:
     """Prompt tokens/s from (prompt tokens n, seconds to first token T) samples.
 
-    T is the median of the samples at each n. Minimises sum((n / rate - T)^2 / T^2),
-    the squared relative error of the model's TTFT: with x = n / T,
-    1 / rate = sum(x) / sum(x^2).
+    The model's TTFT of a prompt alone is n / rate + `fixed_s` (in a mixed
+    batch, `fixed_s` is the decode iteration that samples the first token:
+    `BatchingEngine`). T is the median of the samples at each n. Minimises
+    sum((n / rate + f - T)^2 / T^2), the squared relative error of the
+    model's TTFT: 1 / rate = sum(n (T - f) / T^2) / sum(n^2 / T^2).
     """
     if not samples or any(n <= 0 or t <= 0 for n, t in samples):
         raise ValueError("prefill samples need positive token counts and times")
     n, t = _central(samples)
-    x = n / t
-    return float(np.sum(x * x) / np.sum(x))
+    inverse = float(np.sum(n * (t - fixed_s) / t**2) / np.sum(n**2 / t**2))
+    if inverse <= 0:
+        raise ValueError(
+            f"the prefill times ({', '.join(f'{x:.3f}' for x in t)} s) do not exceed "
+            f"the fixed cost of a step ({fixed_s:.3f} s)"
+        )
+    return 1.0 / inverse
 
 
 def fit_iteration_time(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
@@ -712,7 +719,7 @@ def calibrate(
         m = measure(server, vocab, sizes, running, decode_tokens=decode_tokens, repeats=repeats)
         a, b = fit_iteration_time(m.decode)
         isolated = ThroughputProfile(
-            prefill_tokens_per_s=fit_prefill_rate(m.prefill),
+            prefill_tokens_per_s=fit_prefill_rate(m.prefill, a + b),
             decode=decode_curve(a, b, config.parallel),
         )
         burst = sustained_burst(trace_spec, config.slot_context, config.parallel)

@@ -101,7 +101,7 @@ class ServerConfig:
             "--parallel", str(self.parallel), "--ctx-size", str(self.parallel * self.slot_context),
             "--threads", str(self.threads), "--threads-batch", str(self.threads),
             "--poll", str(self.poll), "--cont-batching", "--no-webui", "--cache-ram", "0",
-            "--ctx-checkpoints", "0",
+            "--ctx-checkpoints", "0", "--kv-unified",
             *(["--metrics"] if self.metrics else []),
         ]  # fmt: skip
 

@@ -95,6 +95,14 @@ def test_prefill_rate_recovers_a_proportional_cost(
     assert fit_prefill_rate(samples) == pytest.approx(rate)
 
 
+def test_prefill_rate_net_of_a_fixed_step_recovers_the_rate() -> None:
+    # T = 0.05 + n / 1000: the first token's decode iteration (0.05 s) and the prompt
+    samples = [(n, 0.05 + n / 1000) for n in (12, 30, 120)]
+    assert fit_prefill_rate(samples, 0.05) == pytest.approx(1000.0)
+    with pytest.raises(ValueError, match="do not exceed the fixed cost"):
+        fit_prefill_rate(samples, 1.0)
+
+
 def test_prefill_rate_with_overhead_lies_between_the_sizes_rates() -> None:
     # T = 0.02 + n / 1000: small prompts look slow, large ones fast.
     samples = [(n, 0.02 + n / 1000) for n in (20, 60, 200)]
@@ -211,10 +219,13 @@ def test_emulate_matches_the_engine_formulas() -> None:
     )
     trace = [TraceRequest(0, 0.0, 100, 11), TraceRequest(1, 10.0, 50, 3)]
     a, b = emulate(trace, profile, kv_capacity_tokens=1000, max_running=2)
-    assert a.ttft == pytest.approx(0.1)
+    # llama.cpp's mixed batches: the prompt, then the iteration that samples its first token
+    assert a.ttft == pytest.approx(0.1 + 1 / 50)
     assert a.tpot == pytest.approx(1 / 50)
-    assert a.e2e == pytest.approx(0.1 + 10 / 50)
-    assert b.ttft == pytest.approx(0.05)  # alone again: the first has finished
+    assert a.e2e == pytest.approx(0.12 + 10 / 50)
+    assert b.ttft == pytest.approx(0.05 + 1 / 50)  # alone again: the first has finished
+    blocking = emulate(trace, profile, kv_capacity_tokens=1000, max_running=2, mixed=False)
+    assert blocking[0].ttft == pytest.approx(0.1)  # vLLM's form: the prompt alone
 
 
 def _gguf(path: Path, kv: dict[str, int | str]) -> Path:
@@ -268,7 +279,7 @@ def test_compare_pairs_measured_stages_with_the_emulators() -> None:
     profile = ThroughputProfile(
         prefill_tokens_per_s=1000.0, decode=[DecodePoint(running=1, tokens_per_s=50.0)]
     )
-    # one slot: the second request waits for the first (0.1 + 10 / 50 = 0.3 s)
+    # one slot: the second request waits for the first (0.1 + 1 / 50 + 10 / 50 = 0.32 s)
     trace = [TraceRequest(0, 0.0, 100, 11), TraceRequest(1, 0.05, 50, 3)]
     done = [
         _completion(10.0, 10.001, 10.002, 10.1, 10.3, 11),
@@ -282,15 +293,15 @@ def test_compare_pairs_measured_stages_with_the_emulators() -> None:
         0.04
     )
     emulated = rep.emulated_stages[1]
-    assert (emulated.wait, emulated.prefill, emulated.decode) == pytest.approx((0.25, 0.05, 0.04))
-    assert rep.predicted[1].e2e == pytest.approx(0.34)
+    assert (emulated.wait, emulated.prefill, emulated.decode) == pytest.approx((0.27, 0.07, 0.04))
+    assert rep.predicted[1].e2e == pytest.approx(0.38)
     # the stages of each side add up to its end-to-end latency
     for m, lat in zip(rep.measured_stages, rep.measured, strict=True):
         assert m.send + m.wait + m.prefill + m.decode == pytest.approx(lat.e2e)
     table = stage_table(trace, rep.measured_stages, rep.emulated_stages)
-    assert "| 1 | 0.05 | 50 | 3 | 0.0 | 250 / 250 | 60 (0) / 50 | 80 (0) / 40 |" in table
+    assert "| 1 | 0.05 | 50 | 3 | 0.0 | 250 / 270 | 60 (0) / 70 | 80 (0) / 40 |" in table
     assert [r.metric for r in rep.rows] == ["ttft", "tpot", "e2e"]
-    assert rep.to_json()["requests"][1]["emulated_stages"]["wait"] == pytest.approx(0.25)
+    assert rep.to_json()["requests"][1]["emulated_stages"]["wait"] == pytest.approx(0.27)
 
 
 def test_stages_default_to_no_server_timings() -> None:
