@@ -1,45 +1,54 @@
 """Calibrate a llama.cpp token profile on this machine and check the emulator against it.
 
 `lmedge calibrate --engine llama.cpp` runs, against one real `llama-server`
-(`lmedge.bench.llama_server`, `--parallel` slots, continuous batching):
+(`lmedge.bench.llama_server`: `--parallel` slots, continuous batching, a
+unified KV cache, no prompt cache, no context checkpoints, `--threads`
+explicit):
 
-1. **Prefill.** Single requests with prompts at the trace's input-length
-   quantiles and one output token; the client's time to first token T(n),
-   the median of the repeats at each n.
-   The profile has a rate and no fixed cost, so the rate is the one that
-   minimises the relative error of n / rate against T(n) (`fit_prefill_rate`):
-   the per-request overhead of HTTP, tokenisation and the first sampling is
-   spread over the tokens of typical prompts.
-2. **Decode.** k = 1, 2, 4 (up to `parallel`) requests started together with
+1. **Decode.** k = 1, 2, 4 (up to `parallel`) requests started together with
    short prompts; each one's time per output token is one iteration of a
    batch of k. Iteration time t(k) = a + b k is fitted by least squares
    (a, b >= 0) on the median repeat at each k, and the curve is
    decode(k) = k / t(k) at k = 1 .. parallel: aggregate rising, per
    sequence falling, as `ThroughputProfile` requires.
+2. **Prefill.** Single requests with prompts at the trace's input-length
+   quantiles and one output token; the client's time to first token T(n),
+   the median of the repeats at each n. In the emulator's llama.cpp model a
+   prompt alone takes n / rate + t(1) (the forward pass also samples the
+   first token: `BatchingEngine`, mixed batches), so the rate is fitted to
+   T(n) - t(1), minimising the relative error of the TTFT (`fit_prefill_rate`).
 3. **Sustained speed.** Steps 1-2 time short, isolated requests; a busy
-   server is slower than that (its own HTTP and sampling threads, the
-   clients' streams, caches shared by the batch), and a replay whose bursts
-   overload it is decided by its sustained speed. So a saturating burst
-   (`SUSTAINED_FACTOR` x `parallel` requests with the trace's length
-   distribution but their own seed, sent `SUSTAINED_GAP_S` apart so that the
-   server queues them in the emulator's order) is timed on the server and in
-   the emulator;
-   the profile's prefill speed and decode curve are each scaled by the factor
-   that best fits the burst's TTFT and end-to-end latencies (`fit_sustained`).
-   Steps 1-2 give the profile's shape, the burst its level. The burst never
-   shares a request with the replay.
-4. **Replay.** A seeded trace (lognormal lengths from `lmedge.sim.tokens.lengths`,
-   on/off Poisson arrivals) is sent to the server (one thread per request,
-   streamed) and run through `BatchingEngine` with the fitted profile; each
-   request's TTFT, TPOT and end-to-end latency are compared:
-   relative error |predicted - measured| / measured, median and P90.
+   server may be slower than that (caches shared by the batch, longer
+   contexts), and a replay whose bursts overload it is decided by its
+   sustained speed. So a saturating burst (`SUSTAINED_FACTOR` x `parallel`
+   requests with the trace's length distribution but their own seed, sent
+   `SUSTAINED_GAP_S` apart so that the server queues them in the emulator's
+   order) is timed on the server and in the emulator; the profile's prefill
+   speed and decode curve are each scaled by the factor that best fits the
+   burst's TTFT and end-to-end latencies (`fit_sustained`). Steps 1-2 give
+   the profile's shape, the burst its level. The burst never shares a
+   request with the replays.
+4. **Replays.** A seeded trace (lognormal lengths from `lmedge.sim.tokens.lengths`,
+   on/off Poisson arrivals) at each of `LOADS` (below saturation, and bursts
+   over it) is sent to the server (streamed, one asyncio client) and run
+   through `BatchingEngine` with the fitted profile; each request's TTFT,
+   TPOT and end-to-end latency are compared: relative error
+   |predicted - measured| / measured, median and P90. Each request's time is
+   also split into stages (`Stages`: the client's send lag, the wait for a
+   slot, prefill, decode; llama-server's response headers mark the
+   admission), measured and emulated, so a miss shows where it comes from.
+
+**The clock.** `clock="wall"` times everything by the machine's clock: right
+on a machine of its own. `clock="cpu"` (the default) times the server by its
+model thread's CPU time while it has requests in flight and by the wall
+clock while it has none (`ServerClock`, `--threads 1`): on a shared machine
+a server that waits for a core does not count the wait, so the comparison
+measures the engine and not the neighbours' load.
 
 The emulator's assumptions this checks (`lmedge/sim/tokens/README.md`):
-FIFO admission into `parallel` slots, prompts admitted together prefilled in
-one step that blocks decode, one token per running sequence per iteration.
-llama-server differs in one way it does not model: it runs a new prompt in
-the same batch as the running sequences' next tokens, so they gain one token
-during a prefill (small next to the prefill's time for short outputs).
+FIFO admission into `parallel` slots at iteration boundaries; the prompts
+admitted together prefilled in one forward pass that also decodes one token
+of every running sequence; one token per running sequence per iteration.
 
 It does not edit manifests: the profile is written as an `engine:` snippet.
 """

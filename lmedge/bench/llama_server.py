@@ -2,12 +2,16 @@
 
 `tools/build-llama-server.sh` (part of `make tools`) builds the binary into
 `$LMEDGE_TOOLS_DIR/bin/llama-server`. This module starts it on a free
-127.0.0.1 port with `--parallel` slots (continuous batching), waits for
-`/health`, and streams completions from its native `/completion` endpoint with
-the prompt given as token ids (the input length is exact), `n_predict` output
-tokens and `ignore_eos` (so is the output length), and prompt caching off
-(each request pays its whole prefill, as the emulator assumes). It also reads
-the GGUF header for the KV bytes per token.
+127.0.0.1 port (`ServerConfig.argv` says which flags and why), waits for
+`/health`, and streams completions from its native `/completion` endpoint
+with the prompt given as token ids (the input length is exact), `n_predict`
+output tokens and `ignore_eos` (so is the output length), and prompt caching
+off (each request pays its whole prefill, as the emulator assumes). The
+client is one asyncio loop (`LlamaServer.run`): each request is sent at its
+planned time and timed at its send, its admission (llama-server sends the
+response headers when a slot starts the prompt), its first and its last
+token, on the wall clock or on the server's own (`ServerClock`). It also
+reads the GGUF header for the KV bytes per token.
 
 It does not fit or compare anything (`lmedge.bench.engine_calibration` does),
 and it is not the agents' server (`lmedge.agents.local_llm`, llama-cpp-python's,
@@ -95,7 +99,14 @@ class ServerConfig:
         otherwise stops each prompt 4 (and 516) tokens before its end, to
         snapshot the window's KV, and prefills the rest in a later iteration, so
         one prompt takes two or three iterations, a cost only worth paying when
-        the snapshot is reused (prompt caching, which the calibration turns off)."""
+        the snapshot is reused (prompt caching, which the calibration turns off);
+        a unified KV cache (`--kv-unified`): with one cache per slot, llama.cpp
+        splits each batch into "equal" ubatches (the same number of tokens from
+        each of a run of consecutive slots), so a new prompt beside running
+        sequences, or two running slots that are not neighbours, cost two or more
+        forward passes (measured: 2 sequences decode at 60 or 87 ms an iteration
+        depending on their slots); unified, a batch is one forward pass per 512
+        tokens, the emulator's iteration."""
         return [
             str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--parallel", str(self.parallel), "--ctx-size", str(self.parallel * self.slot_context),
