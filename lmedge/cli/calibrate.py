@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -47,7 +47,7 @@ from lmedge.api import (
 from lmedge.api.live import ContextUpdate
 from lmedge.api.params_file import dump_params
 from lmedge.bench import engine_calibration as ec
-from lmedge.bench.llama_server import CLOCKS, ClockKind, ServerConfig, binary_path
+from lmedge.bench.llama_server import CLOCKS, ServerConfig, binary_path
 from lmedge.bench.runner import emulated_backend, resolve_scenario, settle_slots
 from lmedge.cli.console import ScenarioOpt
 from lmedge.controller.assembly import PolicyChoice, build_plugins
@@ -136,6 +136,7 @@ def _calibrate_engine(
     threads: int,
     parallel: int,
     clock: str,
+    loads: str,
 ) -> None:
     """`--engine llama.cpp`: measure, fit, replay, compare (see the module docstring)."""
     if engine != "llama.cpp":
@@ -146,6 +147,12 @@ def _calibrate_engine(
         raise ConfigError("--requests, --threads and --parallel must be at least 1")
     if clock not in CLOCKS:
         raise ConfigError(f"--clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    try:
+        load_list = [float(x) for x in loads.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--loads must be comma-separated numbers, got {loads!r}") from exc
+    if not load_list or any(not x > 0 for x in load_list):
+        raise ConfigError(f"--loads must be positive numbers, got {loads!r}")
     out_dir = out_dir or Path("calibration-llama.cpp")
     config = ServerConfig(parallel=parallel, threads=threads)
     trace = ec.TraceSpec(requests=requests, seed=seed)
@@ -157,7 +164,8 @@ def _calibrate_engine(
         trace,
         out_dir / "llama-server.log",
         free_port(),
-        clock=cast(ClockKind, clock),
+        clock=clock,
+        loads=load_list,
         on_phase=lambda msg: out.print(f"[bold]{msg}[/bold]"),
     )
     cpu = result.tokens.cpu
@@ -224,6 +232,11 @@ def register(app: typer.Typer) -> None:
             "(cpu: a shared machine; needs --threads 1) or by the wall clock (wall: a quiet "
             "machine of its own).",
         ),
+        loads: str = typer.Option(
+            ",".join(f"{x:g}" for x in ec.LOADS),
+            help="--engine: the replays' loads, comma-separated: what an ON period offers, "
+            "as a multiple of what the calibrated engine serves.",
+        ),
     ) -> None:
         """Estimate service-rate weights, then coordinate-search the DPP coefficients.
 
@@ -232,7 +245,7 @@ def register(app: typer.Typer) -> None:
         if engine is not None:
             out_dir = Path(out_path) if out_path is not None else None
             _calibrate_engine(
-                engine, model, server_bin, out_dir, seed, requests, threads, parallel, clock
+                engine, model, server_bin, out_dir, seed, requests, threads, parallel, clock, loads
             )
             return
         register_plugins()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from lmedge.api.engines import DecodePoint, ThroughputProfile
 from lmedge.bench.engine_calibration import (
@@ -41,6 +43,7 @@ from lmedge.bench.llama_server import (
     running_llama_server,
     server_clock,
 )
+from lmedge.cli.calibrate import register
 from lmedge.errors import ConfigError
 
 
@@ -366,3 +369,21 @@ def test_server_argv_turns_off_prompt_caching_and_context_checkpoints() -> None:
     assert argv[argv.index("--threads") + 1] == argv[argv.index("--threads-batch") + 1] == "1"
     assert argv[argv.index("--ctx-size") + 1] == "1024"
     assert "--cont-batching" in argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--clock", "tsc"], "--clock must be one of wall, cpu"),
+        (["--loads", "0.5,x"], "--loads must be comma-separated numbers"),
+        (["--loads", "0"], "--loads must be positive"),
+        (["--threads", "0"], "--threads and --parallel must be at least 1"),
+    ],
+    ids=["clock", "loads-text", "loads-zero", "threads"],
+)
+def test_calibrate_engine_names_a_bad_option(argv: list[str], message: str) -> None:
+    app = typer.Typer()
+    register(app)
+    res = CliRunner().invoke(app, ["--engine", "llama.cpp", *argv])
+    assert isinstance(res.exception, ConfigError), res.output
+    assert message in str(res.exception)
