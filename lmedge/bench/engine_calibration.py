@@ -292,12 +292,20 @@ def fit_sustained(
         )
 
     bound = math.log(8.0)
+    # SciPy's default first simplex around 0 is 0.00025 wide, where the loss
+    # (event times, a request's queue order) is flat: it stopped at the start.
+    # Steps of 20% let it see the slope.
+    step = math.log(1.2)
     best = minimize(
         loss,
         np.zeros(2),
         method="Nelder-Mead",
         bounds=[(-bound, bound)] * 2,
-        options={"xatol": 1e-3, "fatol": 1e-6},
+        options={
+            "xatol": 1e-3,
+            "fatol": 1e-6,
+            "initial_simplex": np.array([[0.0, 0.0], [step, 0.0], [0.0, step]]),
+        },
     )
     prefill, decode = np.exp(best.x)
     return float(prefill), float(decode)

@@ -151,7 +151,9 @@ def test_a_scaled_profile_emulates_a_burst_exactly_s_times_slower() -> None:
     assert [s.ttft for s in slow] == pytest.approx([1.5 * b.ttft for b in base])
 
 
-@pytest.mark.parametrize(("prefill", "decode"), [(1.0, 1.0), (1.3, 0.7), (0.5, 2.0)], ids=str)
+@pytest.mark.parametrize(
+    ("prefill", "decode"), [(1.0, 1.0), (1.3, 0.7), (0.5, 2.0), (1.1, 1.0), (1.0, 1.05)], ids=str
+)
 def test_sustained_fit_recovers_separate_prefill_and_decode_slow_downs(
     prefill: float, decode: float
 ) -> None:
@@ -159,6 +161,19 @@ def test_sustained_fit_recovers_separate_prefill_and_decode_slow_downs(
     truth = emulate(_burst(), scaled(shape, prefill, decode), 4 * 512, 4)
     got = fit_sustained(_burst(), truth, shape, 4 * 512, 4)
     assert got == pytest.approx((prefill, decode), rel=0.02)
+
+
+@pytest.mark.parametrize(("prefill", "decode"), [(1.2, 1.0), (1.0, 1.1)], ids=str)
+def test_sustained_fit_moves_off_its_start_on_a_spread_out_trace(
+    prefill: float, decode: float
+) -> None:
+    # Arrivals spread in time make the loss flat at a tiny scale (a request's queue
+    # order changes in steps); a start simplex 0.00025 wide stopped where it began.
+    shape = ThroughputProfile(prefill_tokens_per_s=230.0, decode=decode_curve(0.033, 0.014, 4))
+    trace = make_trace(TraceSpec(requests=60, seed=1), 1024, 0.9)
+    truth = emulate(trace, scaled(shape, prefill, decode), 4096, 4)
+    got = fit_sustained(trace, truth, shape, 4096, 4)
+    assert got == pytest.approx((prefill, decode), rel=0.01)
 
 
 def test_sustained_fit_refuses_unpaired_or_zero_latencies() -> None:
