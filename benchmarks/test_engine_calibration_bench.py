@@ -4,11 +4,13 @@
 GGUF of `make tools`: the token profile is measured (prefill; decode at 1, 2
 and 4 running sequences), then a seeded trace of 120 requests (lognormal
 lengths, on/off Poisson arrivals) is replayed on llama-server and in
-`BatchingEngine`. Required: median relative error <= 15% and P90 <= 30% on
-TTFT, TPOT and end-to-end latency. The table and the per-request figures go
-to reports/engine-calibration/ (comparison.md, comparison.json,
-engine.yaml). Noise from other processes on the machine moves the measured
-side; run it on a quiet machine.
+`BatchingEngine`, below saturation and at 1.3x in its bursts. Required on
+each: median relative error <= 15% and P90 <= 30% on TTFT, TPOT and
+end-to-end latency. The tables and the per-request figures go to
+reports/engine-calibration/ (comparison.md, comparison.json, engine.yaml).
+The server is timed by its model thread's CPU time (`--clock cpu`, one
+thread), which other processes on the machine do not stretch; their cache
+and memory traffic still slow it, so a quiet machine is still the better one.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from lmedge.bench.engine_calibration import (
     TARGET_P90,
     TraceSpec,
     calibrate,
-    markdown_table,
     write_result,
 )
 from lmedge.bench.llama_server import ServerConfig, binary_path, missing_reason
@@ -43,16 +44,18 @@ def test_emulator_matches_llama_server_on_a_replayed_trace() -> None:
     result = calibrate(
         binary_path(),
         model_path(),
-        ServerConfig(parallel=4, threads=int(os.environ.get("LMEDGE_LLAMA_THREADS", "2"))),
+        ServerConfig(parallel=4, threads=1),
         TraceSpec(requests=120, seed=1),
         OUT / "llama-server.log",
         free_port(),
+        clock="cpu",
     )
     write_result(result, OUT)
-    print(markdown_table(result.rows))
+    print(result.markdown())
     missed = [
-        f"{r.metric}: median {r.median:.1%}, P90 {r.p90:.1%}"
-        for r in result.rows
+        f"{rep.load:g}x {r.metric}: median {r.median:.1%}, P90 {r.p90:.1%}"
+        for rep in result.replays
+        for r in rep.rows
         if not (r.median <= TARGET_MEDIAN and r.p90 <= TARGET_P90)
     ]
     assert not missed, "; ".join(missed)

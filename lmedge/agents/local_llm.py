@@ -125,8 +125,10 @@ def answers(url: str) -> bool:
 @contextmanager
 def serving(
     argv: Sequence[str], log_path: Path, ready_url: str, timeout_s: float
-) -> Iterator[None]:
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run the server `argv` (output to `log_path`) until `ready_url` answers; stop it after.
+
+    Yields the server's process (the engine calibration reads its CPU time).
 
     `RuntimeError` with the log's tail when the server exits or is not ready
     within `timeout_s`. The server is always stopped: SIGTERM, SIGKILL after 10 s.
@@ -143,7 +145,7 @@ def serving(
                 tail = log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"{argv[0]} not ready in {timeout_s:g} s:\n{tail}")
             time.sleep(0.3)
-        yield
+        yield proc
     finally:
         proc.terminate()
         try:

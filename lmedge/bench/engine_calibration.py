@@ -1,45 +1,54 @@
 """Calibrate a llama.cpp token profile on this machine and check the emulator against it.
 
 `lmedge calibrate --engine llama.cpp` runs, against one real `llama-server`
-(`lmedge.bench.llama_server`, `--parallel` slots, continuous batching):
+(`lmedge.bench.llama_server`: `--parallel` slots, continuous batching, a
+unified KV cache, no prompt cache, no context checkpoints, `--threads`
+explicit):
 
-1. **Prefill.** Single requests with prompts at the trace's input-length
-   quantiles and one output token; the client's time to first token T(n),
-   the median of the repeats at each n.
-   The profile has a rate and no fixed cost, so the rate is the one that
-   minimises the relative error of n / rate against T(n) (`fit_prefill_rate`):
-   the per-request overhead of HTTP, tokenisation and the first sampling is
-   spread over the tokens of typical prompts.
-2. **Decode.** k = 1, 2, 4 (up to `parallel`) requests started together with
+1. **Decode.** k = 1, 2, 4 (up to `parallel`) requests started together with
    short prompts; each one's time per output token is one iteration of a
    batch of k. Iteration time t(k) = a + b k is fitted by least squares
    (a, b >= 0) on the median repeat at each k, and the curve is
    decode(k) = k / t(k) at k = 1 .. parallel: aggregate rising, per
    sequence falling, as `ThroughputProfile` requires.
+2. **Prefill.** Single requests with prompts at the trace's input-length
+   quantiles and one output token; the client's time to first token T(n),
+   the median of the repeats at each n. In the emulator's llama.cpp model a
+   prompt alone takes n / rate + t(1) (the forward pass also samples the
+   first token: `BatchingEngine`, mixed batches), so the rate is fitted to
+   T(n) - t(1), minimising the relative error of the TTFT (`fit_prefill_rate`).
 3. **Sustained speed.** Steps 1-2 time short, isolated requests; a busy
-   server is slower than that (its own HTTP and sampling threads, the
-   clients' streams, caches shared by the batch), and a replay whose bursts
-   overload it is decided by its sustained speed. So a saturating burst
-   (`SUSTAINED_FACTOR` x `parallel` requests with the trace's length
-   distribution but their own seed, sent `SUSTAINED_GAP_S` apart so that the
-   server queues them in the emulator's order) is timed on the server and in
-   the emulator;
-   the profile's prefill speed and decode curve are each scaled by the factor
-   that best fits the burst's TTFT and end-to-end latencies (`fit_sustained`).
-   Steps 1-2 give the profile's shape, the burst its level. The burst never
-   shares a request with the replay.
-4. **Replay.** A seeded trace (lognormal lengths from `lmedge.sim.tokens.lengths`,
-   on/off Poisson arrivals) is sent to the server (one thread per request,
-   streamed) and run through `BatchingEngine` with the fitted profile; each
-   request's TTFT, TPOT and end-to-end latency are compared:
-   relative error |predicted - measured| / measured, median and P90.
+   server may be slower than that (caches shared by the batch, longer
+   contexts), and a replay whose bursts overload it is decided by its
+   sustained speed. So a saturating burst (`SUSTAINED_FACTOR` x `parallel`
+   requests with the trace's length distribution but their own seed, sent
+   `SUSTAINED_GAP_S` apart so that the server queues them in the emulator's
+   order) is timed on the server and in the emulator; the profile's prefill
+   speed and decode curve are each scaled by the factor that best fits the
+   burst's TTFT and end-to-end latencies (`fit_sustained`). Steps 1-2 give
+   the profile's shape, the burst its level. The burst never shares a
+   request with the replays.
+4. **Replays.** A seeded trace (lognormal lengths from `lmedge.sim.tokens.lengths`,
+   on/off Poisson arrivals) at each of `LOADS` (below saturation, and bursts
+   over it) is sent to the server (streamed, one asyncio client) and run
+   through `BatchingEngine` with the fitted profile; each request's TTFT,
+   TPOT and end-to-end latency are compared: relative error
+   |predicted - measured| / measured, median and P90. Each request's time is
+   also split into stages (`Stages`: the client's send lag, the wait for a
+   slot, prefill, decode; llama-server's response headers mark the
+   admission), measured and emulated, so a miss shows where it comes from.
+
+**The clock.** `clock="wall"` times everything by the machine's clock: right
+on a machine of its own. `clock="cpu"` (the default) times the server by its
+model thread's CPU time while it has requests in flight and by the wall
+clock while it has none (`ServerClock`, `--threads 1`): on a shared machine
+a server that waits for a core does not count the wait, so the comparison
+measures the engine and not the neighbours' load.
 
 The emulator's assumptions this checks (`lmedge/sim/tokens/README.md`):
-FIFO admission into `parallel` slots, prompts admitted together prefilled in
-one step that blocks decode, one token per running sequence per iteration.
-llama-server differs in one way it does not model: it runs a new prompt in
-the same batch as the running sequences' next tokens, so they gain one token
-during a prefill (small next to the prefill's time for short outputs).
+FIFO admission into `parallel` slots at iteration boundaries; the prompts
+admitted together prefilled in one forward pass that also decodes one token
+of every running sequence; one token per running sequence per iteration.
 
 It does not edit manifests: the profile is written as an `engine:` snippet.
 """
@@ -48,11 +57,8 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +76,8 @@ from lmedge.api.engines import (
     mixed_batches,
 )
 from lmedge.bench.llama_server import (
+    Call,
+    ClockKind,
     Completion,
     LlamaServer,
     ServerConfig,
@@ -185,18 +193,25 @@ def _central(samples: Sequence[tuple[int, float]]) -> tuple[np.ndarray, np.ndarr
     )
 
 
-def fit_prefill_rate(samples: Sequence[tuple[int, float]]) -> float:
+def fit_prefill_rate(samples: Sequence[tuple[int, float]], fixed_s: float = 0.0) -> float:
     """Prompt tokens/s from (prompt tokens n, seconds to first token T) samples.
 
-    T is the median of the samples at each n. Minimises sum((n / rate - T)^2 / T^2),
-    the squared relative error of the model's TTFT: with x = n / T,
-    1 / rate = sum(x) / sum(x^2).
+    The model's TTFT of a prompt alone is n / rate + `fixed_s` (in a mixed
+    batch, `fixed_s` is the decode iteration that samples the first token:
+    `BatchingEngine`). T is the median of the samples at each n. Minimises
+    sum((n / rate + f - T)^2 / T^2), the squared relative error of the
+    model's TTFT: 1 / rate = sum(n (T - f) / T^2) / sum(n^2 / T^2).
     """
     if not samples or any(n <= 0 or t <= 0 for n, t in samples):
         raise ValueError("prefill samples need positive token counts and times")
     n, t = _central(samples)
-    x = n / t
-    return float(np.sum(x * x) / np.sum(x))
+    inverse = float(np.sum(n * (t - fixed_s) / t**2) / np.sum(n**2 / t**2))
+    if inverse <= 0:
+        raise ValueError(
+            f"the prefill times ({', '.join(f'{x:.3f}' for x in t)} s) do not exceed "
+            f"the fixed cost of a step ({fixed_s:.3f} s)"
+        )
+    return 1.0 / inverse
 
 
 def fit_iteration_time(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
@@ -277,12 +292,20 @@ def fit_sustained(
         )
 
     bound = math.log(8.0)
+    # SciPy's default first simplex around 0 is 0.00025 wide, where the loss
+    # (event times, a request's queue order) is flat: it stopped at the start.
+    # Steps of 20% let it see the slope.
+    step = math.log(1.2)
     best = minimize(
         loss,
         np.zeros(2),
         method="Nelder-Mead",
         bounds=[(-bound, bound)] * 2,
-        options={"xatol": 1e-3, "fatol": 1e-6},
+        options={
+            "xatol": 1e-3,
+            "fatol": 1e-6,
+            "initial_simplex": np.array([[0.0, 0.0], [step, 0.0], [0.0, step]]),
+        },
     )
     prefill, decode = np.exp(best.x)
     return float(prefill), float(decode)
@@ -389,6 +412,19 @@ def emulate(
 
     `mixed`: running sequences decode in a new prompt's batch, as llama-server does.
     """
+    reqs = emulate_requests(trace, profile, kv_capacity_tokens, max_running, mixed=mixed)
+    return [Latency(r.ttft_s, r.tpot_s, r.e2e_s) for r in reqs]
+
+
+def emulate_requests(
+    trace: Sequence[TraceRequest],
+    profile: ThroughputProfile,
+    kv_capacity_tokens: int,
+    max_running: int,
+    *,
+    mixed: bool = mixed_batches("llama.cpp"),
+) -> list[TokenRequest]:
+    """The trace run through `BatchingEngine`: its served requests, in trace order."""
     engine = BatchingEngine(profile, kv_capacity_tokens, max_running, mixed=mixed)
     reqs = [TokenRequest(r.rid, r.arrival_s, r.input_tokens, r.output_tokens) for r in trace]
     for req in sorted(reqs, key=lambda q: q.arrival_s):
@@ -396,7 +432,17 @@ def emulate(
         engine.submit(req, req.arrival_s)
     while (t := engine.next_event_time()) is not None:
         engine.advance(t)
-    return [Latency(r.ttft_s, r.tpot_s, r.e2e_s) for r in reqs]
+    return reqs
+
+
+def emulated_stages(req: TokenRequest) -> Stages:
+    """An emulated request's wait (for admission), prefill and decode."""
+    return Stages(
+        send=0.0,
+        wait=req.admitted_s - req.arrival_s,
+        prefill=req.first_token_s - req.admitted_s,
+        decode=req.finish_s - req.first_token_s,
+    )
 
 
 # -- the real side ----------------------------------------------------------------------
@@ -407,37 +453,57 @@ def _latency(c: Completion, arrival: float) -> Latency:
     return Latency(c.first_s - arrival, tpot, c.last_s - arrival)
 
 
+@dataclass(frozen=True)
+class Stages:
+    """Where one request's time went, seconds from its planned arrival.
+
+    `send`: the client's lag behind the plan; `wait`: sent to admitted (a slot
+    free and the iteration under way over; llama-server sends the response
+    headers then); `prefill`: admitted to the first token; `decode`: first to
+    last token. The emulator's stages have `send` 0. `server_prefill` and
+    `server_decode` are the server's own `timings` (0 for the emulator).
+    """
+
+    send: float
+    wait: float
+    prefill: float
+    decode: float
+    server_prefill: float = 0.0
+    server_decode: float = 0.0
+
+
+def measured_stages(c: Completion) -> Stages:
+    return Stages(
+        send=c.sent_s - c.planned_s,
+        wait=c.admitted_s - c.sent_s,
+        prefill=c.first_s - c.admitted_s,
+        decode=c.last_s - c.first_s,
+        server_prefill=c.server_prompt_s,
+        server_decode=c.server_decode_s,
+    )
+
+
+def stage_table(
+    trace: Sequence[TraceRequest], measured: Sequence[Stages], emulated: Sequence[Stages]
+) -> str:
+    """Per request, measured / emulated stages (ms) as a markdown table: where the time went."""
+    lines = [
+        "| request | arrival (s) | in | out | send lag | wait: measured / emulated "
+        "| prefill: measured (server) / emulated | decode: measured (server) / emulated |",
+        "|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for r, m, e in zip(trace, measured, emulated, strict=True):
+        lines.append(
+            f"| {r.rid} | {r.arrival_s:.2f} | {r.input_tokens} | {r.output_tokens} "
+            f"| {m.send * 1e3:.1f} | {m.wait * 1e3:.0f} / {e.wait * 1e3:.0f} "
+            f"| {m.prefill * 1e3:.0f} ({m.server_prefill * 1e3:.0f}) / {e.prefill * 1e3:.0f} "
+            f"| {m.decode * 1e3:.0f} ({m.server_decode * 1e3:.0f}) / {e.decode * 1e3:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _prompt(rng: np.random.Generator, vocab: Sequence[int], n: int) -> list[int]:
     return [int(t) for t in rng.choice(vocab, size=n)]
-
-
-def _concurrently(
-    calls: Sequence[tuple[float, Callable[[], Completion]]],
-) -> list[tuple[float, Completion]]:
-    """Run each call in its own thread at its offset (s) from now; (planned start, result)."""
-    t0 = time.monotonic() + 0.2
-    results: list[tuple[float, Completion] | None] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def worker(i: int, offset: float, call: Callable[[], Completion]) -> None:
-        start = t0 + offset
-        time.sleep(max(0.0, start - time.monotonic()))
-        try:
-            results[i] = (start, call())
-        except BaseException as exc:  # re-raised in the caller's thread
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=worker, args=(i, off, call), daemon=True)
-        for i, (off, call) in enumerate(calls)
-    ]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise errors[0]
-    return [r for r in results if r is not None]
 
 
 @dataclass
@@ -445,7 +511,7 @@ class Measurements:
     """What the calibration measured on the server."""
 
     prefill: list[tuple[int, float]] = field(default_factory=list)  # (tokens, client TTFT s)
-    server_prefill_per_s: list[float] = field(default_factory=list)
+    server_prefill_s: list[tuple[int, float]] = field(default_factory=list)  # (tokens, server s)
     decode: list[tuple[int, float]] = field(default_factory=list)  # (running, s per token)
     sustained: list[dict[str, float]] = field(default_factory=list)  # the burst's latencies
 
@@ -468,11 +534,10 @@ def measure(
         for n in prefill_sizes:
             c = server.complete(_prompt(rng, vocab, n), 1)
             m.prefill.append((c.prompt_tokens, c.first_s - c.sent_s))
-            m.server_prefill_per_s.append(c.server_prompt_per_s)
+            m.server_prefill_s.append((c.prompt_tokens, c.server_prompt_s))
         for k in running:
-            prompts = [_prompt(rng, vocab, 8) for _ in range(k)]
-            calls = [(0.0, partial(server.complete, p, decode_tokens)) for p in prompts]
-            for _, c in _concurrently(calls):
+            calls = [Call(0.0, _prompt(rng, vocab, 8), decode_tokens) for _ in range(k)]
+            for c in server.run(calls):
                 m.decode.append((k, (c.last_s - c.first_s) / (c.tokens - 1)))
     return m
 
@@ -500,30 +565,95 @@ def sustained_burst(spec: TraceSpec, context_tokens: int, parallel: int) -> list
 
 def replay(
     server: LlamaServer, vocab: Sequence[int], trace: Sequence[TraceRequest]
-) -> list[Latency]:
-    """Each trace request sent at its arrival time, streamed; latencies in trace order."""
+) -> list[Completion]:
+    """Each trace request sent at its arrival time, streamed; completions in trace order."""
     rng = np.random.default_rng(len(trace) + sum(r.input_tokens for r in trace))
-    calls = [
-        (
-            r.arrival_s,
-            partial(server.complete, _prompt(rng, vocab, r.input_tokens), r.output_tokens),
-        )
-        for r in trace
-    ]
-    done = _concurrently(calls)
-    t0 = done[0][0] - trace[0].arrival_s
-    out = []
-    for r, (_, c) in zip(trace, done, strict=True):
+    calls = [Call(r.arrival_s, _prompt(rng, vocab, r.input_tokens), r.output_tokens) for r in trace]
+    done = server.run(calls)
+    for r, c in zip(trace, done, strict=True):
         if c.tokens != r.output_tokens or c.prompt_tokens != r.input_tokens:
             raise RuntimeError(
                 f"request {r.rid}: the server ran {c.prompt_tokens}/{c.tokens} tokens, "
                 f"the trace asked {r.input_tokens}/{r.output_tokens}"
             )
-        out.append(_latency(c, t0 + r.arrival_s))
-    return out
+    return done
+
+
+def latencies(done: Sequence[Completion]) -> list[Latency]:
+    """Each request's latencies from its planned arrival (the emulator's arrival)."""
+    return [_latency(c, c.planned_s) for c in done]
 
 
 # -- the whole calibration --------------------------------------------------------------
+
+#: The replays' loads: an ON period offers this times what the calibrated engine
+#: serves at full batch. Below saturation the latencies are the engine's speed
+#: (queues stay short); above it, a queue grows in each burst and a small speed
+#: error grows with it.
+LOADS = (0.5, 1.3)
+
+
+@dataclass
+class Replay:
+    """One trace replayed on the server and in the emulator, with its error table."""
+
+    load: float
+    rate_on: float
+    trace: list[TraceRequest]
+    measured: list[Latency]
+    predicted: list[Latency]
+    measured_stages: list[Stages]
+    emulated_stages: list[Stages]
+    rows: list[ErrorRow]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "load": self.load,
+            "rate_on": self.rate_on,
+            "errors": [{**asdict(r), "meets_target": r.meets_target} for r in self.rows],
+            "requests": [
+                {
+                    **asdict(t),
+                    "measured": asdict(m),
+                    "emulated": asdict(p),
+                    "measured_stages": asdict(ms),
+                    "emulated_stages": asdict(es),
+                }
+                for t, m, p, ms, es in zip(
+                    self.trace,
+                    self.measured,
+                    self.predicted,
+                    self.measured_stages,
+                    self.emulated_stages,
+                    strict=True,
+                )
+            ],
+        }
+
+
+def compare(
+    trace: Sequence[TraceRequest],
+    done: Sequence[Completion],
+    profile: ThroughputProfile,
+    kv_capacity_tokens: int,
+    max_running: int,
+    load: float,
+    rate_on: float,
+) -> Replay:
+    """The served trace against the emulator: latencies, stages and the error table."""
+    measured = latencies(done)
+    reqs = emulate_requests(trace, profile, kv_capacity_tokens, max_running)
+    predicted = [Latency(r.ttft_s, r.tpot_s, r.e2e_s) for r in reqs]
+    return Replay(
+        load=load,
+        rate_on=rate_on,
+        trace=list(trace),
+        measured=measured,
+        predicted=predicted,
+        measured_stages=[measured_stages(c) for c in done],
+        emulated_stages=[emulated_stages(r) for r in reqs],
+        rows=error_summary(measured, predicted),
+    )
 
 
 @dataclass
@@ -532,11 +662,9 @@ class CalibrationResult:
     measurements: Measurements
     iteration_s: tuple[float, float]
     sustained: tuple[float, float]  # (prefill, decode) slow-down of the isolated fit
-    rate_on: float
-    rows: list[ErrorRow]
-    measured: list[Latency]
-    predicted: list[Latency]
-    trace: list[TraceRequest]
+    clock: ClockKind
+    burst: Replay  # the sustained burst the factors were fitted on (emulated with them)
+    replays: list[Replay]
 
     def engine_yaml(self) -> str:
         """The `spec.engine` snippet (camelCase, as in a manifest)."""
@@ -549,22 +677,34 @@ class CalibrationResult:
             + yaml.safe_dump(body, sort_keys=False)
         )
 
+    def markdown(self) -> str:
+        """Each replay's error table, then where the burst's time went."""
+        parts = [
+            f"Clock: {self.clock}. Sustained burst: prefill x{self.sustained[0]:.2f}, "
+            f"decode x{self.sustained[1]:.2f} of the isolated fit.\n"
+        ]
+        for r in self.replays:
+            parts.append(
+                f"\n## Replay at {r.load:g}x capacity in ON periods "
+                f"({len(r.trace)} requests, {r.rate_on:.2f}/s)\n\n" + markdown_table(r.rows)
+            )
+        parts.append(
+            f"\n## Where the sustained burst's time went ({len(self.burst.trace)} requests)\n\n"
+            + markdown_table(self.burst.rows)
+            + "\n"
+            + stage_table(self.burst.trace, self.burst.measured_stages, self.burst.emulated_stages)
+        )
+        return "".join(parts)
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "clock": self.clock,
             "tokens": self.tokens.model_dump(by_alias=True, exclude_none=True, mode="json"),
             "iteration_s": {"a": self.iteration_s[0], "b": self.iteration_s[1]},
             "sustained": {"prefill": self.sustained[0], "decode": self.sustained[1]},
-            "rate_on": self.rate_on,
             "measurements": asdict(self.measurements),
-            "errors": [{**asdict(r), "meets_target": r.meets_target} for r in self.rows],
-            "requests": [
-                {
-                    **asdict(t),
-                    "measured": asdict(m),
-                    "emulated": asdict(p),
-                }
-                for t, m, p in zip(self.trace, self.measured, self.predicted, strict=True)
-            ],
+            "burst": self.burst.to_json(),
+            "replays": [r.to_json() for r in self.replays],
         }
 
 
@@ -576,39 +716,48 @@ def calibrate(
     log_path: Path,
     port: int,
     *,
+    loads: Sequence[float] = LOADS,
+    clock: ClockKind = "cpu",
     repeats: int = 4,
     decode_tokens: int = 32,
     on_phase: Callable[[str], None] = lambda _: None,
 ) -> CalibrationResult:
-    """Measure, fit the profile, replay the trace on the server and in the emulator."""
+    """Measure, fit the profile, replay the trace at each load on the server and in the emulator."""
     # The lengths do not depend on the rate: the prefill sizes come from a draft.
     draft = make_trace(trace_spec, config.slot_context, 1.0)
     inputs = np.array([r.input_tokens for r in draft])
     sizes = sorted({int(np.quantile(inputs, q)) for q in (0.1, 0.3, 0.5, 0.7, 0.9)})
     running = [k for k in (1, 2, 4) if k <= config.parallel]
-    with running_llama_server(binary, model, config, log_path, port) as server:
+    kv_tokens = config.parallel * config.slot_context
+    replays: list[Replay] = []
+    with running_llama_server(binary, model, config, log_path, port, clock) as server:
         vocab = server.vocabulary()
         on_phase(f"measuring prefill at {sizes} tokens and decode at {running} sequences")
         m = measure(server, vocab, sizes, running, decode_tokens=decode_tokens, repeats=repeats)
         a, b = fit_iteration_time(m.decode)
         isolated = ThroughputProfile(
-            prefill_tokens_per_s=fit_prefill_rate(m.prefill),
+            prefill_tokens_per_s=fit_prefill_rate(m.prefill, a + b),
             decode=decode_curve(a, b, config.parallel),
         )
         burst = sustained_burst(trace_spec, config.slot_context, config.parallel)
         on_phase(f"timing a sustained burst of {len(burst)} requests")
-        kv_tokens = config.parallel * config.slot_context
-        burst_measured = replay(server, vocab, burst)
-        m.sustained = [asdict(lat) for lat in burst_measured]
-        factors = fit_sustained(burst, burst_measured, isolated, kv_tokens, config.parallel)
+        burst_done = replay(server, vocab, burst)
+        m.sustained = [asdict(lat) for lat in latencies(burst_done)]
+        factors = fit_sustained(burst, latencies(burst_done), isolated, kv_tokens, config.parallel)
         throughput = scaled(isolated, *factors)
-        rate_on = trace_spec.burst_load * capacity_per_s(throughput, config.parallel, trace_spec)
-        trace = make_trace(trace_spec, config.slot_context, rate_on)
-        on_phase(
-            f"replaying {len(trace)} requests on the server "
-            f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s)"
-        )
-        measured = replay(server, vocab, trace)
+        burst_replay = compare(burst, burst_done, throughput, kv_tokens, config.parallel, 0.0, 0.0)
+        for load in loads:
+            spec = TraceSpec(**{**asdict(trace_spec), "burst_load": load})
+            rate_on = load * capacity_per_s(throughput, config.parallel, spec)
+            trace = make_trace(spec, config.slot_context, rate_on)
+            on_phase(
+                f"replaying {len(trace)} requests at {load:g}x capacity "
+                f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s)"
+            )
+            done = replay(server, vocab, trace)
+            replays.append(
+                compare(trace, done, throughput, kv_tokens, config.parallel, load, rate_on)
+            )
     tokens = TokenProfile(
         weights_gib=round(model.stat().st_size / GIB, 3),
         kv_bytes_per_token=kv_bytes_per_token(model),
@@ -617,9 +766,7 @@ def calibrate(
         gpus=[GpuThroughputProfile(gpu_model=ANY_GPU, **throughput.model_dump())],
         cpu=throughput,
     )
-    predicted = emulate(trace, throughput, kv_tokens, config.parallel)
-    rows = error_summary(measured, predicted)
-    return CalibrationResult(tokens, m, (a, b), factors, rate_on, rows, measured, predicted, trace)
+    return CalibrationResult(tokens, m, (a, b), factors, clock, burst_replay, replays)
 
 
 def write_result(result: CalibrationResult, out_dir: Path) -> list[Path]:
@@ -628,5 +775,5 @@ def write_result(result: CalibrationResult, out_dir: Path) -> list[Path]:
     paths = [out_dir / "engine.yaml", out_dir / "comparison.json", out_dir / "comparison.md"]
     paths[0].write_text(result.engine_yaml())
     paths[1].write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    paths[2].write_text(markdown_table(result.rows))
+    paths[2].write_text(result.markdown())
     return paths

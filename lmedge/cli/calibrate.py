@@ -47,7 +47,7 @@ from lmedge.api import (
 from lmedge.api.live import ContextUpdate
 from lmedge.api.params_file import dump_params
 from lmedge.bench import engine_calibration as ec
-from lmedge.bench.llama_server import ServerConfig, binary_path
+from lmedge.bench.llama_server import CLOCKS, ServerConfig, binary_path
 from lmedge.bench.runner import emulated_backend, resolve_scenario, settle_slots
 from lmedge.cli.console import ScenarioOpt
 from lmedge.controller.assembly import PolicyChoice, build_plugins
@@ -135,6 +135,8 @@ def _calibrate_engine(
     requests: int,
     threads: int,
     parallel: int,
+    clock: str,
+    loads: str,
 ) -> None:
     """`--engine llama.cpp`: measure, fit, replay, compare (see the module docstring)."""
     if engine != "llama.cpp":
@@ -143,6 +145,14 @@ def _calibrate_engine(
         )
     if requests < 1 or threads < 1 or parallel < 1:
         raise ConfigError("--requests, --threads and --parallel must be at least 1")
+    if clock not in CLOCKS:
+        raise ConfigError(f"--clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    try:
+        load_list = [float(x) for x in loads.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--loads must be comma-separated numbers, got {loads!r}") from exc
+    if not load_list or any(not x > 0 for x in load_list):
+        raise ConfigError(f"--loads must be positive numbers, got {loads!r}")
     out_dir = out_dir or Path("calibration-llama.cpp")
     config = ServerConfig(parallel=parallel, threads=threads)
     trace = ec.TraceSpec(requests=requests, seed=seed)
@@ -154,6 +164,8 @@ def _calibrate_engine(
         trace,
         out_dir / "llama-server.log",
         free_port(),
+        clock=clock,
+        loads=load_list,
         on_phase=lambda msg: out.print(f"[bold]{msg}[/bold]"),
     )
     cpu = result.tokens.cpu
@@ -164,7 +176,9 @@ def _calibrate_engine(
         + " tokens/s (running: aggregate); the sustained burst slowed the isolated fit's"
         + f" prefill x{result.sustained[0]:.2f}, decode x{result.sustained[1]:.2f}"
     )
-    out.print(ec.markdown_table(result.rows))
+    for r in result.replays:
+        out.print(f"replay at {r.load:g}x capacity in ON periods:")
+        out.print(ec.markdown_table(r.rows))
     for path in ec.write_result(result, out_dir):
         out.print(f"wrote {path}")
 
@@ -208,8 +222,21 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--server-bin", help="--engine: the llama-server binary.")
         ] = None,
         requests: int = typer.Option(120, help="--engine: requests in the replayed trace."),
-        threads: int = typer.Option(2, help="--engine: llama-server CPU threads."),
+        threads: int = typer.Option(
+            1, help="--engine: llama-server CPU threads (--threads and --threads-batch)."
+        ),
         parallel: int = typer.Option(4, help="--engine: llama-server slots (running sequences)."),
+        clock: str = typer.Option(
+            "cpu",
+            help="--engine: time the server by its model thread's CPU time while it has work "
+            "(cpu: a shared machine; needs --threads 1) or by the wall clock (wall: a quiet "
+            "machine of its own).",
+        ),
+        loads: str = typer.Option(
+            ",".join(f"{x:g}" for x in ec.LOADS),
+            help="--engine: the replays' loads, comma-separated: what an ON period offers, "
+            "as a multiple of what the calibrated engine serves.",
+        ),
     ) -> None:
         """Estimate service-rate weights, then coordinate-search the DPP coefficients.
 
@@ -217,7 +244,9 @@ def register(app: typer.Typer) -> None:
         """
         if engine is not None:
             out_dir = Path(out_path) if out_path is not None else None
-            _calibrate_engine(engine, model, server_bin, out_dir, seed, requests, threads, parallel)
+            _calibrate_engine(
+                engine, model, server_bin, out_dir, seed, requests, threads, parallel, clock, loads
+            )
             return
         register_plugins()
         if profile(policy).deployer != "lyapunov":

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from lmedge.agents.local_llm import model_path
 from lmedge.api.engines import EngineSpec
-from lmedge.bench.engine_calibration import METRICS
+from lmedge.bench.engine_calibration import LOADS, METRICS
 from lmedge.bench.llama_server import binary_path, missing_reason
 from lmedge.cli.calibrate import register
 
@@ -56,12 +56,22 @@ def test_calibrate_engine_writes_a_profile_and_the_comparison(tmp_path: Path) ->
     assert cpu is not None and [p.running for p in cpu.decode] == [1, 2]
     assert engine.tokens.max_running_sequences == 2
     comparison = json.loads((out / "comparison.json").read_text())
-    assert [e["metric"] for e in comparison["errors"]] == list(METRICS)
-    for e in comparison["errors"]:
-        assert {"median", "p90", "requests", "meets_target"} <= set(e)
-        assert e["median"] >= 0 and e["p90"] >= e["median"]
-    assert len(comparison["requests"]) == 6
-    for r in comparison["requests"]:
-        assert r["measured"]["e2e"] >= r["measured"]["ttft"] > 0
+    assert comparison["clock"] == "cpu"
+    assert [rep["load"] for rep in comparison["replays"]] == list(LOADS)
+    for rep in comparison["replays"]:
+        assert [e["metric"] for e in rep["errors"]] == list(METRICS)
+        for e in rep["errors"]:
+            assert {"median", "p90", "requests", "meets_target"} <= set(e)
+            assert e["median"] >= 0 and e["p90"] >= e["median"]
+        assert len(rep["requests"]) == 6
+        for r in rep["requests"]:
+            assert r["measured"]["e2e"] >= r["measured"]["ttft"] > 0
+            # the stages sum to the end-to-end latency, from the planned arrival
+            st = r["measured_stages"]
+            total = st["send"] + st["wait"] + st["prefill"] + st["decode"]
+            assert total == pytest.approx(r["measured"]["e2e"])
+            assert st["send"] >= 0 and st["wait"] >= 0 and st["prefill"] > 0
+    assert len(comparison["burst"]["requests"]) == 12  # 6 per slot
     table = (out / "comparison.md").read_text()
     assert all(f"| {m.upper()} |" in table for m in METRICS)
+    assert "Where the sustained burst's time went" in table

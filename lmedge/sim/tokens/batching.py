@@ -86,7 +86,8 @@ class BatchingEngine:
     start_s: float = 0.0
     #: False: a prefill step stalls the running sequences (vLLM's V0 scheduler).
     #: True: they decode one token in the prefill's batch, and the step also takes
-    #: one decode iteration's time (llama-server's batches, chunked prefill).
+    #: one decode iteration of the running and the new sequences (llama-server's
+    #: batches: one forward pass samples a token for each).
     mixed: bool = False
 
     now_s: float = field(init=False)
@@ -317,11 +318,11 @@ class BatchingEngine:
         self._start_step()
 
     def _prefill_work(self) -> float:
-        """Uncontended seconds of the prefill step: the batch's prompts, and in a mixed
-        batch one decode iteration of the running sequences."""
+        """Uncontended seconds of the prefill step: the batch's prompts at the prefill
+        rate; in a mixed batch also one decode iteration of every sequence in it, the
+        running ones and the new ones (each samples one token: a new prompt its first)."""
         work = sum(r.input_tokens for r in self._batch) / self._prefill
-        if self._mixed_decode and self._decoding:
-            n = len(self._decoding)
+        if self.mixed and (n := len(self._decoding) + len(self._batch)):
             work += n / self._decode[n]
         return work
 

@@ -81,22 +81,24 @@ def test_two_sequences_entering_and_leaving() -> None:
 
 
 def test_a_mixed_batch_decodes_the_running_sequences_during_a_prefill() -> None:
-    """As llama-server batches: b's prefill (0.5 s) carries a's next token and takes one
-    of a's iterations more (0.1 s). b's first token at 1.9, its last two at 0.125 s per
-    iteration (2.15); a has 5 tokens at 1.9, 7 at 2.15, then 4 more alone by 2.55."""
+    """As llama-server batches: every step is one forward pass that samples a token for
+    each sequence in it. a alone: 100 / 100 + 1 / 10 = 1.1 s to its first token, then
+    0.1 s per token (1.2, 1.3). b's prefill at 1.3 carries a's next token: 50 / 100 +
+    2 / 16 = 0.625 s, b's first token at 1.925, its last two at 0.125 s per iteration
+    (2.175); a has 4 tokens at 1.925, 6 at 2.175, then 5 more alone by 2.675."""
     e = BatchingEngine(PROFILE, 10_000, 8, mixed=True)
     a, b = TokenRequest(1, 0.0, 100, 11), TokenRequest(2, 1.25, 50, 3)
     e.submit(a, 0.0)
     assert e.advance(1.25) == []
     e.submit(b, 1.25)
     assert drain(e) == [b, a]
-    assert (b.admitted_s, b.first_token_s, b.finish_s) == pytest.approx((1.3, 1.9, 2.15))
-    assert (a.first_token_s, a.finish_s) == pytest.approx((1.0, 2.55))
+    assert (b.admitted_s, b.first_token_s, b.finish_s) == pytest.approx((1.3, 1.925, 2.175))
+    assert (a.first_token_s, a.finish_s) == pytest.approx((1.1, 2.675))
     assert [(s.used_tokens, s.reserved_tokens) for s in e.timeline][:4] == [
         (100, 111),
         (101, 111),
-        (154, 164),
-        (156, 164),  # a's fifth token and b's first, written by the mixed batch
+        (153, 164),
+        (155, 164),  # a's fourth token and b's first, written by the mixed batch
     ]
 
 
