@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmedge.api import SlotObservation
+from lmedge.api import RequestRouter, RequestWindow, SlotObservation, WindowRequest
 from lmedge.backends.emulated import EmulatedBackend
 from lmedge.controller.catalog import BuildContext, build_router
 from lmedge.policies.lyreo.learning import (
@@ -58,6 +58,29 @@ def observations(requests: int, slots: int) -> list[SlotObservation]:
     return out
 
 
+def window(obs: SlotObservation) -> RequestWindow:
+    """The slot's arrivals as the one window a LYREO router decides at the slot's end."""
+    slot_s = obs.context.loop.slot_s
+    return RequestWindow(
+        slot=obs.slot,
+        start_s=obs.slot * slot_s,
+        end_s=(obs.slot + 1) * slot_s,
+        context=obs.context,
+        snapshot=obs.snapshot,
+        requests=[
+            WindowRequest(
+                id=a.request or f"r{k}",
+                origin=a.origin,
+                lm=a.lm,
+                prompts=max(a.prompts, 1),
+                submit_s=obs.slot * slot_s,
+                input_tokens=a.input_tokens,
+            )
+            for k, a in enumerate(obs.arrivals)
+        ],
+    )
+
+
 def full_size_policy(path: Path) -> Path:
     rng = np.random.default_rng(0)
     width = LearnerParams().hidden
@@ -87,21 +110,26 @@ def full_size_policy(path: Path) -> Path:
 
 def test_load_and_decide_a_slot_of_300_requests(tmp_path: Path) -> None:
     path = full_size_policy(tmp_path / "lyreo.json")
-    slots = observations(300, 6)
+    slots = [window(obs) for obs in observations(300, 6)]
     ctx = slots[0].context
     # What the greedy already costs at its first slot is paid first: the figures
-    # are what a policy adds (its file, its compiled kernel).
-    build_router("lyreo", BuildContext(ctx, 1, {"policy": "none"})).route(slots[0])
+    # are what a policy adds (its file, its compiled kernel). A slot is one
+    # window of its requests, each decided by the actor (`route_requests`).
+    greedy = build_router("lyreo", BuildContext(ctx, 1, {"policy": "none"}))
+    assert isinstance(greedy, RequestRouter)
+    greedy.route_requests(slots[0])
     started = time.perf_counter()
     router = build_router("lyreo", BuildContext(ctx, 1, {"policy": str(path)}))
     load_s = time.perf_counter() - started
+    assert isinstance(router, RequestRouter)
     started = time.perf_counter()
-    router.route(slots[0])  # the first slot also loads the compiled kernel
+    router.route_requests(slots[0])  # the first slot also loads the compiled kernel
     first_s = time.perf_counter() - started
     times, walls = [], []
-    for obs in slots[1:]:
+    for w in slots[1:]:
         started, cpu = time.perf_counter(), time.process_time()
-        router.route(obs)
+        routes = router.route_requests(w)
+        assert len(routes) == len(w.requests)
         times.append(time.process_time() - cpu)
         walls.append(time.perf_counter() - started)
     result = {
