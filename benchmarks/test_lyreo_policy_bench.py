@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmedge.api import RequestRouter, RequestWindow, SlotObservation, WindowRequest
+from lmedge.api import RequestRouter, SlotObservation
 from lmedge.backends.emulated import EmulatedBackend
 from lmedge.controller.catalog import BuildContext, build_router
 from lmedge.policies.lyreo.learning import (
@@ -35,6 +35,7 @@ from lmedge.policies.lyreo.learning import (
 from lmedge.policies.lyreo.learning.actor import Layer
 from lmedge.sim import load_scenario
 from tests.unit.policies.lyapunov.scenario import slot_obs
+from tests.unit.policies.lyreo.windows import window_of
 
 pytestmark = pytest.mark.bench
 
@@ -56,29 +57,6 @@ def observations(requests: int, slots: int) -> list[SlotObservation]:
         obs = slot_obs([], running=running, ctx=ctx, slot=slot)
         out.append(obs.model_copy(update={"arrivals": arrivals[:requests]}))
     return out
-
-
-def window(obs: SlotObservation) -> RequestWindow:
-    """The slot's arrivals as the one window a LYREO router decides at the slot's end."""
-    slot_s = obs.context.loop.slot_s
-    return RequestWindow(
-        slot=obs.slot,
-        start_s=obs.slot * slot_s,
-        end_s=(obs.slot + 1) * slot_s,
-        context=obs.context,
-        snapshot=obs.snapshot,
-        requests=[
-            WindowRequest(
-                id=a.request or f"r{k}",
-                origin=a.origin,
-                lm=a.lm,
-                prompts=max(a.prompts, 1),
-                submit_s=obs.slot * slot_s,
-                input_tokens=a.input_tokens,
-            )
-            for k, a in enumerate(obs.arrivals)
-        ],
-    )
 
 
 def full_size_policy(path: Path) -> Path:
@@ -110,7 +88,7 @@ def full_size_policy(path: Path) -> Path:
 
 def test_load_and_decide_a_slot_of_300_requests(tmp_path: Path) -> None:
     path = full_size_policy(tmp_path / "lyreo.json")
-    slots = [window(obs) for obs in observations(300, 6)]
+    slots = [window_of(obs) for obs in observations(300, 6)]
     ctx = slots[0].context
     # What the greedy already costs at its first slot is paid first: the figures
     # are what a policy adds (its file, its compiled kernel). A slot is one
