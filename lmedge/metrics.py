@@ -50,10 +50,12 @@ from pydantic import Field
 from lmedge.api.base import WireModel
 from lmedge.api.constants import LAMBDA as LAMBDA  # re-exported: the CLI reads them here
 from lmedge.api.constants import TAU_S as TAU_S
-from lmedge.api.decisions import Decision
+from lmedge.api.decisions import Decision, WindowAudit
 from lmedge.api.interfaces import ActuationResult
 from lmedge.api.observations import ClusterContext, EpochMetrics, LMStats
 from lmedge.api.records import RequestRecord
+from lmedge.api.totals import LoadBalanceStats as LoadBalanceStats
+from lmedge.api.totals import WindowTotals
 
 
 class MetricRecord(Protocol):
@@ -915,15 +917,6 @@ def next_virtual_queues(
     return {s: max(z.get(s, 0.0) + y - epsilon, 0.0) for s, y in deviations.items()}
 
 
-class LoadBalanceStats(WireModel):
-    """LYREO's balance metrics over a run's slots (see the section comment above)."""
-
-    slots: int = Field(ge=0, description="Slots with a workload reading.")
-    mean_deviation: float | None = Field(description="Mean over slots of mean_s Y_s.")
-    mean_virtual_queue: float | None = Field(description="Mean over slots of mean_s Z_s.")
-    high_kv_share: float | None = Field(description="Share of server-time at >= HIGH_KV.")
-
-
 def load_balance_stats(
     samples: Sequence[Mapping[str, tuple[float, float]]],
     capacity_bytes: Mapping[str, float],
@@ -964,4 +957,48 @@ def load_balance_stats(
         mean_deviation=math.fsum(ys) / n,
         mean_virtual_queue=math.fsum(zs) / n,
         high_kv_share=high / (n * len(servers)),
+    )
+
+
+def window_totals(audits: Iterable[WindowAudit]) -> WindowTotals | None:
+    """The `WindowTotals` of a run's audited routing windows (a cluster's gateways);
+    None without a window.
+
+    Decision time is the audit's `wait_s` (close to decision); a fallback is a
+    window not routed by the router. The terms are over the windows that
+    report J (a window routed by the seed or the map reports none).
+    """
+    windows = requests = fallbacks = 0
+    wait = 0.0
+    reported: list[WindowAudit] = []
+    for a in audits:
+        windows += 1
+        requests += a.requests
+        fallbacks += a.used != "router"
+        wait += a.wait_s
+        if a.j is not None:
+            reported.append(a)
+    if not windows:
+        return None
+
+    def mean(key: str) -> float | None:
+        xs = [v for a in reported if (v := getattr(a, key)) is not None]
+        return math.fsum(xs) / len(xs) if xs else None
+
+    def total(key: str) -> float | None:
+        xs = [v for a in reported if (v := getattr(a, key)) is not None]
+        return math.fsum(xs) if xs else None
+
+    return WindowTotals(
+        windows=windows,
+        requests=requests,
+        fallbacks=fallbacks,
+        decision_s_mean=wait / windows,
+        reported=len(reported),
+        j_mean=mean("j"),
+        seed_j_mean=mean("seed_j"),
+        quality_loss_mean=mean("quality_loss"),
+        cost=total("cost"),
+        energy_j=total("energy"),
+        makespan_s_mean=mean("makespan"),
     )

@@ -46,14 +46,18 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from lmedge.api import ClusterBackend, ClusterContext, EpochMetrics, capabilities_of
+from lmedge.api.totals import LoadBalanceStats, RunTotals
 from lmedge.backends.emulated.backend import EmulatedBackend
 from lmedge.bench.summary import (
     DIGITS,
     WINDOW_SLOTS,
+    balance_stats,
     balance_summary,
+    rounded,
     routing_summary,
     summarize,
     timing_summary,
+    window_totals,
 )
 from lmedge.bench.tally import RunTally
 from lmedge.controller.assembly import PolicyChoice, build_plugins
@@ -272,11 +276,6 @@ def run(
         settle_slots=settle,
     )
     wall = time.perf_counter() - started
-    if store is not None:
-        # Waits out a short outage (StoreOptions.drain_s) instead of failing the
-        # run; what is still unsent then waits in the store's buffer and spill
-        # file, and the caller decides what that means (the CLI's exit status).
-        store.drain()
     components = {
         "planner": profile.planner,
         "router": profile.router,
@@ -298,8 +297,28 @@ def run(
             stats["windows"],
             stats["fallbacks"],
         )
+    if store is not None:
+        store.record_totals(run_totals(run_id, tally, backend, plugins.router))
+        # Waits out a short outage (StoreOptions.drain_s) instead of failing the
+        # run; what is still unsent then waits in the store's buffer and spill
+        # file, and the caller decides what that means (the CLI's exit status).
+        store.drain()
     requests = request_table(tally) if request_columns else None
     return RunOutcome(spec, sc, run_id, result, summary, timing, requests)
+
+
+def run_totals(run_id: str, tally: RunTally, backend: ClusterBackend, router: object) -> RunTotals:
+    """What the run stores once, at its end (`lmedge.api.totals`): its balance metrics
+    and its routing windows, summed; bounded whatever the run's length."""
+    balance = windows = None
+    if isinstance(backend, EmulatedBackend):
+        emulator = backend.emulator
+        if emulator.kv_samples:
+            balance = LoadBalanceStats.model_validate(
+                rounded(balance_stats(tally, emulator.kv_samples).model_dump())
+            )
+        windows = window_totals(emulator.window_stats, getattr(router, "window_totals", None))
+    return RunTotals(run=run_id, slots=tally.slots, balance=balance, windows=windows)
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from lmedge.api.records import RequestRecord
+from lmedge.api.totals import WindowTotals
 from lmedge.bench.tally import QuantileTally, RunTally, TokenTally
 from lmedge.controller.loop import RunResult
 from lmedge.metrics import (
     BALANCE_EPSILON,
+    LoadBalanceStats,
     lm_mean_penalized_latency,
     lms_named,
     load_balance_stats,
@@ -186,14 +188,7 @@ def balance_summary(
     (`Emulator.kv_samples`); a server's memory-time capacity is its GPU memory
     (memory on a CPU-only node), over the servers that ran a token engine.
     """
-    ctx = tally.ctx
-    servers = sorted({s for sample in kv_samples for s in sample})
-    capacity = {}
-    for s in servers:
-        spec = ctx.node(s).spec if ctx.has_node(s) else None
-        if spec is not None:
-            capacity[s] = (spec.total_vram_gib if spec.has_gpu else spec.memory_gib) * 1024**3
-    lb = load_balance_stats(kv_samples[: tally.slots + 1], capacity, ctx.loop.slot_s, epsilon)
+    lb = balance_stats(tally, kv_samples, epsilon=epsilon)
     return cast(
         dict[str, Any],
         rounded(
@@ -204,6 +199,23 @@ def balance_summary(
             }
         ),
     )
+
+
+def balance_stats(
+    tally: RunTally,
+    kv_samples: list[dict[str, tuple[float, float]]],
+    *,
+    epsilon: float = BALANCE_EPSILON,
+) -> LoadBalanceStats:
+    """Y, Z and the high-KV share of `balance_summary` (over the measured slots)."""
+    ctx = tally.ctx
+    servers = sorted({s for sample in kv_samples for s in sample})
+    capacity = {}
+    for s in servers:
+        spec = ctx.node(s).spec if ctx.has_node(s) else None
+        if spec is not None:
+            capacity[s] = (spec.total_vram_gib if spec.has_gpu else spec.memory_gib) * 1024**3
+    return load_balance_stats(kv_samples[: tally.slots + 1], capacity, ctx.loop.slot_s, epsilon)
 
 
 def routing_summary(
@@ -217,19 +229,50 @@ def routing_summary(
         "energy_j": energy.total,
         "energy_j_per_request": energy.mean(),
     }
-    if windows and windows.get("windows"):
-        n = windows["windows"]
+    terms = reported_terms(windows)
+    if terms is not None and windows:
         out["windows"] = {
-            "windows": int(n),
+            "windows": int(windows["windows"]),
             "requests": int(windows["requests"]),
-            "j_mean": windows["j"] / n,
-            "seed_j_mean": windows["seed_j"] / n,
-            "quality_loss_mean": windows["quality_loss"] / n,
-            "cost": windows["cost"],
-            "energy_j": windows["energy"],
-            "makespan_s_mean": windows["makespan"] / n,
+            **terms,
         }
     return cast(dict[str, Any], rounded(out))
+
+
+def reported_terms(windows: Mapping[str, float] | None) -> dict[str, float] | None:
+    """The means and totals of the terms a request-level router summed over its windows
+    (`window_totals`: CEMA's `window_totals`); None when it kept none or routed none."""
+    if not windows or not windows.get("windows"):
+        return None
+    n = windows["windows"]
+    return {
+        "j_mean": windows["j"] / n,
+        "seed_j_mean": windows["seed_j"] / n,
+        "quality_loss_mean": windows["quality_loss"] / n,
+        "cost": windows["cost"],
+        "energy_j": windows["energy"],
+        "makespan_s_mean": windows["makespan"] / n,
+    }
+
+
+def window_totals(
+    stats: Mapping[str, float], reported: Mapping[str, float] | None
+) -> WindowTotals | None:
+    """An emulated run's `WindowTotals`: the emulator's count of the windows it routed
+    (`Emulator.window_stats`: windows, requests, fallbacks, wall seconds deciding) and
+    the terms the router reported (`reported_terms`); None when no window was routed."""
+    windows = int(stats.get("windows", 0))
+    if not windows:
+        return None
+    terms = reported_terms(reported) or {}
+    return WindowTotals(
+        windows=windows,
+        requests=int(stats["requests"]) if "requests" in stats else None,
+        fallbacks=int(stats["fallbacks"]) if "fallbacks" in stats else None,
+        decision_s_mean=stats["decision_s"] / windows if "decision_s" in stats else None,
+        reported=int(reported["windows"]) if terms and reported else 0,
+        **rounded(terms),
+    )
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

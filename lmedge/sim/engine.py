@@ -193,7 +193,7 @@ class Emulator:
         self._seq_job: dict[int, Job] = {}
         #: request-level routing (`route_requests_with`): (router, window s, most a call)
         self._window_router: tuple[Callable[[RequestWindow], list[Route]], float, int] | None = None
-        self.window_stats = {"windows": 0, "fallbacks": 0, "decision_s": 0.0}
+        self.window_stats = {"windows": 0, "requests": 0, "fallbacks": 0, "decision_s": 0.0}
         self._next_seq = 0
         self.stats = {
             "submitted": 0,
@@ -563,6 +563,7 @@ class Emulator:
             routes = None
         self.window_stats["decision_s"] += time.perf_counter() - started
         self.window_stats["windows"] += 1
+        self.window_stats["requests"] += len(members)
         if routes is None or len(routes) != len(members):
             self.window_stats["fallbacks"] += 1
             routes = None

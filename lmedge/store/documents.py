@@ -4,7 +4,8 @@ A stored document is the model's JSON form (`model_dump(mode="json")`, exactly
 what the `$jsonSchema` generated from the model describes) plus a few store
 fields, all prefixed with `_` except `latency_s`:
 
-* `_id`: the natural key (run:origin:request id, run id, run:node:time, run:epoch)
+* `_id`: the natural key (run:origin:request id, run id (runs and their totals),
+  run:node:time, run:epoch)
   or a UUID chosen *before* the write is buffered, so a replayed batch is
   recognised by the server as already present instead of duplicated. Request
   ids are only unique within a run (the emulator derives them from the seed,
@@ -38,6 +39,7 @@ from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.observations import MemoryCase
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.api.runconfig import RunConfig
+from lmedge.api.totals import RunTotals
 from lmedge.store.schema import bson_schema
 
 __all__ = [
@@ -170,6 +172,9 @@ COLLECTIONS: Final[dict[str, CollectionSpec]] = {
     "runs": CollectionSpec(
         "runs", RunInfo, (Index((("started", -1),), "started"),), extra_properties=_STORE_FIELDS
     ),
+    # One per run, keyed by it: what an emulated run measured that its other
+    # documents cannot give back (`lmedge.api.totals`).
+    "run_totals": CollectionSpec("run_totals", RunTotals, extra_properties=_STORE_FIELDS),
 }
 
 _seq_lock = threading.Lock()
@@ -190,6 +195,8 @@ def document_id(model: BaseModel) -> str:
         return f"{model.run}:{model.origin}:{model.id}"
     if isinstance(model, RunInfo):
         return model.id
+    if isinstance(model, RunTotals):
+        return model.run
     if isinstance(model, NodeTelemetry):
         return f"{model.run}:{model.node}:{model.time_s!r}"
     if isinstance(model, MemoryCase):

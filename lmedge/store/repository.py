@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from lmedge.api.decisions import AgentKind
 from lmedge.api.observations import LMStats, MemoryCase
 from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.api.totals import RunTotals
 from lmedge.errors import StoreError, StoreUnavailable
 from lmedge.store.backends import Backend
 from lmedge.store.buffer import BufferStats, WriteBuffer
@@ -154,6 +155,10 @@ class Store:
     def record_run(self, run: RunInfo) -> None:
         """Register a run (idempotent: the first registration of an id wins)."""
         self._write("runs", [to_document(run)])
+
+    def record_totals(self, totals: RunTotals) -> None:
+        """Store a run's totals (idempotent: the first for a run wins)."""
+        self._write("run_totals", [to_document(totals)])
 
     def record_decision(self, decision: AnyDecision) -> None:
         """Store one decision in its agent's collection."""
@@ -494,6 +499,11 @@ class Store:
         """The run registered as `run_id` (None when there is none, or it does not validate)."""
         docs = self._backend.find("runs", {"_id": run_id}, limit=1)
         return next((cast(RunInfo, r) for r in _valid(RunInfo, docs, "runs")), None)
+
+    def totals(self, run_id: str) -> RunTotals | None:
+        """The totals stored for `run_id` (None: none stored, as for a cluster run)."""
+        docs = self._backend.find("run_totals", {"_id": run_id}, limit=1)
+        return next((cast(RunTotals, t) for t in _valid(RunTotals, docs, "run_totals")), None)
 
     def latest_run(self, *, backend: str | None = None) -> RunInfo | None:
         """The most recently started run (of `backend` only, when given); None without one."""
