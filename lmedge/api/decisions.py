@@ -180,6 +180,11 @@ class RoutedRequest(WireModel):
     )
 
 
+#: The `Decision.trigger` of a gateway's routing window: stored with the scheduler's
+#: slot maps, told apart by it (and by its `node`, the gateway's).
+WINDOW_TRIGGER: Final = "window"
+
+
 class WindowAudit(WireModel):
     """What one routing window at a gateway decided (request-level routing).
 

@@ -59,7 +59,7 @@ from lmedge.api import (
     RoutingMap,
     WindowRequest,
 )
-from lmedge.api.decisions import RoutedRequest, WindowAudit
+from lmedge.api.decisions import WINDOW_TRIGGER, RoutedRequest, WindowAudit
 from lmedge.api.gateway_control import RequestRouting
 from lmedge.api.runconfig import PolicyConfig
 
@@ -373,7 +373,7 @@ class RequestWindows:
             error=why,
             latency_s=max(spent_s, 0.0),
             sim_time_s=end_s,
-            trigger="window",
+            trigger=WINDOW_TRIGGER,
             window=WindowAudit(
                 start_s=window.start_s,
                 end_s=end_s,

@@ -490,14 +490,20 @@ def open_backend(location: StoreLocation, *, create: bool) -> Backend:
 def _equality(filter: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
     """A predicate for a filter of top-level equalities (a missing field equals None).
 
-    One range operator is understood besides: `{field: {"$gt": number}}`, the
-    store's incremental read of a run's records (`Store.requests_after`).
+    Two operators are understood besides: `{field: {"$gt": number}}`, the
+    store's incremental read of a run's records (`Store.requests_after`), and
+    `{field: {"$ne": value}}` (as in MongoDB, a missing field is not equal to
+    a value other than None), the decisions that are not routing windows.
     """
     items: list[tuple[str, Any]] = []
     above: list[tuple[str, float]] = []
+    unequal: list[tuple[str, Any]] = []
     for key, value in filter.items():
         if isinstance(value, dict) and set(value) == {"$gt"} and not key.startswith("$"):
             above.append((key, value["$gt"]))
+            continue
+        if isinstance(value, dict) and set(value) == {"$ne"} and not key.startswith("$"):
+            unequal.append((key, value["$ne"]))
             continue
         if key.startswith("$") or "." in key or isinstance(value, dict | list):
             raise ValueError(f"the embedded store only filters by field equality, not {key!r}")
@@ -505,6 +511,8 @@ def _equality(filter: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
 
     def matches(doc: Mapping[str, Any]) -> bool:
         if not all(doc.get(k) == v for k, v in items):
+            return False
+        if any(doc.get(k) == v for k, v in unequal):
             return False
         for k, bound in above:
             v = doc.get(k)

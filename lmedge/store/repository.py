@@ -29,7 +29,7 @@ import bson
 import bson.errors
 from pydantic import BaseModel, ValidationError
 
-from lmedge.api.decisions import AgentKind
+from lmedge.api.decisions import WINDOW_TRIGGER, AgentKind
 from lmedge.api.observations import LMStats, MemoryCase
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.api.totals import RunTotals
@@ -362,15 +362,20 @@ class Store:
         node: str | None = None,
         source: str | None = None,
         outcome: str | None = None,
+        windows: bool | None = None,
         limit: int = 20,
     ) -> list[AnyDecision]:
         """The latest decisions matching every given filter, newest first.
 
         `source` is `llm`, `rule` or `fallback`; `outcome` a `Decision.outcome`.
+        `windows`: True, only a gateway's routing windows (`trigger` "window",
+        stored in the scheduler's collection beside its slot maps); False, none of them.
         """
         if limit < 1:
             raise StoreError(f"limit must be at least 1, got {limit}")
         query = _filter(run=run, epoch=epoch, slot=slot, node=node, source=source, outcome=outcome)
+        if windows is not None:
+            query["trigger"] = WINDOW_TRIGGER if windows else {"$ne": WINDOW_TRIGGER}
         agents = [agent] if agent else list(DECISION_COLLECTIONS)
         found: list[tuple[int, AnyDecision]] = []
         for kind in agents:
