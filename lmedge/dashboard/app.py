@@ -69,6 +69,8 @@ _FIGURE_POLICY: Final = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
 Agent = Literal["planner", "scheduler", "deployer"]
 SourceName = Literal["llm", "rule", "fallback"]
 OutcomeName = Literal["accepted", "replaced"]
+#: A scheduler decision's kind: a gateway's routing `window` or a `slot` map.
+KindName = Literal["window", "slot"]
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,19 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
                 chart_id="chart-ratios",
             ),
         }
+        routing = state.routing
+        if routing is not None and routing.per_slot:
+            figures["windows"] = charts.LineChart(
+                "Routing windows: J and the load-aware seed's J, mean per slot",
+                "slot",
+                "J (lower is better)",
+                [
+                    charts.Series("J", [(float(t), j) for t, j, _ in routing.per_slot]),
+                    charts.Series("seed J", [(float(t), sj) for t, _, sj in routing.per_slot]),
+                ],
+                y_min=0.0,
+                chart_id="chart-windows",
+            )
         return page(
             request,
             "run.html",
@@ -411,8 +426,9 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         outcome: Annotated[OutcomeName | None, Query()] = None,
         flagged: Annotated[bool, Query()] = False,
         limit: Annotated[int, Query(ge=1, le=views.MAX_DECISIONS)] = 200,
+        kind: Annotated[KindName | None, Query()] = None,
     ) -> HTMLResponse:
-        f = views.DecisionFilter(agent, node, epoch, slot, source, outcome, flagged, limit)
+        f = views.DecisionFilter(agent, node, epoch, slot, source, outcome, flagged, limit, kind)
         with reading() as db:
             info = views.find_run(db, run_id)
             newest = db.decisions(run=run_id, limit=1)
@@ -423,15 +439,15 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         base = f"/runs/{run_id}/"
         timeline = charts.Timeline(
             "Decisions over slots (filled: accepted, hollow: replaced)",
-            ["planner", "scheduler", "deployer"],
+            list(views.LANES),
             [
                 charts.Mark(
                     x=d.slot,
-                    lane=d.agent,
+                    lane=views.lane(d),
                     colour=charts.SOURCE_COLOURS.get(d.source, "#888"),
                     hollow=d.outcome != "accepted",
-                    tip=f"{d.agent} slot {d.slot}{' ' + d.node if d.node else ''}: {d.source}, "
-                    f"{d.outcome}, {len(d.violations)} violations",
+                    tip=f"{views.lane(d)} slot {d.slot}{' ' + d.node if d.node else ''}: "
+                    f"{d.source}, {d.outcome}, {len(d.violations)} violations",
                     href=base + views.decision_key(d),
                 )
                 for d in found
@@ -449,6 +465,7 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
             f=f,
             base=base,
             key=views.decision_key,
+            lane=views.lane,
             timeline=Markup(timeline.svg()),
         )
 
@@ -459,10 +476,13 @@ def create_app(store: Store, settings: DashboardSettings | None = None) -> FastA
         agent: Agent,
         slot: Annotated[int, PathParam(ge=0)],
         node: Annotated[str | None, Query(min_length=1, max_length=253)] = None,
+        window_start: Annotated[
+            float | None, Query(ge=0, description="A routing window's start, run seconds.")
+        ] = None,
     ) -> HTMLResponse:
         with reading() as db:
             info = views.find_run(db, run_id)
-            d = views.decision(db, run_id, agent, slot, node)
+            d = views.decision(db, run_id, agent, slot, node, window_start)
             seen = views.telemetry_seen(db, d, views.constants(info).slot_s)
         return page(
             request,

@@ -25,17 +25,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, cast
+from urllib.parse import urlencode
 
 from lmedge.api.constants import LoopConstants
-from lmedge.api.decisions import MacroPolicy, Placement
+from lmedge.api.decisions import MacroPolicy, Placement, WindowAudit
 from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.api.totals import LoadBalanceStats, RunTotals, WindowTotals
+from lmedge.bench.summary import token_summary
+from lmedge.bench.tally import QuantileTally
 from lmedge.metrics import (
     conflict_stats,
     fairness,
     lm_mean_penalized_latency,
     penalized_latency,
     segment_metrics,
+    window_totals,
 )
 from lmedge.store import AnyDecision, RunInfo, Store
 
@@ -44,6 +49,10 @@ from lmedge.store import AnyDecision, RunInfo, Store
 MAX_DEPLOYMENTS: Final = 20_000
 #: Most decisions one timeline page lists.
 MAX_DECISIONS: Final = 500
+#: A cluster run's routing windows read for its run page (the newest): a
+#: gateway audits one a second, so a few hours of one gateway; beyond it the
+#: page says how many it shows.
+MAX_WINDOWS: Final = 20_000
 
 
 class NotFound(LookupError):
@@ -137,16 +146,34 @@ class RunData:
     #: Slots the run recorded: one past its newest request's or decision's slot
     #: (0 when it recorded neither). Query parameters are bounded by it.
     slots: int
+    #: What an emulated run stored at its end (`lmedge.api.totals`); None otherwise.
+    totals: RunTotals | None = None
+    #: A cluster run's audited routing windows, newest first, with their slots
+    #: (at most `MAX_WINDOWS`).
+    windows: list[tuple[int, WindowAudit]] = field(default_factory=list)
 
 
 def read_run(store: Store, run_id: str) -> RunData:
-    """The run's info, requests and newest decision (`NotFound` for an unknown run)."""
+    """The run's info, requests, newest decision, stored totals and routing windows
+    (`NotFound` for an unknown run)."""
     info = find_run(store, run_id)
     records = list(store.requests(run_id))
     newest = store.decisions(run=run_id, limit=1)
     latest = latest_decision_time(store, run_id) if newest else None
     last = max([r.slot for r in records] + [d.slot for d in newest], default=-1)
-    return RunData(info=info, records=records, latest_decision=latest, slots=last + 1)
+    audited = (
+        store.decisions(agent="scheduler", run=run_id, windows=True, limit=MAX_WINDOWS)
+        if newest
+        else []
+    )
+    return RunData(
+        info=info,
+        records=records,
+        latest_decision=latest,
+        slots=last + 1,
+        totals=store.totals(run_id),
+        windows=[(d.slot, d.window) for d in audited if d.window is not None],
+    )
 
 
 def check_slots(run_id: str, slots: int, **given: int | None) -> None:
@@ -184,6 +211,97 @@ class RunState:
     lm_latency: dict[str, list[float | None]]
     live: bool
     latest_decision: datetime | None
+    #: Token-level figures of the counted requests (`TokenFigures`); None when
+    #: none streamed tokens (a pipeline-engine run).
+    tokens: TokenFigures | None = None
+    #: LYREO's balance metrics, from the run's stored totals (its measured
+    #: slots); None when it stored none (a cluster run, or no token engine).
+    balance: LoadBalanceStats | None = None
+    #: The request-level routing windows (`RoutingWindows`); None without any.
+    routing: RoutingWindows | None = None
+
+
+@dataclass(frozen=True)
+class TokenFigures:
+    """TTFT and TPOT (mean, P99) of the successful streamed requests counted, and
+    per serving LM the rows of the summary's `tokens.per_lm` (`token_summary`)."""
+
+    requests: int
+    ttft_s_mean: float | None
+    ttft_s_p99: float | None
+    tpot_s_mean: float | None
+    tpot_s_p99: float | None
+    per_lm: list[dict[str, Any]]
+
+
+def token_figures(records: list[RequestRecord]) -> TokenFigures | None:
+    """The token-level figures of `records`; None when none has output tokens."""
+    per_lm = token_summary(records, {})["per_lm"]
+    if not per_lm:
+        return None
+    ttft, tpot = QuantileTally(), QuantileTally()
+    for r in records:  # as `TokenTally`: a success with a first token counts
+        if r.output_tokens is not None and r.outcome == "success" and r.ttft_s is not None:
+            ttft.add(r.ttft_s)
+            if r.tpot_s is not None:
+                tpot.add(r.tpot_s)
+    return TokenFigures(
+        requests=sum(row["requests"] for row in per_lm),
+        ttft_s_mean=ttft.mean(),
+        ttft_s_p99=ttft.quantile(0.99),
+        tpot_s_mean=tpot.mean(),
+        tpot_s_p99=tpot.quantile(0.99),
+        per_lm=per_lm,
+    )
+
+
+@dataclass(frozen=True)
+class RoutingWindows:
+    """A run's request-level routing windows: their totals, and where they come from.
+
+    `source` is `stored` (an emulated run's `RunTotals`: every window of the
+    run, its settling slots included, whatever the page's slot range) or
+    `audited` (a cluster's window decisions in the page's slot range, folded
+    by `metrics.window_totals`; `capped` when `MAX_WINDOWS` were read). Per
+    slot, `per_slot` holds (slot, mean J, mean seed J) of the audited windows
+    that report J (empty for a stored total).
+    """
+
+    totals: WindowTotals
+    source: Literal["stored", "audited"]
+    capped: bool = False
+    per_slot: list[tuple[int, float, float | None]] = field(default_factory=list)
+
+
+def routing_windows(data: RunData, start_slot: int, end_slot: int | None) -> RoutingWindows | None:
+    """The run's routing windows in [start_slot, end_slot) (see `RoutingWindows`)."""
+    audited = [
+        (slot, a)
+        for slot, a in data.windows
+        if slot >= start_slot and (end_slot is None or slot < end_slot)
+    ]
+    folded = window_totals(a for _, a in audited)
+    if folded is not None:
+        by_slot: dict[int, list[WindowAudit]] = {}
+        for slot, a in audited:
+            if a.j is not None:
+                by_slot.setdefault(slot, []).append(a)
+        per_slot = []
+        for slot in sorted(by_slot):
+            group = by_slot[slot]
+            seeds = [a.seed_j for a in group if a.seed_j is not None]
+            per_slot.append(
+                (
+                    slot,
+                    sum(a.j for a in group if a.j is not None) / len(group),
+                    sum(seeds) / len(seeds) if seeds else None,
+                )
+            )
+        capped = len(data.windows) >= MAX_WINDOWS
+        return RoutingWindows(folded, "audited", capped=capped, per_slot=per_slot)
+    if data.totals is not None and data.totals.windows is not None:
+        return RoutingWindows(data.totals.windows, "stored")
+    return None
 
 
 def run_state(
@@ -225,6 +343,7 @@ def run_state(
         "lm_mean_latency_s": o.lm_mean_latency_s,
         "lm_mean_penalized_latency_s": lm_mean_penalized_latency(o.per_lm, deadlines),
         "mean_latency_s": o.mean_latency_s,
+        "p99_latency_s": _latency_p99(records),
         "success_ratio": o.successes / o.requests if o.requests else None,
         "requests": o.requests,
         "successes": o.successes,
@@ -280,7 +399,19 @@ def run_state(
         lm_latency=lm_latency,
         live=is_live(latest, live_window_s),
         latest_decision=latest,
+        tokens=token_figures(records),
+        balance=data.totals.balance if data.totals is not None else None,
+        routing=routing_windows(data, start_slot, end_slot),
     )
+
+
+def _latency_p99(records: list[RequestRecord]) -> float | None:
+    """P99 end-to-end latency of the successful requests (as the summary's `balance`)."""
+    latencies = QuantileTally()
+    for r in records:
+        if r.outcome == "success":
+            latencies.add(r.latency_s)
+    return latencies.quantile(0.99)
 
 
 def _energy(records: list[RequestRecord]) -> dict[str, float | None]:
@@ -427,6 +558,8 @@ class DecisionFilter:
     #: Only decisions with at least one violation (or an error).
     flagged: bool = False
     limit: int = 200
+    #: `window`: only a gateway's routing windows; `slot`: none of them.
+    kind: str | None = None
 
     def query(self) -> dict[str, str]:
         """The filters as URL query parameters (the ones that are set)."""
@@ -438,6 +571,7 @@ class DecisionFilter:
             "source": self.source,
             "outcome": self.outcome,
             "flagged": "true" if self.flagged else None,
+            "kind": self.kind,
         }
         return {k: str(v) for k, v in items.items() if v is not None}
 
@@ -470,6 +604,7 @@ def decisions(store: Store, run_id: str, f: DecisionFilter) -> list[AnyDecision]
         node=f.node,
         source=f.source,
         outcome=f.outcome,
+        windows=None if f.kind is None else f.kind == "window",
         limit=limit,
     )
     if f.flagged:
@@ -477,20 +612,62 @@ def decisions(store: Store, run_id: str, f: DecisionFilter) -> list[AnyDecision]
     return found[: f.limit]
 
 
-def decision(store: Store, run_id: str, agent: str, slot: int, node: str | None) -> AnyDecision:
-    """The decision `agent` made at `slot` (for `node`); the latest one if it decided twice."""
+#: The timeline's lanes: the three agents, and the scheduler's routing windows
+#: (a gateway's, stored beside its slot maps) on a lane of their own.
+LANES: Final = ("planner", "scheduler", "routing window", "deployer")
+
+
+def lane(d: AnyDecision) -> str:
+    """`routing window` for a gateway's routing window, else the decision's agent."""
+    return "routing window" if d.window is not None else d.agent
+
+
+def decision(
+    store: Store,
+    run_id: str,
+    agent: str,
+    slot: int,
+    node: str | None,
+    window_start: float | None = None,
+) -> AnyDecision:
+    """The decision `agent` made at `slot` (for `node`); the latest one if it decided twice.
+
+    With `window_start`, the gateway `node`'s routing window that opened then
+    (run clock, seconds); without, a scheduler's slot map, never a window.
+    """
     find_run(store, run_id)
-    found = store.decisions(agent=cast(Any, agent), run=run_id, slot=slot, node=node, limit=1)
+    if window_start is None:
+        windows = False if agent == "scheduler" else None
+        found = store.decisions(
+            agent=cast(Any, agent), run=run_id, slot=slot, node=node, windows=windows, limit=1
+        )
+    else:
+        candidates = store.decisions(
+            agent=cast(Any, agent),
+            run=run_id,
+            slot=slot,
+            node=node,
+            windows=True,
+            limit=MAX_WINDOWS,
+        )
+        found = [d for d in candidates if d.window is not None and d.window.start_s == window_start]
     if not found:
         where = f" for node {node!r}" if node else ""
-        raise NotFound(f"run {run_id!r} has no {agent} decision at slot {slot}{where}")
+        what = f"routing window opened at {window_start!r} s" if window_start is not None else ""
+        raise NotFound(
+            f"run {run_id!r} has no {agent} decision{' (' + what + ')' if what else ''} "
+            f"at slot {slot}{where}"
+        )
     return found[0]
 
 
 def decision_key(d: AnyDecision) -> str:
-    """The path of a decision's page, below its run."""
+    """The path of a decision's page, below its run (a routing window's names its start)."""
     path = f"decisions/{d.agent}/{d.slot}"
-    return path + (f"?node={d.node}" if d.node else "")
+    query = {"node": d.node} if d.node else {}
+    if d.window is not None:
+        query["window_start"] = repr(d.window.start_s)
+    return path + (f"?{urlencode(query)}" if query else "")
 
 
 def telemetry_seen(store: Store, d: AnyDecision, slot_s: float) -> list[NodeTelemetry]:
