@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from lmedge.api.decisions import WINDOW_TRIGGER, Decision, RoutingMap, WindowAudit
 from lmedge.api.observations import LMStats
+from lmedge.api.totals import LoadBalanceStats, RunTotals, WindowTotals
 from lmedge.errors import StoreError, StoreUnavailable, UserError
 from lmedge.store import Store, StoreOptions, open_store
 
@@ -236,3 +238,41 @@ def test_reads_during_an_outage_raise_store_unavailable(ferretdb: object, tmp_pa
         store.flush()
         assert store.buffer_stats().pending == 0
         assert len(list(store.requests("r1"))) == 10
+
+
+def test_run_totals_round_trip_once_per_run(store: Store) -> None:
+    store.record_run(samples.run_info("r1"))
+    totals = RunTotals(
+        run="r1",
+        slots=20,
+        balance=LoadBalanceStats(
+            slots=20, mean_deviation=0.002, mean_virtual_queue=0.0, high_kv_share=0.05
+        ),
+        windows=WindowTotals(windows=50, requests=120, fallbacks=1, decision_s_mean=0.001),
+    )
+    store.record_totals(totals)
+    store.record_totals(totals)  # a replay: still one document
+    assert store.totals("r1") == totals
+    assert store.totals("r2") is None
+    assert store.status().counts["run_totals"] == 1
+
+
+def test_routing_windows_are_told_from_slot_maps(store: Store) -> None:
+    store.record_run(samples.run_info("r1"))
+    slot_map = samples.decisions("r1", epochs=1, slots=1)
+    window = Decision[RoutingMap](
+        agent="scheduler",
+        policy="cema-request",
+        source="rule",
+        value=RoutingMap(routes=[]),
+        run="r1",
+        slot=0,
+        node="a",
+        trigger=WINDOW_TRIGGER,
+        window=WindowAudit(start_s=0.5, end_s=1.5, requests=2, used="router", wait_s=0.01),
+    )
+    store.record_decisions([*slot_map, window])
+    assert store.decisions(run="r1", windows=True, limit=100) == [window]
+    rest = store.decisions(run="r1", windows=False, limit=100)
+    assert rest == slot_map[::-1] and window not in rest
+    assert store.decisions(agent="scheduler", run="r1", windows=None, limit=100)[0] == window

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.observations import MemoryCase
 from lmedge.api.records import NodeTelemetry, RequestRecord
+from lmedge.api.totals import LoadBalanceStats, RunTotals, WindowTotals
 from lmedge.store.documents import COLLECTIONS, RunInfo, to_document
 from lmedge.store.schema import bson_schema, to_bson_schema
 
@@ -190,6 +191,14 @@ SAMPLES: list[BaseModel] = [
         }
     ),
     RunInfo(id="r1", scenario="testbed", policy="MA", seed=7, started=_NOW),
+    RunTotals(
+        run="r1",
+        slots=20,
+        balance=LoadBalanceStats(
+            slots=20, mean_deviation=0.01, mean_virtual_queue=0.0, high_kv_share=None
+        ),
+        windows=WindowTotals(windows=3, requests=7, reported=2, j_mean=0.4, cost=0.0),
+    ),
 ]
 _COLLECTION_OF = {
     "Decision[MacroPolicy]": "macro_policies",
@@ -199,6 +208,7 @@ _COLLECTION_OF = {
     "NodeTelemetry": "telemetry",
     "MemoryCase": "memory",
     "RunInfo": "runs",
+    "RunTotals": "run_totals",
 }
 
 
