@@ -25,7 +25,7 @@ SLOTS = 20
 def _cards(page: str) -> dict[str, str]:
     """The headline numbers of a run page, by metric."""
     found = re.findall(
-        r'data-metric="([a-z_]+)"><div class="label">.*?</div><div class="value">(.*?)</div>',
+        r'data-metric="([a-z0-9_]+)"><div class="label">.*?</div><div class="value">(.*?)</div>',
         page,
     )
     return {k: html.unescape(v) for k, v in found}
