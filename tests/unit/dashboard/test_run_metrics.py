@@ -86,6 +86,32 @@ def test_a_lyreo_run_shows_its_summarys_token_balance_and_window_figures(
     assert "routing" not in summary or "windows" not in summary["routing"]
 
 
+def test_an_emulated_cema_runs_windows_reach_the_store_as_its_summary_reports_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "db")
+    args = ["simulate", "-f", "examples/model-routing", "--policy", "cema-request"]
+    code, out, err = cli([*args, "--slots", "3", "--no-settle", "--store", db, "--json"], capsys)
+    assert code == 0, err
+    summary = json.loads(out)["routing"]["windows"]
+    with open_store(db, read_only=True) as store, TestClient(create_app(store)) as client:
+        run = store.runs()[0].id
+        stored = store.totals(run)
+        page = client.get(f"/runs/{run}")
+        # one bounded document for the run, no document per window
+        assert store.decisions(run=run, windows=True, limit=10) == []
+    assert stored is not None and stored.windows is not None and stored.balance is None
+    w = stored.windows
+    assert (w.reported, w.requests) == (summary["windows"], summary["requests"])
+    for key in ("j_mean", "seed_j_mean", "quality_loss_mean", "cost", "energy_j"):
+        assert getattr(w, key) == summary[key], key
+    got = cards(page.text, "windows")
+    assert got["window_j_mean"] == f"{summary['j_mean']:.3f}"
+    assert got["window_seed_j_mean"] == f"{summary['seed_j_mean']:.3f}"
+    assert got["window_makespan_s_mean"] == f"{summary['makespan_s_mean']:.2f}"
+    assert 'id="tokens-none"' in page.text and 'id="balance-none"' in page.text
+
+
 def _record(k: int, slot: int, outcome: str = "success") -> RequestRecord:
     return RequestRecord(
         id=f"q{k}",
