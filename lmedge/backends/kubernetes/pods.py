@@ -311,6 +311,16 @@ def llama_cpp_args(service: ServiceInfo, placement: LMPlacement) -> list[str]:
     parallel, which keeps the KV llama.cpp allocates inside the pool the
     token profile budgets (`kv_capacity_tokens`). All layers on the GPU in
     GPU mode, none in CPU mode; one thread per whole core of the placement.
+
+    The server runs as `lmedge calibrate --engine llama.cpp` measured it, so
+    the token profile predicts it: one KV cache for all slots
+    (`--kv-unified`), so a batch of new prompts beside running sequences is
+    one forward pass (with a cache per slot llama.cpp splits a mixed batch
+    into several), each sequence still held to `contextTokens`
+    (`--kv-unified-per-slot`); and no context checkpoints
+    (`--ctx-checkpoints 0`), so a sliding-window model (Gemma 3) prefills a
+    prompt in one iteration instead of stopping short of its end to snapshot
+    the window.
     """
     tokens = service.spec.engine.tokens
     assert tokens is not None  # EngineSpec requires it for llama.cpp
@@ -325,6 +335,9 @@ def llama_cpp_args(service: ServiceInfo, placement: LMPlacement) -> list[str]:
         "--parallel", str(parallel),
         "--threads", str(threads),
         "--n-gpu-layers", str(ALL_LAYERS if placement.mode == "gpu" else 0),
+        "--kv-unified",
+        "--kv-unified-per-slot", str(tokens.context_tokens),
+        "--ctx-checkpoints", "0",
         "--metrics",
     ]  # fmt: skip
 

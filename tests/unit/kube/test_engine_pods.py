@@ -50,12 +50,14 @@ CASES = [
     ("llama.cpp-baked-gpu", service("llama.cpp"), GPU,
      ["--model", "/models/model.gguf", "--alias", "x", "--host", "0.0.0.0", "--port", "8000",
       "--ctx-size", "32768", "--parallel", "8", "--threads", "2", "--n-gpu-layers", "999",
-      "--metrics"], [], None, None),
+      "--kv-unified", "--kv-unified-per-slot", "4096", "--ctx-checkpoints", "0", "--metrics"],
+     [], None, None),
     # 3 GiB - 1 GiB of weights = 65,536 tokens of 32 KiB: 4 contexts of 16,384, not 8.
     ("llama.cpp-claim-cpu", service("llama.cpp", CLAIM, contextTokens=16384), CPU,
      ["--model", "/models/m.gguf", "--alias", "x", "--host", "0.0.0.0", "--port", "8000",
       "--ctx-size", "65536", "--parallel", "4", "--threads", "3", "--n-gpu-layers", "0",
-      "--metrics"], CLAIM_VOLUME, CLAIM_MOUNT, None),
+      "--kv-unified", "--kv-unified-per-slot", "16384", "--ctx-checkpoints", "0", "--metrics"],
+     CLAIM_VOLUME, CLAIM_MOUNT, None),
     # minVramGib 3 of a 24 GiB GPU: 0.125.
     ("vllm-claim-gpu", service("vllm", {"claimName": "w", "path": "/models/llama"}), GPU,
      ["--model", "/models/llama", "--served-model-name", "x", "--host", "0.0.0.0",
