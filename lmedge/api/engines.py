@@ -368,6 +368,19 @@ def nominal_seconds_per_prompt(
     """
     per_seq = NOMINAL_INPUT_TOKENS + NOMINAL_OUTPUT_TOKENS
     running = max(1, min(tokens.max_running_sequences, capacity_tokens // per_seq))
+    return saturated_seconds_per_request(profile, running)
+
+
+def saturated_seconds_per_request(profile: ThroughputProfile, running: int) -> float:
+    """Seconds of a pod each nominal request costs while `running` sequences decode.
+
+    Its `out` tokens at decode(running) / running tokens/s each, in a batch
+    that finishes decode(running) / out requests a second, plus its prefill,
+    which stalls the running batch (vLLM's V0 scheduler, `BatchingEngine`):
+    out / decode(running) + in / prefill. The reciprocal is the pod's
+    throughput at saturation, so it is also how fast a full pod's waiting
+    queue drains.
+    """
     return (
         NOMINAL_OUTPUT_TOKENS / profile.decode_tokens_per_s(running)
         + NOMINAL_INPUT_TOKENS / profile.prefill_tokens_per_s
@@ -415,5 +428,6 @@ __all__ = [
     "mixed_batches",
     "pod_protocol",
     "pool_tokens",
+    "saturated_seconds_per_request",
     "throughput_profile",
 ]

@@ -18,8 +18,11 @@ tokens and the nominal output (215 tokens: the output is not known before it
 ends):
 
 - `latency_s`: continuous batching, n = active requests with it:
-  input / prefill + out * b / decode(b), b = min(n, slots), plus a queue of
-  max(0, n - slots) * out / decode(slots) when the batch is full, plus a cold
+  input / prefill + out * b / decode(b), b = min(n, slots), plus, when the
+  batch is full, a queue of max(0, n - slots) requests, each ahead of it
+  costing the server out / decode(slots) + in / prefill (a full server
+  finishes a request that often, every admission's prefill stalling the
+  batch: `lmedge.api.engines.saturated_seconds_per_request`), plus a cold
   start when the LM is not running there.
 - `static_latency_s`: static batching with single-slot completion (the
   model LYREO argues against): only this window's batch on the server,
@@ -61,6 +64,7 @@ from lmedge.api.engines import (
     ThroughputProfile,
     concurrent_requests,
     kv_capacity_tokens,
+    saturated_seconds_per_request,
     throughput_profile,
 )
 from lmedge.policies.kit.params import PluginParams
@@ -100,6 +104,8 @@ class Server:
     batch_requests: int = 0
     batch_input: int = 0
     peak_decode_tokens_per_s: float = 0.0
+    #: Seconds between two completions when the batch is full (`saturated_seconds_per_request`).
+    drain_s: float = 0.0
 
     def kv_usage(self) -> float:
         """Share of the KV pool in use (the slot's commitments included); above 1 is overflow."""
@@ -149,6 +155,7 @@ class RequestSlot:
                     kv_load=usage * pool / capacity,
                     count_load=active / slots,
                     peak_decode_tokens_per_s=profile.decode_tokens_per_s(slots),
+                    drain_s=saturated_seconds_per_request(profile, slots),
                 )
             )
 
@@ -160,7 +167,7 @@ class RequestSlot:
         decode = s.profile.decode_tokens_per_s(b)
         t = input_tokens / s.profile.prefill_tokens_per_s + out * b / decode
         if n > s.slots:
-            t += (n - s.slots) * out / s.profile.decode_tokens_per_s(s.slots)
+            t += (n - s.slots) * s.drain_s
         return t if s.ready else t + COLD_START_S
 
     def static_latency_s(self, k: int, input_tokens: int) -> float:

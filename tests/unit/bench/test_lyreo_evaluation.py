@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from lmedge.bench import lyreo_paper as lp
-from lmedge.bench.checks import Check
+from lmedge.bench.checks import Check, Section, label
 from lmedge.bench.lyreo_evaluation import evaluate
 from lmedge.bench.lyreo_repro import LyreoOptions, LyreoReproduction, Plan, TrainingRun
 from lmedge.bench.runner import RequestTable, RunData, RunSpec
@@ -59,7 +59,9 @@ def _run(cell: str, policy: str, v: dict[str, float]) -> tuple[str, RunData]:
     requests = RequestTable(
         0.5, ("m",), (0,) * n, (0,) * n, (1,) * n, (True,) * n, (lat,) * n, (30.0,) * n
     )
-    summary = {"policy": policy, "seed": 1, "success_ratio": 1.0, "balance": dict(v)}
+    balance = {k: x for k, x in v.items() if k != "success_ratio"}
+    ok = v.get("success_ratio", 1.0)
+    summary = {"policy": policy, "seed": 1, "success_ratio": ok, "balance": balance}
     spec = RunSpec(Path("lyreo"), PolicyChoice(policy), 1, 10)
     return cell, RunData(spec, summary, requests, {"cpu_s": 0.0})
 
@@ -82,16 +84,22 @@ def _curves() -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def _verdicts(
+def _sections(
     values: Values, curves: dict[str, list[dict[str, Any]]], skipped: str | None = None
-) -> dict[str, Check]:
+) -> list[Section]:
     plan = Plan(LyreoOptions(seeds=(1,)), [], [], AXES, CURVES)
     runs = [_run(cell, p, v) for (cell, p), v in values.items()]
     trainings = [] if skipped else [TrainingRun(k, c, {}) for k, c in curves.items()]
     shipped = {p: "shipped" for p in lp.LEARNED}
     repro = LyreoReproduction(plan, runs, trainings, skipped, shipped)
     sections, _ = evaluate(repro)
-    return {c.claim: c for s in sections for c in s.checks}
+    return sections
+
+
+def _verdicts(
+    values: Values, curves: dict[str, list[dict[str, Any]]], skipped: str | None = None
+) -> dict[str, Check]:
+    return {c.claim: c for s in _sections(values, curves, skipped) for c in s.checks}
 
 
 def _find(checks: dict[str, Check], part: str) -> Check:
@@ -201,3 +209,19 @@ def test_a_missing_method_is_not_evaluated_rather_than_failed() -> None:
     c = _find(_verdicts(values, _curves()), "NoLB's deviation is at least 2×")
     assert c.holds is None
     assert "LYREO-NoLB" in c.reason
+
+
+def test_a_sweep_point_past_capacity_shows_its_success_ratios_and_is_named() -> None:
+    """Past capacity requests time out, and a mean over the finished ones favours a method
+    that lets more of them time out: the sweep says where, beside the latencies."""
+    values = _base()
+    values[("users-30", "static-batch")]["success_ratio"] = 0.58
+    (fig4,) = [s for s in _sections(values, _curves()) if s.key == "fig4"]
+    (ok,) = [t for t in fig4.tables if t.title == "lmedge success ratio"]
+    static = next(row for row in ok.rows if row[0] == label("static-batch"))
+    assert static[1:] == ("0.580", "1.000")
+    assert "Past the cluster's capacity at 30 users" in fig4.note
+    lowest = _find({c.claim: c for c in fig4.checks}, "lowest latency at every user count")
+    assert "past capacity at 30 users" in lowest.reason
+    (fig5,) = [s for s in _sections(_base(), _curves()) if s.key == "fig5"]
+    assert "capacity" not in fig5.note  # every method finished everything
