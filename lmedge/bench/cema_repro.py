@@ -49,6 +49,7 @@ from lmedge.bench.summary import dumps
 from lmedge.controller.assembly import PolicyChoice
 from lmedge.errors import ConfigError
 from lmedge.policies.cema.requests import Outcome, SearchParams
+from lmedge.policies.cema.uniroute import UniRouter
 from lmedge.sim import load_scenario
 
 #: Progress: (done, total, what finished).
@@ -222,7 +223,7 @@ def _run(
     b: int,
     m: int,
     methods: Sequence[str],
-    scorer: cc.UniRouteScorer,
+    scorer: UniRouter,
     params: SearchParams | None = None,
 ) -> dict[str, dict[str, float]]:
     stream = cc.Stream.draw(r, b, seed=r * 1000 + b)
@@ -251,7 +252,7 @@ RAW = ("J", "quality loss", "cost ($)", "energy (J)", "makespan (s)", "decision 
 
 def controlled_sections(
     o: CemaOptions,
-    scorer: cc.UniRouteScorer,
+    scorer: UniRouter,
     keep: dict[str, Any],
     tick: Callable[[str], None],
 ) -> list[Section]:
@@ -435,7 +436,7 @@ def controlled_sections(
     return [s5, fig2, s7, s7b, tuning]
 
 
-def tuning_section(b: int, scorer: cc.UniRouteScorer) -> tuple[dict[str, Any], Section]:
+def tuning_section(b: int, scorer: UniRouter) -> tuple[dict[str, Any], Section]:
     """G, P and repair sweeps on R = 30, M = 11 (paper §V-C1)."""
     base = SearchParams()
     gs = (0, 5, 10, 15, 20)
