@@ -91,8 +91,10 @@ class RequestRecord(WireModel):
         default=None,
         ge=0,
         description=(
-            "Emulated: inference seconds x the serving mode's board power x utilization "
-            "+ transfer seconds x RADIO_WATTS; None where not modelled."
+            "Emulated: board-seconds x the serving mode's board power x utilization "
+            "+ transfer seconds x RADIO_WATTS, where board-seconds are the inference "
+            "seconds of a pipeline LM and, on a token engine, the request's share of each "
+            "batched step; None where not modelled."
         ),
     )
 

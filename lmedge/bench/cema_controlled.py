@@ -22,8 +22,9 @@ figures, so here:
 
 UniRoute is the `uniroute.UniRouter` over the same store (its k-means
 clusters and per-cluster errors); here it scores each prompt's
-destinations with err(cluster(x), model) + λ · cost / max cost, its
-`choose` rule per request instead of per class. Its decision time covers
+destinations with err(cluster(x), model) + λ · cost / max cost
+(`UniRouter.choose_requests`: its `pick` rule per request instead of per
+class). Its decision time covers
 that scoring only (embeddings are precomputed for every method).
 
 Not here: the emulated deployment (`cema_repro.py`) and the report.
@@ -171,34 +172,9 @@ def prompts() -> tuple[Prompt, ...]:
     return tuple(out)
 
 
-class UniRouteScorer:
-    """UniRoute per request: err(cluster(x), model) + λ · cost / max cost over the legal ones."""
-
-    def __init__(self, router: UniRouter) -> None:
-        self.router = router
-        self.column = {m: k for k, m in enumerate(router.store.models)}
-
-    def choose(self, ev: RequestEvaluator, embeddings: Sequence[Array]) -> list[int]:
-        b, lam = ev.batch, self.router.p.cost_weight
-        cost = ev.slot.direct[:, :, 1]
-        out = []
-        for i, emb in enumerate(embeddings):
-            legal = np.flatnonzero(b.legal[i])
-            err = self.router.prompt_errors(emb)
-            c = cost[i, legal]
-            top = float(c.max()) if len(c) else 0.0
-            score = [
-                float(err[self.column[b.dests[d].model]])
-                + lam * (float(c[k]) / top if top else 0.0)
-                for k, d in enumerate(legal.tolist())
-            ]
-            out.append(int(legal[int(np.argmin(score))]))  # the first of equals
-        return out
-
-
-def uniroute(context: Any, seed: int = 0) -> UniRouteScorer:
+def uniroute(context: Any, seed: int = 0) -> UniRouter:
     """UniRoute over the shipped store (k-means from `seed`); `context` any cluster's."""
-    return UniRouteScorer(UniRouter(context, seed, UniRouteParams(), store()))
+    return UniRouter(context, seed, UniRouteParams(), store())
 
 
 @dataclass
@@ -229,7 +205,7 @@ def run_stream(
     *,
     seed: int = 0,
     params: SearchParams | None = None,
-    scorer: UniRouteScorer | None = None,
+    scorer: UniRouter | None = None,
 ) -> list[Outcome]:
     """Route the stream's windows with `method` (a `requests.METHODS` name or `uniroute`).
 
@@ -251,7 +227,7 @@ def run_stream(
                 raise ValueError("uniroute needs a scorer")
             ev = RequestEvaluator(b, WEIGHTS, (params or SearchParams()).radio_watts)
             t0 = time.perf_counter()
-            chosen = scorer.choose(ev, [p.embedding for p, _ in batch])
+            chosen = scorer.choose_requests(ev, [p.embedding for p, _ in batch])
             decision = time.perf_counter() - t0
             q, c, e, t = ev.raw(chosen)
             busy = [float(ev.busy[i, d]) for i, d in enumerate(chosen)]

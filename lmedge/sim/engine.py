@@ -310,6 +310,7 @@ class Emulator:
             for seq in job.seqs:
                 if self._seq_job.pop(seq.rid, None) is not None:
                     engine.cancel(seq, now)
+                job.board_s += seq.board_s
             job.seqs = []
             job.inst = None
             del tok.jobs[job]
@@ -866,6 +867,7 @@ class Emulator:
         job.done += 1
         node.waiting[job.lm] -= 1
         self.stats["prompts_done"] += 1
+        job.board_s += seq.board_s
         job.tpot_num += seq.finish_s - seq.first_token_s
         job.tpot_den += max(0, seq.output_tokens - 1)
         if job.done < job.prompts:
@@ -1138,6 +1140,7 @@ class Emulator:
         for job in reversed(list(inst.jobs)):
             self._close_attempt(job, now)
             left = [s for s in job.seqs if self._seq_job.pop(s.rid, None) is not None]
+            job.board_s += sum(engine.board_s_at(s, now) for s in left)
             self.stats["prompts_lost"] += sum(1 for s in left if s.admitted_s == s.admitted_s)
             job.lengths = [(s.input_tokens, s.output_tokens) for s in left]
             job.seqs = []

@@ -27,10 +27,13 @@ class Job:
 
     For a token-engine LM each prompt is one sequence (`lengths`: its input
     and output tokens); `seqs` are those in the pod's engine now, and
-    `first_s`, `prefill_s`, `decode_s` what the token-level record reports.
+    `first_s`, `prefill_s`, `decode_s` what the token-level record reports;
+    `board_s` the board-seconds its sequences were charged (their share of
+    each engine step, `BatchingEngine.board_clock`), what its energy counts.
     """
 
     __slots__ = (
+        "board_s",
         "cls",
         "conflict",
         "deadline",
@@ -96,6 +99,7 @@ class Job:
         self.first_s = math.inf
         self.prefill_s = 0.0
         self.decode_s = 0.0
+        self.board_s = 0.0  # token engines: board-seconds charged (every attempt)
         self.tok_in = 0  # tokens of all K prompts (token engines; 0 for pipeline LMs)
         self.tok_out = 0
         self.tpot_num = 0.0  # sum over finished sequences of (last - first token) ...

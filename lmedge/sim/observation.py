@@ -128,10 +128,15 @@ def job_record(job: Job, outcome: RequestOutcome, watts: float = 0.0) -> Request
     """The record of a request that reached the cluster, ended with `outcome`.
 
     `watts`: the busy power its node draws in the mode it ran in (board power
-    x utilization); its energy is that over its inference seconds plus its
-    time on the links (not the wait for its routing window) at `RADIO_WATTS`.
+    x utilization); its energy is that over its board-seconds plus its time
+    on the links (not the wait for its routing window) at `RADIO_WATTS`. A
+    pipeline LM's pod serves one request at a time, so its board-seconds are
+    its inference seconds; a token engine serves many at once, so a request's
+    are its share of each step (`Job.board_s`): charging each the board over
+    its whole inference would count a batch of n requests n times.
     """
     on_links = job.uplink_s - job.route_wait_s + job.downlink_s
+    board_s = job.infer_s if job.lengths is None else job.board_s
     return built(
         RequestRecord,
         {
@@ -154,7 +159,7 @@ def job_record(job: Job, outcome: RequestOutcome, watts: float = 0.0) -> Request
             "mode": job.mode,
             "error": None,
             **(NOT_STREAMED if job.lengths is None else _token_fields(job, outcome)),
-            "energy_j": job.infer_s * watts + max(0.0, on_links) * RADIO_WATTS,
+            "energy_j": board_s * watts + max(0.0, on_links) * RADIO_WATTS,
         },
     )
 

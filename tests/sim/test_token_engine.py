@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from lmedge.api import PowerProfile
+from lmedge.api.constants import RADIO_WATTS
 from lmedge.backends.emulated import EmulatedBackend, load_scenario
 from lmedge.sim import Scenario
 from lmedge.sim.synthetic import edge_node, lm_service
@@ -97,6 +99,26 @@ def test_kv_admission_holds_a_request_until_the_pool_frees(
     assert second.uplink_s + second.queue_s + second.inference_s + second.downlink_s == (
         pytest.approx(second.latency_s)
     )
+
+
+def test_requests_batched_together_share_the_boards_energy(
+    token_scenario: Callable[..., Scenario],
+) -> None:
+    # two 61-token sequences fit the 128-token pool: w2's joins w1's batch on arrival
+    sc = token_scenario([(0, "w1", "t", 1, 5.0), (0, "w2", "t", 1, 5.0)], [(50, 11)])
+    be = EmulatedBackend(sc, seed=0)
+    place(be, "w1", ("t", "gpu", 2, 1))
+    route(be, 0, ("w1", "t", "w1"), ("w2", "t", "w1"))
+    recs = run_all(be, 100)
+    assert [r.outcome for r in recs] == ["success", "success"]
+    watts = PowerProfile().busy_watts_per_gpu * PowerProfile().utilization
+    start = min(r.submit_s + r.uplink_s + r.queue_s for r in recs)
+    end = max(r.submit_s + r.uplink_s + r.queue_s + r.inference_s for r in recs)
+    processing = [r.energy_j - (r.uplink_s + r.downlink_s) * RADIO_WATTS for r in recs]
+    # the board ran once from the first admission to the last token: the pair is
+    # charged that once, not each request its whole inference time
+    assert sum(processing) == pytest.approx((end - start) * watts)
+    assert sum(processing) < sum(r.inference_s for r in recs) * watts * 0.75
 
 
 def test_token_runs_are_deterministic_for_a_seed(make_scenario: Callable[..., Scenario]) -> None:

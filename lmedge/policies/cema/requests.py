@@ -36,7 +36,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -292,8 +292,23 @@ def choose(ev: RequestEvaluator, method: str, p: SearchParams, st: RoutingState)
     return picks
 
 
-def search(ev: RequestEvaluator, p: SearchParams, rng: random.Random) -> list[int]:
-    """The memetic search (the batch mode's kernel) from the seed; advances `rng`."""
+class Searchable(Protocol):
+    """What the search reads of an evaluator: `RequestEvaluator` and the batch mode's
+    `evaluator.BatchEvaluator` both are one."""
+
+    slot: kernel.Slot
+    radio_watts: float
+    seed: Array
+    bounds: Array
+    weight_array: Array
+
+
+def search(ev: Searchable, p: SearchParams, rng: random.Random) -> list[int]:
+    """The memetic search (the compiled kernel) from the evaluator's seed; advances `rng`.
+
+    The kernel draws from `rng`'s own MT19937 state, so a seed gives the same
+    routes as the plain-Python search and the generator runs on from there.
+    """
     version, words, gauss = rng.getstate()
     mt = np.array(words[:-1], dtype=np.uint32)
     pos = np.array([words[-1]], dtype=np.int64)

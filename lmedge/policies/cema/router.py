@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -43,7 +44,6 @@ from lmedge.api.base import built
 from lmedge.api.constants import COLD_START_S, RADIO_WATTS
 from lmedge.api.engines import NOMINAL_INPUT_TOKENS, NOMINAL_OUTPUT_TOKENS
 from lmedge.errors import ConfigError
-from lmedge.policies.cema import kernel
 from lmedge.policies.cema.catalogue import from_context
 from lmedge.policies.cema.evaluator import BatchEvaluator, Destinations, Weights, _losses
 from lmedge.policies.cema.quality import (
@@ -62,6 +62,7 @@ from lmedge.policies.cema.requests import (
     RoutingState,
     SearchParams,
     route_batch,
+    search,
 )
 from lmedge.policies.kit.estimates import Transfers, memoized
 from lmedge.policies.kit.params import PluginParams, parse_params
@@ -136,6 +137,18 @@ class CemaRouter:
             routes_requests=params.mode == "request",
             window_s=params.window_s,
             window_requests=params.window_requests,
+        )
+        #: The search's parameters (the batch mode caps `generations` per slot).
+        self.search_params = SearchParams(
+            params.population,
+            params.generations,
+            params.p_crossover,
+            params.p_mutation,
+            params.tournament,
+            params.elite,
+            params.p_repair,
+            params.repair_budget,
+            params.radio_watts,
         )
         self.monitor = Monitor()
         self.state = RoutingState(rng=self.rng)
@@ -239,20 +252,9 @@ class CemaRouter:
                 backlog,
                 np.array(net_rows),
             )
-            p = self.p
-            params = SearchParams(
-                p.population,
-                p.generations,
-                p.p_crossover,
-                p.p_mutation,
-                p.tournament,
-                p.elite,
-                p.p_repair,
-                p.repair_budget,
-                p.radio_watts,
-            )
+            params, method = self.search_params, self.p.method
             try:
-                out = route_batch(batch, p.method, self.weights, params, self.state)
+                out = route_batch(batch, method, self.weights, params, self.state)
             except Exception:  # the method failed: the load-aware seed routes the window
                 out = route_batch(batch, "seed", self.weights, params, self.state)
             self.last_window = out
@@ -293,27 +295,8 @@ class CemaRouter:
         """The best chromosome (a destination per gene); advances `self.rng` as it draws."""
         if not ev.genes:
             return []
-        p = self.p
         self.last_generations = self.generations(len(ev.genes))
-        version, words, gauss = self.rng.getstate()
-        mt = np.array(words[:-1], dtype=np.uint32)
-        pos = np.array([words[-1]], dtype=np.int64)
-        best = kernel.search(
-            ev.slot,
-            ev.radio_watts,
-            ev.seed,
-            ev.bounds,
-            ev.weight_array,
-            np.array([p.p_crossover, p.p_mutation, p.p_repair]),
-            np.array(
-                [p.population, self.last_generations, p.tournament, p.elite, p.repair_budget],
-                dtype=np.int64,
-            ),
-            mt,
-            pos,
-        )
-        self.rng.setstate((version, (*mt.tolist(), int(pos[0])), gauss))
-        return list(best.tolist())
+        return search(ev, replace(self.search_params, generations=self.last_generations), self.rng)
 
     def generations(self, genes: int) -> int:
         """Generations for a slot of `genes` genes: `generations`, fewer past `search_budget`."""

@@ -31,7 +31,7 @@ gains token prices, that function is the one place to change.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from lmedge.policies.cema.quality import (
     prior_quality,
     rag_available,
 )
+from lmedge.policies.cema.requests import RequestEvaluator
 from lmedge.policies.cema.store import QualityStore
 from lmedge.policies.kit.params import PluginParams, parse_params
 
@@ -160,21 +161,44 @@ class UniRouter:
             return 1.0 - prior_quality(self.context, model, self.p.default_quality)
         return float(self.class_errors(request_class)[self.store.models.index(name)])
 
+    def pick(self, errors: Array, cost: Array) -> int:
+        """The position of the least err + lambda x cost / max cost (the first of equals).
+
+        `errors` and `cost` are the candidates' errors and costs in one order;
+        the cost term is 0 for all when every candidate is free.
+        """
+        top = float(cost.max()) if len(cost) else 0.0
+        norm = cost / top if top > 0 else np.zeros(len(cost))
+        score = [
+            float(e) + self.p.cost_weight * float(n) for e, n in zip(errors, norm, strict=True)
+        ]
+        return int(np.argmin(score))
+
     def choose(self, ev: BatchEvaluator) -> list[int]:
-        """A destination per gene: the least error + lambda x normalized cost."""
+        """A destination per gene (the class's errors): `pick` over its legal destinations."""
         cost = unit_cost(ev)
         choice = []
         for gene, alleles in zip(ev.genes, ev.legal, strict=True):
             dests = alleles.tolist()
-            c = cost[alleles]
-            top = float(c.max()) if len(c) else 0.0
-            norm = c / top if top > 0 else np.zeros(len(c))
-            score = [
-                self.error(gene.lm, ev.dests[d][1]) + self.p.cost_weight * float(n)
-                for d, n in zip(dests, norm, strict=True)
-            ]
-            choice.append(dests[int(np.argmin(score))])
+            errors = np.array([self.error(gene.lm, ev.dests[d][1]) for d in dests])
+            choice.append(dests[self.pick(errors, cost[alleles])])
         return choice
+
+    def choose_requests(self, ev: RequestEvaluator, embeddings: Sequence[Array]) -> list[int]:
+        """A destination per request of a request-level batch (its prompt's cluster errors):
+        `pick` over its legal destinations, priced as CEMA's evaluator prices them.
+
+        The batch's destinations name store models (a controlled catalogue).
+        """
+        b, cost = ev.batch, ev.slot.direct[:, :, 1]
+        column = {m: k for k, m in enumerate(self.store.models)}
+        out = []
+        for i, emb in enumerate(embeddings):
+            legal = np.flatnonzero(b.legal[i])
+            err = self.prompt_errors(emb)
+            errors = np.array([err[column[b.dests[d].model]] for d in legal.tolist()])
+            out.append(int(legal[self.pick(errors, cost[i, legal])]))
+        return out
 
     def route(self, obs: SlotObservation) -> Decision[RoutingMap]:
         # CEMA's evaluator for the legal destinations and, for comparison, J of the choice

@@ -38,6 +38,10 @@ class TokenRequest:
     admitted_s: float = math.nan
     first_token_s: float = math.nan
     finish_s: float = math.nan
+    #: Board-seconds charged to it: over its admission, each step's time x the engine's
+    #: share split evenly among the sequences admitted (filled in when it leaves).
+    board_s: float = 0.0
+    board_from: float = math.nan  # the engine's `board_clock` at its admission
 
     @property
     def kv_tokens(self) -> int:
@@ -96,6 +100,11 @@ class BatchingEngine:
     timeline: list[KVSample] = field(init=False, default_factory=list)
     #: integral of KV tokens held over time (token-seconds); x bytes/token = memory-time
     kv_token_s: float = field(init=False, default=0.0)
+    #: integral of share / running over the time a step runs: the board-seconds one
+    #: admitted sequence has been charged since the start. A sequence's charge is the
+    #: difference over its admission, so the charges of all sequences sum to the
+    #: engine's busy seconds x share, never to more (continuous batching shares a board).
+    board_clock: float = field(init=False, default=0.0)
     steps: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -190,6 +199,7 @@ class BatchingEngine:
             self.waiting.remove(req)
         elif req in self._batch:
             self._batch.remove(req)
+            self._charge(req)
             self._running -= 1
             self._reserved -= req.kv_tokens
             self._base -= req.input_tokens
@@ -203,6 +213,7 @@ class BatchingEngine:
             self._decoding[k] = self._decoding[-1]
             self._decoding.pop()
             heapq.heapify(self._decoding)
+            self._charge(req)
             self._running -= 1
             self._reserved -= req.kv_tokens
             self._base -= req.input_tokens + 1 - entry[2]
@@ -222,6 +233,21 @@ class BatchingEngine:
             w = self._iter
             total += n * w * (_floor_integral(b / w) - _floor_integral(a / w)) / self.share
         return total
+
+    def board_s_at(self, req: TokenRequest, t_s: float) -> float:
+        """`req`'s board-seconds to `t_s` (>= the engine's time) without moving the engine:
+        its charge so far when admitted and not finished, else `req.board_s`."""
+        if req.board_from != req.board_from:  # not admitted now
+            return req.board_s
+        clock = self.board_clock
+        if self._step is not None and self._running:
+            clock += max(0.0, t_s - self.now_s) * self.share / self._running
+        return req.board_s + clock - req.board_from
+
+    def _charge(self, req: TokenRequest) -> None:
+        """`req` leaves the admitted set now: its board-seconds are final."""
+        req.board_s += self.board_clock - req.board_from
+        req.board_from = math.nan
 
     def _cut(self) -> None:
         """End the decode span at the end of the iteration in progress."""
@@ -263,6 +289,7 @@ class BatchingEngine:
         while self.waiting and self._admissible(self.waiting[0]):
             req = self.waiting.popleft()
             req.admitted_s = self.now_s
+            req.board_from = self.board_clock
             self._running += 1
             self._reserved += req.kv_tokens
             self._base += req.input_tokens  # the prompt's KV is written by the prefill
@@ -279,6 +306,8 @@ class BatchingEngine:
         held = self._base + n * self._k
         self.kv_token_s += held * dt
         if self._step is not None:
+            if self._running:
+                self.board_clock += dt * self.share / self._running
             a = self._done
             b = a + dt * self.share
             if self._step == "decode":
@@ -328,6 +357,7 @@ class BatchingEngine:
 
     def _finish(self, req: TokenRequest, base: int, finished: list[TokenRequest]) -> None:
         req.finish_s = self.now_s
+        self._charge(req)
         self._base -= base
         self._running -= 1
         self._reserved -= req.kv_tokens

@@ -11,6 +11,7 @@ from lmedge.bench.cema_repro import (
     CemaOptions,
     deploy_j,
     greedy_check,
+    outcome_terms,
     reproduce_cema,
     tradeoff_checks,
     write,
@@ -57,6 +58,26 @@ def test_deployment_j_normalizes_each_term_by_the_largest_method() -> None:
     assert j["a"] == pytest.approx(0.25 * (1.0 + 0.5 + 1.0))
     assert j["b"] == pytest.approx(0.25 * (0.5 + 1.0 + 0.5))
     assert j["c"] is None
+
+
+@pytest.mark.parametrize(
+    ("success", "e", "e_request"),
+    [(1.0, 100.0, 100.0), (0.1, 1000.0, 100.0), (0.0, None, 100.0)],
+    ids=["all-served", "most-time-out", "none-served"],
+)
+def test_deployment_energy_is_per_served_request(
+    success: float, e: float | None, e_request: float
+) -> None:
+    # the same joules over 200 requests: a method answering a tenth of them pays 10x each
+    summary = {
+        "requests": 200,
+        "success_ratio": success,
+        "routing": {"energy_j": 20_000.0, "energy_j_per_request": 100.0},
+        "tokens": {"per_lm": []},
+    }
+    terms = outcome_terms(summary, "arithmetic")
+    assert terms["e"] == (None if e is None else pytest.approx(e))
+    assert terms["e_request"] == e_request
 
 
 @needs_cema

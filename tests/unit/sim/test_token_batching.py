@@ -145,6 +145,34 @@ def test_a_request_larger_than_the_pool_is_refused() -> None:
         engine(capacity=200).submit(TokenRequest(1, 0, 100, 101), 0.0)
 
 
+def test_a_batch_shares_the_board_each_sequence_is_charged_its_part() -> None:
+    e = engine()
+    a, b = TokenRequest(1, 0.0, 100, 11), TokenRequest(2, 1.25, 50, 3)
+    e.submit(a, 0.0)
+    e.advance(1.25)
+    e.submit(b, 1.25)
+    drain(e)
+    # as above: a alone 0-1.3, both 1.3-2.05 (each half of 0.75 s), a alone 2.05-2.55
+    assert (a.board_s, b.board_s) == pytest.approx((1.3 + 0.375 + 0.5, 0.375))
+    # the charges add up to the engine's busy time, not to the sum of the e2e times
+    assert a.board_s + b.board_s == pytest.approx(2.55)
+
+
+def test_a_half_share_charges_half_the_board_and_a_cancel_stops_the_charge() -> None:
+    e = engine()
+    e.set_share(0.5, 0.0)
+    a, b = TokenRequest(1, 0.0, 50, 11), TokenRequest(2, 0.0, 50, 11)
+    e.submit(a, 0.0)
+    e.submit(b, 0.0)
+    e.advance(0.6)
+    assert e.board_s_at(a, 0.8) == pytest.approx(0.8 * 0.5 / 2)
+    e.cancel(b, 0.8)
+    assert b.board_s == pytest.approx(0.2)
+    assert e.board_s_at(b, 5.0) == b.board_s  # no longer admitted: no more charge
+    drain(e)
+    assert a.board_s == pytest.approx(0.2 + 0.5 * (a.finish_s - 0.8))
+
+
 def test_half_the_share_doubles_every_time() -> None:
     e = engine()
     e.set_share(0.5, 0.0)
