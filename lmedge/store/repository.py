@@ -42,6 +42,8 @@ from lmedge.store.documents import (
     FEED,
     AnyDecision,
     RunInfo,
+    feed_documents,
+    feed_records,
     from_document,
     to_document,
 )
@@ -89,11 +91,12 @@ class StoreOptions:
 class RecordCursor:
     """The reader of one run's request feed (`Store.requests_after`).
 
-    `unconfirmed` holds the ids returned whose removal from the feed the
-    server has not confirmed yet (it went away between the read and the
-    delete): they are still in the feed and must not be returned again. It is
-    emptied by the next delete that succeeds, so it never holds more than the
-    feed did while the server was away.
+    `unconfirmed` holds the `_id`s of the feed documents (batches of records)
+    returned whose removal from the feed the server has not confirmed yet (it
+    went away between the read and the delete): they are still in the feed
+    and must not be returned again. It is emptied by the next delete that
+    succeeds, so it never holds more than the feed did while the server was
+    away.
     """
 
     run: str
@@ -171,13 +174,14 @@ class Store:
         """Store request records (idempotent by `RequestRecord.id`).
 
         `feed`: also queue them for the controller's incremental read
-        (`requests_after`); the gateways' records, not the controller's own
-        copy of what it read.
+        (`requests_after`), in batches of `StoreOptions.batch_size`; the
+        gateways' records, not the controller's own copy of what it read.
         """
-        docs = [to_document(r) for r in records]
-        self._write("requests", docs)
+        docs = self._encodable("requests", [to_document(r) for r in records])
+        self._queue("requests", docs)
         if feed:
-            self._write(FEED, docs)
+            self._queue(FEED, feed_documents(docs, self.options.batch_size))
+        self._sent()
 
     def record_telemetry(self, snapshots: Iterable[NodeTelemetry]) -> None:
         """Store node telemetry snapshots (expiring where the server has TTL)."""
@@ -279,10 +283,17 @@ class Store:
         self.close()
 
     def _write(self, collection: str, docs: Sequence[dict[str, Any]]) -> None:
-        docs = self._encodable(collection, docs)
+        self._queue(collection, self._encodable(collection, docs))
+        self._sent()
+
+    def _queue(self, collection: str, docs: Sequence[dict[str, Any]]) -> None:
+        """Buffer documents already checked by `_encodable`, in batches."""
         size = self.options.batch_size
         for start in range(0, len(docs), size):
             self._buffer.add(collection, docs[start : start + size])
+
+    def _sent(self) -> None:
+        """Hand what was queued to the background thread, or flush it now."""
         if self._flusher is not None:
             self._wake.set()
             return
@@ -397,27 +408,39 @@ class Store:
         returned. A range query on the run's records (`_seq > last read`)
         would be index-backed on MongoDB but is a full scan on FerretDB v1
         over SQLite, which pushes down no filter on a field other than `_id`
-        and even then uses no index: seconds a call at 10,000 records. A
-        record that lands late (a gateway's buffered write) is simply read
-        later; a controller that restarts reads what no one has read. One
+        and even then uses no index: seconds a call at 10,000 records. The
+        feed holds the records in batches, one document per write
+        (`lmedge.store.documents.feed_documents`), so a slot's read fetches
+        and deletes a handful of documents whose records the server never
+        parses. A record that lands late (a gateway's buffered write) is
+        simply read later; a controller that restarts reads what no one has
+        read; a record fed again while still unread is returned once. One
         reader per run (the leader). A missing run is not an error (its
         records have not arrived yet); raises `StoreUnavailable` when the
         server does not answer the read.
         """
-        docs = self._backend.find(FEED, {"run": cursor.run}, sort=[("_seq", 1)])
+        batches = self._backend.find(FEED, {"run": cursor.run}, sort=[("_seq", 1)])
         fresh: list[RequestRecord] = []
         read: list[str] = []
-        for doc in docs:
-            doc_id = str(doc.get("_id"))
-            read.append(doc_id)
-            if doc_id in cursor.unconfirmed:
+        seen: set[Any] = set()
+        for batch in batches:
+            batch_id = str(batch.get("_id"))
+            read.append(batch_id)
+            if batch_id in cursor.unconfirmed:
                 continue
-            fresh.extend(cast(RequestRecord, r) for r in _valid(RequestRecord, [doc], FEED))
+            try:
+                docs = feed_records(batch)
+            except ValueError as exc:  # its records are in `requests`; the feed cannot say which
+                log.error("store: feed document %r skipped: %s", batch_id, exc)
+                continue
+            new = [d for d in docs if d.get("_id") not in seen]
+            seen.update(d.get("_id") for d in new)
+            fresh.extend(cast(RequestRecord, r) for r in _valid(RequestRecord, new, FEED))
         try:
             self._backend.delete(FEED, read)
         except (StoreError, StoreUnavailable) as exc:  # read again next time, skipped then
             cursor.unconfirmed.update(read)
-            log.warning("store: %d fed records read but not yet removed: %s", len(read), exc)
+            log.warning("store: %d feed documents read but not yet removed: %s", len(read), exc)
         else:
             cursor.unconfirmed.clear()
         return fresh
