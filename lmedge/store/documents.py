@@ -51,7 +51,6 @@ from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.observations import MemoryCase
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.api.runconfig import RunConfig
-from lmedge.store.outcomes import STORE_FIELDS
 from lmedge.store.schema import bson_schema
 
 __all__ = [
@@ -240,9 +239,13 @@ def to_document(model: BaseModel) -> dict[str, Any]:
 
 def from_document(model: type[BaseModel], doc: Mapping[str, Any]) -> Any:
     """Validate a stored document back into `model`, ignoring the store fields."""
+    return model.model_validate(_model_fields(model, doc))
+
+
+def _model_fields(model: type[BaseModel], doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored document of `model` without the fields the store added."""
     derived = _DERIVED.get(model, ())
-    data = {k: v for k, v in doc.items() if not k.startswith("_") and k not in derived}
-    return model.model_validate(data)
+    return {k: v for k, v in doc.items() if not k.startswith("_") and k not in derived}
 
 
 #: Fields the store adds to a model's document (not model fields), per model.
@@ -252,24 +255,25 @@ _DERIVED: Final[dict[type[BaseModel], tuple[str, ...]]] = {RequestRecord: ("late
 #: The most bytes of records one feed document carries: a quarter of the 16 MiB a
 #: BSON document may hold, so the envelope always fits (about 10,000 records).
 FEED_BATCH_BYTES: Final = 4 * 1024 * 1024
-_FEED_CODEC: Final = CodecOptions(tz_aware=True)
+_FEED_CODEC: Final[CodecOptions[dict[str, Any]]] = CodecOptions(tz_aware=True)
 
 
 def feed_documents(docs: Sequence[Mapping[str, Any]], batch_size: int) -> list[dict[str, Any]]:
     """The feed documents carrying the request documents `docs`, in their order.
 
     One per run and at most `batch_size` records (and `FEED_BATCH_BYTES`).
-    Each carries its records' documents without `_seq` and `_stored_at`, and
-    its `_id` is the run and a digest of their `_id`s: the same records fed
-    again are the same document, recognised by the server as a replay (as
-    when each record was a feed document of its own). Every document must be
-    BSON-encodable (`Store` checks that before it buffers them).
+    Each carries its records' fields (their documents without the fields the
+    store adds), and its `_id` is the run and a digest of the records'
+    `_id`s: the same records fed again are the same document, recognised by
+    the server as a replay (as when each record was a feed document of its
+    own). Every document must be BSON-encodable (`Store` checks that before
+    it buffers them).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     runs: dict[str, list[tuple[str, bytes]]] = {}
     for doc in docs:
-        body = {k: v for k, v in doc.items() if k not in STORE_FIELDS}
+        body = _model_fields(RequestRecord, doc)
         runs.setdefault(str(doc["run"]), []).append((str(doc["_id"]), bson.encode(body)))
     out: list[dict[str, Any]] = []
     for run, encoded in runs.items():
@@ -297,7 +301,8 @@ def _feed_document(run: str, chunk: Sequence[tuple[str, bytes]]) -> dict[str, An
 
 
 def feed_records(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The request documents a feed document carries, in the order they were fed.
+    """The fields of the request records a feed document carries, in the order
+    they were fed (`RequestRecord.model_validate` each; not validated here).
 
     A feed document without `records` is a record fed on its own (as lmedge
     fed them before batching): it is its own record. Raises `ValueError` for
@@ -305,7 +310,7 @@ def feed_records(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """
     blob = doc.get("records")
     if blob is None:
-        return [dict(doc)]
+        return [_model_fields(RequestRecord, doc)]
     if not isinstance(blob, bytes | bytearray):
         raise ValueError(f"records is a {type(blob).__name__}, not BSON binary")
     try:

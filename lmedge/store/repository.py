@@ -27,7 +27,7 @@ from typing import Any, Final, cast
 
 import bson
 import bson.errors
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from lmedge.api.decisions import AgentKind
 from lmedge.api.observations import LMStats, MemoryCase
@@ -420,22 +420,25 @@ class Store:
         server does not answer the read.
         """
         batches = self._backend.find(FEED, {"run": cursor.run}, sort=[("_seq", 1)])
-        fresh: list[RequestRecord] = []
+        fields: list[dict[str, Any]] = []
         read: list[str] = []
-        seen: set[Any] = set()
+        seen: set[tuple[Any, Any]] = set()  # (origin, id): a record's key within its run
         for batch in batches:
             batch_id = str(batch.get("_id"))
             read.append(batch_id)
             if batch_id in cursor.unconfirmed:
                 continue
             try:
-                docs = feed_records(batch)
+                records = feed_records(batch)
             except ValueError as exc:  # its records are in `requests`; the feed cannot say which
                 log.error("store: feed document %r skipped: %s", batch_id, exc)
                 continue
-            new = [d for d in docs if d.get("_id") not in seen]
-            seen.update(d.get("_id") for d in new)
-            fresh.extend(cast(RequestRecord, r) for r in _valid(RequestRecord, new, FEED))
+            for record in records:
+                key = (record.get("origin"), record.get("id"))
+                if key not in seen:
+                    seen.add(key)
+                    fields.append(record)
+        fresh = _records(fields)
         try:
             self._backend.delete(FEED, read)
         except (StoreError, StoreUnavailable) as exc:  # read again next time, skipped then
@@ -577,6 +580,19 @@ def _valid(
                 model.__name__,
                 "; ".join(first)[:300],
             )
+
+
+#: Validates a list of records in one call: a third of the time of one call each.
+_RECORD_LIST: Final = TypeAdapter(list[RequestRecord])
+
+
+def _records(fields: list[dict[str, Any]]) -> list[RequestRecord]:
+    """Validate records' fields (`feed_records`): all at once; one by one, the bad
+    logged and skipped as by `_valid`, only when one does not validate."""
+    try:
+        return _RECORD_LIST.validate_python(fields)
+    except ValidationError:
+        return [cast(RequestRecord, r) for r in _valid(RequestRecord, fields, FEED)]
 
 
 def _filter(**fields: object) -> dict[str, Any]:

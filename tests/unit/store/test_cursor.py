@@ -118,6 +118,18 @@ def test_a_feed_document_that_cannot_be_decoded_does_not_stop_the_read(store: St
     assert store._backend.count(FEED, {}) == 0, "the bad document is removed, not read again"
 
 
+def test_a_record_that_does_not_validate_is_skipped_and_its_batch_read(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    docs = [to_document(_record(i)) for i in range(3)]
+    docs[1]["prompts"] = "four"  # written by something else than lmedge
+    store._backend.insert(FEED, feed_documents(docs, batch_size=500))
+    cursor = RecordCursor("run-1")
+    assert [r.id for r in store.requests_after(cursor)] == ["r0", "r2"]
+    assert "not a valid RequestRecord" in caplog.text
+    assert store.requests_after(cursor) == []
+
+
 def test_fed_records_spilled_while_the_store_was_away_are_read_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
