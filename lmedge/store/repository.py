@@ -93,10 +93,11 @@ class RecordCursor:
 
     `unconfirmed` holds the `_id`s of the feed documents (batches of records)
     returned whose removal from the feed the server has not confirmed yet (it
-    went away between the read and the delete): they are still in the feed
-    and must not be returned again. It is emptied by the next delete that
-    succeeds, so it never holds more than the feed did while the server was
-    away.
+    is under way in the background, or the server went away before it): they
+    may still be in the feed and must not be returned again. An id leaves it
+    once its removal succeeds or a read no longer finds it, so it never holds
+    more than the feed did. The store guards it (its reads and the background
+    removal share it): read it only between `requests_after` calls.
     """
 
     run: str
@@ -128,6 +129,8 @@ class Store:
             limit=self.options.buffer_limit, spill_dir=self.options.spill_dir, prefix=prefix
         )
         self._retry_at = 0.0
+        #: Feed documents returned by `requests_after`, to delete (`background_flush`).
+        self._removals: list[tuple[RecordCursor, list[str]]] = []
         self._state = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -192,7 +195,12 @@ class Store:
         self._write("memory", [to_document(case)])
 
     def flush(self) -> None:
-        """Send everything buffered now; raise `StoreUnavailable` if the server is down."""
+        """Send everything buffered now; raise `StoreUnavailable` if the server is down.
+
+        Feed documents read and waiting for their removal are deleted first
+        (a failed removal is left to the next read: it never raises for it).
+        """
+        self._remove_read()
         try:
             self._buffer.flush(self._backend.insert)
         except StoreUnavailable:
@@ -322,6 +330,7 @@ class Store:
             if self._stopping:
                 return
             try:
+                self._remove_read()
                 if self._buffer.has_backlog():
                     self._flush_now()
             except Exception:  # this thread must outlive any one bad batch
@@ -405,20 +414,27 @@ class Store:
 
         The read never scans the run: it reads the feed, which holds only the
         records not read yet (about a slot's worth), and deletes what it
-        returned. A range query on the run's records (`_seq > last read`)
-        would be index-backed on MongoDB but is a full scan on FerretDB v1
-        over SQLite, which pushes down no filter on a field other than `_id`
-        and even then uses no index: seconds a call at 10,000 records. The
-        feed holds the records in batches, one document per write
+        returned (with `background_flush`, from the background thread, off
+        the caller's path; until the removal is confirmed the cursor skips
+        those documents). A range query on the run's records (`_seq > last
+        read`) would be index-backed on MongoDB but is a full scan on FerretDB
+        v1 over SQLite, which pushes down no filter on a field other than
+        `_id` and even then uses no index: seconds a call at 10,000 records.
+        The feed holds the records in batches, one document per write
         (`lmedge.store.documents.feed_documents`), so a slot's read fetches
         and deletes a handful of documents whose records the server never
         parses. A record that lands late (a gateway's buffered write) is
-        simply read later; a controller that restarts reads what no one has
-        read; a record fed again while still unread is returned once. One
-        reader per run (the leader). A missing run is not an error (its
-        records have not arrived yet); raises `StoreUnavailable` when the
-        server does not answer the read.
+        simply read later; a record fed again while still unread is returned
+        once; a controller that restarts reads what no one has read, and
+        again what it read last if it stopped before that removal was
+        confirmed (`close()` makes it unless the server is away). One reader
+        per run (the leader). A missing run is not an error (its records have
+        not arrived yet); raises `StoreUnavailable` when the server does not
+        answer the read.
         """
+        with self._state:
+            # Taken before the find: a removal confirmed after it may have come too late for it.
+            skip = set(cursor.unconfirmed)
         batches = self._backend.find(FEED, {"run": cursor.run}, sort=[("_seq", 1)])
         fields: list[dict[str, Any]] = []
         read: list[str] = []
@@ -426,7 +442,7 @@ class Store:
         for batch in batches:
             batch_id = str(batch.get("_id"))
             read.append(batch_id)
-            if batch_id in cursor.unconfirmed:
+            if batch_id in skip:
                 continue
             try:
                 records = feed_records(batch)
@@ -439,14 +455,37 @@ class Store:
                     seen.add(key)
                     fields.append(record)
         fresh = _records(fields)
-        try:
-            self._backend.delete(FEED, read)
-        except (StoreError, StoreUnavailable) as exc:  # read again next time, skipped then
+        with self._state:
+            cursor.unconfirmed.difference_update(skip.difference(read))  # no longer in the feed
             cursor.unconfirmed.update(read)
-            log.warning("store: %d feed documents read but not yet removed: %s", len(read), exc)
-        else:
-            cursor.unconfirmed.clear()
+        if not read:
+            return fresh
+        if self._flusher is None:
+            self._remove(cursor, read)
+            return fresh
+        # The removal is a write of the slot: the background thread sends it, as the others.
+        with self._state:
+            self._removals.append((cursor, read))
+        self._wake.set()
         return fresh
+
+    def _remove_read(self) -> None:
+        """Delete the feed documents `requests_after` returned (`background_flush`)."""
+        with self._state:
+            removals, self._removals = self._removals, []
+        for cursor, ids in removals:
+            self._remove(cursor, ids)
+
+    def _remove(self, cursor: RecordCursor, ids: list[str]) -> None:
+        """Delete returned feed documents; never raises (the next read finds them, skips
+        them as unconfirmed and asks again)."""
+        try:
+            self._backend.delete(FEED, ids)
+        except (StoreError, StoreUnavailable) as exc:
+            log.warning("store: %d feed documents read but not yet removed: %s", len(ids), exc)
+            return
+        with self._state:
+            cursor.unconfirmed.difference_update(ids)
 
     def lm_stats(self, run: str) -> list[LMStats]:
         """Per-LM arrivals, successes, success ratio, success-only mean latency and
