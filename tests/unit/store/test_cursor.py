@@ -6,8 +6,11 @@ On the embedded store (MontyDB in a temporary folder), the same backend a
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +187,53 @@ def test_a_failed_removal_never_returns_a_record_twice(
     store.flush()
     assert [r.id for r in store.requests_after(cursor)] == ["r5"]
     assert cursor.unconfirmed == set() and store._backend.count(FEED, {}) == 0
+
+
+def test_with_background_flush_the_removal_leaves_the_read_and_nothing_is_read_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The removal of what a read returned is sent by the background thread; a read
+    that overlaps it (its find saw the documents, the removal is confirmed before
+    it looks at them) still skips them."""
+    options = StoreOptions(spill_dir=tmp_path / "spill", background_flush=True)
+    with open_store(str(tmp_path / "store"), options=options) as store:
+        cursor = RecordCursor("run-1")
+        delete, find = store._backend.delete, store._backend.find
+        sending, go = threading.Event(), threading.Event()
+
+        def held_delete(collection: str, ids: Any) -> int:
+            sending.set()
+            assert go.wait(30)
+            return delete(collection, ids)
+
+        def overlapping_find(collection: str, filter: Any, **kw: Any) -> Iterator[Any]:
+            docs = list(find(collection, filter, **kw))
+            go.set()  # the removal of the first read is confirmed now, after this find
+            deadline = time.monotonic() + 30
+            while cursor.unconfirmed and time.monotonic() < deadline:
+                time.sleep(0.01)
+            yield from docs
+
+        store.record_requests([_record(1)], feed=True)
+        store.flush()
+        monkeypatch.setattr(store._backend, "delete", held_delete)
+        assert [r.id for r in store.requests_after(cursor)] == ["r1"]
+        assert sending.wait(30), "the background thread sends the removal"
+        store.record_requests([_record(2)], feed=True)
+        with monkeypatch.context() as m:
+            m.setattr(store._backend, "find", overlapping_find)
+            store.flush()
+            assert [r.id for r in store.requests_after(cursor)] == ["r2"]
+        store.flush()  # the removals still queued
+        assert store._backend.count(FEED, {}) == 0 and cursor.unconfirmed == set()
+        assert store.requests_after(cursor) == []
+
+
+def test_close_removes_what_was_read(tmp_path: Path) -> None:
+    options = StoreOptions(spill_dir=tmp_path / "spill", background_flush=True)
+    with open_store(str(tmp_path / "store"), options=options) as store:
+        store.record_requests([_record(i) for i in range(3)], feed=True)
+        store.flush()
+        assert len(store.requests_after(RecordCursor("run-1"))) == 3
+    with open_store(str(tmp_path / "store")) as again:  # a restarted controller
+        assert again.requests_after(RecordCursor("run-1")) == []
