@@ -490,8 +490,7 @@ def open_backend(location: StoreLocation, *, create: bool) -> Backend:
 def _equality(filter: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
     """A predicate for a filter of top-level equalities (a missing field equals None).
 
-    One range operator is understood besides: `{field: {"$gt": number}}`, the
-    store's incremental read of a run's records (`Store.requests_after`).
+    One range operator is understood besides: `{field: {"$gt": number}}`.
     """
     items: list[tuple[str, Any]] = []
     above: list[tuple[str, float]] = []

@@ -67,6 +67,7 @@ class StoreOptions:
     #: Where overflow is spilled; default `./.lmedge/spill`.
     spill_dir: Path = Path(".lmedge/spill")
     #: Documents per insert; MontyDB commits one SQLite transaction per batch.
+    #: Also the most records one request feed document carries.
     batch_size: int = 500
     #: After a failed flush, automatic flushes (on `record_*`) wait this long so
     #: that each write does not pay the server-selection timeout again. Seconds.
@@ -427,7 +428,7 @@ class Store:
         simply read later; a record fed again while still unread is returned
         once; a controller that restarts reads what no one has read, and
         again what it read last if it stopped before that removal was
-        confirmed (`close()` makes it unless the server is away). One reader
+        confirmed (`close()` sends it unless the server is away). One reader
         per run (the leader). A missing run is not an error (its records have
         not arrived yet); raises `StoreUnavailable` when the server does not
         answer the read.
@@ -621,7 +622,7 @@ def _valid(
             )
 
 
-#: Validates a list of records in one call: a third of the time of one call each.
+#: Validates a list of records in one call (the loop in pydantic-core, not Python).
 _RECORD_LIST: Final = TypeAdapter(list[RequestRecord])
 
 
