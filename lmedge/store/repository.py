@@ -198,10 +198,9 @@ class Store:
     def flush(self) -> None:
         """Send everything buffered now; raise `StoreUnavailable` if the server is down.
 
-        Feed documents read and waiting for their removal are deleted first
-        (a failed removal is left to the next read: it never raises for it).
+        Then feed documents read and waiting for their removal are deleted (a
+        failed removal is left to the next read: it never raises for it).
         """
-        self._remove_read()
         try:
             self._buffer.flush(self._backend.insert)
         except StoreUnavailable:
@@ -210,6 +209,7 @@ class Store:
             raise
         with self._state:
             self._retry_at = 0.0
+        self._remove_read()
 
     def check_spill_dir(self) -> None:
         """Raise `StoreError` unless this store can spill what its server does not take.
@@ -331,9 +331,9 @@ class Store:
             if self._stopping:
                 return
             try:
-                self._remove_read()
                 if self._buffer.has_backlog():
                     self._flush_now()
+                self._remove_read()
             except Exception:  # this thread must outlive any one bad batch
                 log.exception("store: background flush failed")
 
@@ -464,10 +464,11 @@ class Store:
         if self._flusher is None:
             self._remove(cursor, read)
             return fresh
-        # The removal is a write of the slot: the background thread sends it, as the others.
+        # The removal is a write of the slot: the background thread sends it with the
+        # slot's other writes (they wake it; at the latest after `retry_interval_s`),
+        # not while the caller is still making them.
         with self._state:
             self._removals.append((cursor, read))
-        self._wake.set()
         return fresh
 
     def _remove_read(self) -> None:
