@@ -240,9 +240,10 @@ def _p95(values: list[float]) -> float:
 
 def test_controller_slot_path_on_ferretdb_holding_100k_records(tmp_path: Path) -> None:
     """The controller reads a slot's gateway records from the feed and hands
-    the slot's writes to the background flush, on FerretDB holding 100,000
-    request records of the run. For contrast, one read of the same slot by a
-    `_seq` range on the records (the former design) is timed too."""
+    the slot's writes (and the feed's removal of what it read) to the
+    background flush, on FerretDB holding 100,000 request records of the run.
+    For contrast, one read of the same slot by a `_seq` range on the records
+    (the former design) is timed too."""
     from lmedge.store import RecordCursor
 
     fdb = _ferretdb_module()
@@ -324,7 +325,10 @@ def test_controller_slot_path_on_ferretdb_holding_100k_records(tmp_path: Path) -
     report = ROOT / "reports" / "bench-store.json"
     report.parent.mkdir(exist_ok=True)
     report.write_text(json.dumps(RESULTS, indent=2) + "\n")
-    # The read target is printed, not asserted: the feed read costs per record
-    # read (FerretDB's JSON and the wire), not per record held, and a slot's 500
-    # records take 0.3-1 s on a loaded 2-core machine; the writes are asserted.
+    # The read target is printed, not asserted: the read costs a find of a
+    # slot's few feed documents (one per gateway write, their records opaque to
+    # the server) and the records' validation, not anything per record held;
+    # 15-40 ms on a loaded 2-core machine, where another process can take the
+    # CPU for longer than the target. The writes, the removal of what was read
+    # among them, are asserted.
     assert _p95(writes) <= WRITE_MS_MAX

@@ -490,8 +490,7 @@ def open_backend(location: StoreLocation, *, create: bool) -> Backend:
 def _equality(filter: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
     """A predicate for a filter of top-level equalities (a missing field equals None).
 
-    Two operators are understood besides: `{field: {"$gt": number}}`, the
-    store's incremental read of a run's records (`Store.requests_after`), and
+    Two operators are understood besides: `{field: {"$gt": number}}`, and
     `{field: {"$ne": value}}` (as in MongoDB, a missing field is not equal to
     a value other than None), the decisions that are not routing windows.
     """

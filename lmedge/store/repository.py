@@ -27,7 +27,7 @@ from typing import Any, Final, cast
 
 import bson
 import bson.errors
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from lmedge.api.decisions import WINDOW_TRIGGER, AgentKind
 from lmedge.api.observations import LMStats, MemoryCase
@@ -43,6 +43,8 @@ from lmedge.store.documents import (
     FEED,
     AnyDecision,
     RunInfo,
+    feed_documents,
+    feed_records,
     from_document,
     to_document,
 )
@@ -66,6 +68,7 @@ class StoreOptions:
     #: Where overflow is spilled; default `./.lmedge/spill`.
     spill_dir: Path = Path(".lmedge/spill")
     #: Documents per insert; MontyDB commits one SQLite transaction per batch.
+    #: Also the most records one request feed document carries.
     batch_size: int = 500
     #: After a failed flush, automatic flushes (on `record_*`) wait this long so
     #: that each write does not pay the server-selection timeout again. Seconds.
@@ -90,11 +93,13 @@ class StoreOptions:
 class RecordCursor:
     """The reader of one run's request feed (`Store.requests_after`).
 
-    `unconfirmed` holds the ids returned whose removal from the feed the
-    server has not confirmed yet (it went away between the read and the
-    delete): they are still in the feed and must not be returned again. It is
-    emptied by the next delete that succeeds, so it never holds more than the
-    feed did while the server was away.
+    `unconfirmed` holds the `_id`s of the feed documents (batches of records)
+    returned whose removal from the feed the server has not confirmed yet (it
+    is under way in the background, or the server went away before it): they
+    may still be in the feed and must not be returned again. An id leaves it
+    once its removal succeeds or a read no longer finds it, so it never holds
+    more than the feed did. The store guards it (its reads and the background
+    removal share it): read it only between `requests_after` calls.
     """
 
     run: str
@@ -126,6 +131,8 @@ class Store:
             limit=self.options.buffer_limit, spill_dir=self.options.spill_dir, prefix=prefix
         )
         self._retry_at = 0.0
+        #: Feed documents returned by `requests_after`, to delete (`background_flush`).
+        self._removals: list[tuple[RecordCursor, list[str]]] = []
         self._state = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -176,13 +183,14 @@ class Store:
         """Store request records (idempotent by `RequestRecord.id`).
 
         `feed`: also queue them for the controller's incremental read
-        (`requests_after`); the gateways' records, not the controller's own
-        copy of what it read.
+        (`requests_after`), in batches of `StoreOptions.batch_size`; the
+        gateways' records, not the controller's own copy of what it read.
         """
-        docs = [to_document(r) for r in records]
-        self._write("requests", docs)
+        docs = self._encodable("requests", [to_document(r) for r in records])
+        self._queue("requests", docs)
         if feed:
-            self._write(FEED, docs)
+            self._queue(FEED, feed_documents(docs, self.options.batch_size))
+        self._sent()
 
     def record_telemetry(self, snapshots: Iterable[NodeTelemetry]) -> None:
         """Store node telemetry snapshots (expiring where the server has TTL)."""
@@ -193,7 +201,11 @@ class Store:
         self._write("memory", [to_document(case)])
 
     def flush(self) -> None:
-        """Send everything buffered now; raise `StoreUnavailable` if the server is down."""
+        """Send everything buffered now; raise `StoreUnavailable` if the server is down.
+
+        Then feed documents read and waiting for their removal are deleted (a
+        failed removal is left to the next read: it never raises for it).
+        """
         try:
             self._buffer.flush(self._backend.insert)
         except StoreUnavailable:
@@ -202,6 +214,7 @@ class Store:
             raise
         with self._state:
             self._retry_at = 0.0
+        self._remove_read()
 
     def check_spill_dir(self) -> None:
         """Raise `StoreError` unless this store can spill what its server does not take.
@@ -284,10 +297,17 @@ class Store:
         self.close()
 
     def _write(self, collection: str, docs: Sequence[dict[str, Any]]) -> None:
-        docs = self._encodable(collection, docs)
+        self._queue(collection, self._encodable(collection, docs))
+        self._sent()
+
+    def _queue(self, collection: str, docs: Sequence[dict[str, Any]]) -> None:
+        """Buffer documents already checked by `_encodable`, in batches."""
         size = self.options.batch_size
         for start in range(0, len(docs), size):
             self._buffer.add(collection, docs[start : start + size])
+
+    def _sent(self) -> None:
+        """Hand what was queued to the background thread, or flush it now."""
         if self._flusher is not None:
             self._wake.set()
             return
@@ -318,6 +338,7 @@ class Store:
             try:
                 if self._buffer.has_backlog():
                     self._flush_now()
+                self._remove_read()
             except Exception:  # this thread must outlive any one bad batch
                 log.exception("store: background flush failed")
 
@@ -404,33 +425,79 @@ class Store:
 
         The read never scans the run: it reads the feed, which holds only the
         records not read yet (about a slot's worth), and deletes what it
-        returned. A range query on the run's records (`_seq > last read`)
-        would be index-backed on MongoDB but is a full scan on FerretDB v1
-        over SQLite, which pushes down no filter on a field other than `_id`
-        and even then uses no index: seconds a call at 10,000 records. A
-        record that lands late (a gateway's buffered write) is simply read
-        later; a controller that restarts reads what no one has read. One
-        reader per run (the leader). A missing run is not an error (its
-        records have not arrived yet); raises `StoreUnavailable` when the
-        server does not answer the read.
+        returned (with `background_flush`, from the background thread, off
+        the caller's path; until the removal is confirmed the cursor skips
+        those documents). A range query on the run's records (`_seq > last
+        read`) would be index-backed on MongoDB but is a full scan on FerretDB
+        v1 over SQLite, which pushes down no filter on a field other than
+        `_id` and even then uses no index: seconds a call at 10,000 records.
+        The feed holds the records in batches, one document per write
+        (`lmedge.store.documents.feed_documents`), so a slot's read fetches
+        and deletes a handful of documents whose records the server never
+        parses. A record that lands late (a gateway's buffered write) is
+        simply read later; a record fed again while still unread is returned
+        once; a controller that restarts reads what no one has read, and
+        again what it read last if it stopped before that removal was
+        confirmed (`close()` sends it unless the server is away). One reader
+        per run (the leader). A missing run is not an error (its records have
+        not arrived yet); raises `StoreUnavailable` when the server does not
+        answer the read.
         """
-        docs = self._backend.find(FEED, {"run": cursor.run}, sort=[("_seq", 1)])
-        fresh: list[RequestRecord] = []
+        with self._state:
+            # Taken before the find: a removal confirmed after it may have come too late for it.
+            skip = set(cursor.unconfirmed)
+        batches = self._backend.find(FEED, {"run": cursor.run}, sort=[("_seq", 1)])
+        fields: list[dict[str, Any]] = []
         read: list[str] = []
-        for doc in docs:
-            doc_id = str(doc.get("_id"))
-            read.append(doc_id)
-            if doc_id in cursor.unconfirmed:
+        seen: set[tuple[Any, Any]] = set()  # (origin, id): a record's key within its run
+        for batch in batches:
+            batch_id = str(batch.get("_id"))
+            read.append(batch_id)
+            if batch_id in skip:
                 continue
-            fresh.extend(cast(RequestRecord, r) for r in _valid(RequestRecord, [doc], FEED))
-        try:
-            self._backend.delete(FEED, read)
-        except (StoreError, StoreUnavailable) as exc:  # read again next time, skipped then
+            try:
+                records = feed_records(batch)
+            except ValueError as exc:  # its records are in `requests`; the feed cannot say which
+                log.error("store: feed document %r skipped: %s", batch_id, exc)
+                continue
+            for record in records:
+                key = (record.get("origin"), record.get("id"))
+                if key not in seen:
+                    seen.add(key)
+                    fields.append(record)
+        fresh = _records(fields)
+        with self._state:
+            cursor.unconfirmed.difference_update(skip.difference(read))  # no longer in the feed
             cursor.unconfirmed.update(read)
-            log.warning("store: %d fed records read but not yet removed: %s", len(read), exc)
-        else:
-            cursor.unconfirmed.clear()
+        if not read:
+            return fresh
+        if self._flusher is None:
+            self._remove(cursor, read)
+            return fresh
+        # The removal is a write of the slot: the background thread sends it with the
+        # slot's other writes (they wake it; at the latest after `retry_interval_s`),
+        # not while the caller is still making them.
+        with self._state:
+            self._removals.append((cursor, read))
         return fresh
+
+    def _remove_read(self) -> None:
+        """Delete the feed documents `requests_after` returned (`background_flush`)."""
+        with self._state:
+            removals, self._removals = self._removals, []
+        for cursor, ids in removals:
+            self._remove(cursor, ids)
+
+    def _remove(self, cursor: RecordCursor, ids: list[str]) -> None:
+        """Delete returned feed documents; never raises (the next read finds them, skips
+        them as unconfirmed and asks again)."""
+        try:
+            self._backend.delete(FEED, ids)
+        except (StoreError, StoreUnavailable) as exc:
+            log.warning("store: %d feed documents read but not yet removed: %s", len(ids), exc)
+            return
+        with self._state:
+            cursor.unconfirmed.difference_update(ids)
 
     def lm_stats(self, run: str) -> list[LMStats]:
         """Per-LM arrivals, successes, success ratio, success-only mean latency and
@@ -569,6 +636,19 @@ def _valid(
                 model.__name__,
                 "; ".join(first)[:300],
             )
+
+
+#: Validates a list of records in one call (the loop in pydantic-core, not Python).
+_RECORD_LIST: Final = TypeAdapter(list[RequestRecord])
+
+
+def _records(fields: list[dict[str, Any]]) -> list[RequestRecord]:
+    """Validate records' fields (`feed_records`): all at once; one by one, the bad
+    logged and skipped as by `_valid`, only when one does not validate."""
+    try:
+        return _RECORD_LIST.validate_python(fields)
+    except ValidationError:
+        return [cast(RequestRecord, r) for r in _valid(RequestRecord, fields, FEED)]
 
 
 def _filter(**fields: object) -> dict[str, Any]:

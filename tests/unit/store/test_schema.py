@@ -18,7 +18,7 @@ from lmedge.api.decisions import Decision, MacroPolicy, Placement, RoutingMap
 from lmedge.api.observations import MemoryCase
 from lmedge.api.records import NodeTelemetry, RequestRecord
 from lmedge.api.totals import LoadBalanceStats, RunTotals, WindowTotals
-from lmedge.store.documents import COLLECTIONS, RunInfo, to_document
+from lmedge.store.documents import COLLECTIONS, FEED, RunInfo, feed_documents, to_document
 from lmedge.store.schema import bson_schema, to_bson_schema
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
@@ -32,6 +32,7 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
     "array": (list,),
     "null": (type(None),),
     "date": (datetime,),
+    "binData": (bytes,),
 }
 
 
@@ -237,6 +238,14 @@ def test_validators_use_only_the_mongodb_dialect(sample: BaseModel) -> None:
     assert _keys(schema) & forbidden == set()
     assert schema["bsonType"] == "object"
     assert schema["additionalProperties"] is False  # extra="forbid" carried over
+
+
+def test_feed_documents_pass_the_feed_validator() -> None:
+    schema = COLLECTIONS[FEED].validator()
+    (doc,) = feed_documents([to_document(SAMPLES[3])], batch_size=500)
+    assert violations(schema, doc) == []
+    assert schema["additionalProperties"] is False
+    assert violations(schema, {**doc, "records": "not binary"}) != []
 
 
 @pytest.mark.parametrize(
