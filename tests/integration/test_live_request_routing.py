@@ -27,6 +27,7 @@ import copy
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,15 @@ from tests.integration.test_live_cluster import core, custom, kube, operator, st
 __all__ = ["core", "custom", "kube", "operator", "store_dir"]  # the module fixtures reused
 
 LM = "llama-1b"
-NODES = ("worker-2", "worker-3")  # GPU workers (examples/testbed/nodes.yaml)
+#: every GPU worker of examples/testbed/nodes.yaml (the LM's feasible nodes), each with
+#: an agent and a gateway, as in a deployment: a router may choose any of them
+NODES = tuple(f"worker-{i}" for i in range(2, 7))
 ORIGIN = NODES[0]
 #: seconds to keep asking for the router's windows: its first build imports the
 #: policy catalog (and CEMA's compiles its kernel) on a loaded 2-core machine
 PATIENCE = 300.0
+#: requests sent at once (half of them streamed)
+BURST = 4
 
 
 def llama_1b() -> dict[str, Any]:
@@ -133,9 +138,7 @@ def test_the_controller_routes_each_request_with_the_profiles_router(
     # the controller's pushes carry RequestRouting: the origin routes in windows
     wait_until(lambda: "windows" in windows(origin), WAIT, "the origin to route in windows")
 
-    sdk = openai.OpenAI(
-        base_url=origin + "/v1", api_key=TOKEN, max_retries=0, timeout=httpx.Timeout(120.0)
-    )
+    sdk = openai.OpenAI(base_url=origin + "/v1", api_key=TOKEN, max_retries=0, timeout=120.0)
 
     def ask(stream: bool) -> tuple[str, str]:
         """(request id, destination) of one answered request."""
@@ -154,11 +157,12 @@ def test_the_controller_routes_each_request_with_the_profiles_router(
 
     served: dict[str, str] = {}
     deadline = time.monotonic() + PATIENCE
-    while time.monotonic() < deadline and (
-        len(served) < 6 or windows(origin).get("router", 0) < 2
-    ):
-        rid, destination = ask(stream=len(served) % 2 == 1)
-        served[rid] = destination
+    with ThreadPoolExecutor(BURST) as pool:
+        # bursts, so that a window holds several requests for the router to spread
+        while time.monotonic() < deadline and (
+            len(served) < 2 * BURST or windows(origin).get("router", 0) < 2
+        ):
+            served.update(pool.map(ask, [i % 2 == 1 for i in range(BURST)]))
     assert windows(origin).get("router", 0) >= 2, windows(origin)
     assert set(served.values()) <= set(NODES), served
 
