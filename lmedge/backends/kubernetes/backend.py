@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from lmedge.api import (
     ActuationResult,
@@ -54,6 +55,7 @@ from lmedge.api import (
     ServiceInfo,
     Snapshot,
 )
+from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.api.gateway_control import RequestRouting, RoutingUpdate
 from lmedge.api.live import ContextUpdate
 from lmedge.api.runconfig import PolicyConfig
@@ -147,8 +149,10 @@ def node_state(
     pods: Sequence[ObservedPod],
     services: Mapping[str, ServiceInfo],
     backlog: Mapping[str, int] | None = None,
+    engines: list[EngineTelemetry] | None = None,
 ) -> NodeState:
-    """One node's state from its model pods: instances and the headroom they leave.
+    """One node's state from its model pods: instances and the headroom they leave
+    (and `engines`, the telemetry of its token-engine pods, when read).
 
     Pods being deleted still hold their resources until they are gone (the
     scheduler counts them too), so they count against headroom but are not
@@ -176,6 +180,7 @@ def node_state(
         free_memory_gib=max(0.0, spec.memory_gib - sum(p.memory_gib for p in mine)),
         free_vgpus=max(0, spec.total_vgpus - sum(p.vgpus for p in mine)),
         free_vram_gib=max(0.0, spec.total_vram_gib - vram),
+        engines=engines,
     )
 
 
@@ -249,8 +254,22 @@ def actuate(
     return result
 
 
+class EngineReader(Protocol):
+    """Reads the token engines' telemetry of model pods (`nodeagent.telemetry.EngineScraper`)."""
+
+    def read(
+        self, ctx: ClusterContext, pods: Sequence[ObservedPod]
+    ) -> list[EngineTelemetry] | None: ...
+
+
 class KubernetesBackend:
-    """`ClusterBackend` over a Kubernetes API server (module docstring)."""
+    """`ClusterBackend` over a Kubernetes API server (module docstring).
+
+    `engines`, when given, reads the token-engine pods' telemetry into each
+    snapshot's `NodeState.engines` (KV usage, running and waiting sequences):
+    what the planner, the router and the gateways' request routers see, as in
+    the emulator.
+    """
 
     def __init__(
         self,
@@ -260,8 +279,10 @@ class KubernetesBackend:
         store: Store | None = None,
         clock: WallClock | None = None,
         gateways: GatewayClient | None = None,
+        engines: EngineReader | None = None,
     ) -> None:
         self.kube = kube
+        self.engines = engines
         self.settings = settings
         self.store = store
         self.wall_clock = clock or WallClock()
@@ -318,10 +339,18 @@ class KubernetesBackend:
         services = {s.name: s for s in self._ctx.services}
         workers = [n.name for n in self._ctx.workers]
         depths = self.gateways.queue_depths(workers) if self.gateways else {}
+        engines: dict[str, list[EngineTelemetry]] = {}
+        on = {p.name: p.node for p in pods}
+        for e in (self.engines.read(self._ctx, pods) if self.engines else None) or ():
+            if e.pod in on:
+                engines.setdefault(on[e.pod], []).append(e)
         self._snapshot = Snapshot(
             slot=slot,
             time_s=self.clock.now(),
-            nodes=[node_state(n, pods, services, depths.get(n.name)) for n in self._ctx.workers],
+            nodes=[
+                node_state(n, pods, services, depths.get(n.name), engines.get(n.name))
+                for n in self._ctx.workers
+            ],
         )
         return self._snapshot
 
