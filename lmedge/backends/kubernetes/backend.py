@@ -9,7 +9,9 @@ The world is read, never simulated:
   round trip;
 - snapshot: per node, the model pods (ready or pending = not Ready) and the
   headroom left by their requests under the EdgeNode's spec; the backlog Q_ni
-  is the queue depth the node's gateway reports, or 0 without gateways;
+  is the queue depth the node's gateway reports, or 0 without gateways; the
+  token engines' telemetry (KV usage, running and waiting sequences) is their
+  pods' `/metrics`, read by the `engines` reader the controller gives;
 - arrivals: the future is unknown on a cluster, so slot t announces every
   (worker, LM) pair whose LM some worker can host, with the request and
   prompt counts of the records that finished during slot t-1 (in steady state
