@@ -120,7 +120,7 @@ def windows(url: str) -> dict[str, int]:
 
 
 def test_the_controller_routes_each_request_with_the_profiles_router(
-    plane: Plane, core: client.CoreV1Api
+    plane: Plane, core: client.CoreV1Api, caplog: pytest.LogCaptureFixture
 ) -> None:
     profile = plane_profile(plane)
 
@@ -186,6 +186,8 @@ def test_the_controller_routes_each_request_with_the_profiles_router(
     by_router = [d for d in audits if d.window is not None and d.window.used == "router"]
     assert len(by_router) >= 2, [d.error for d in audits]
     assert all(d.source == "rule" and d.error is None for d in by_router)
+    # LYREO's learned router, not its `lyreo-ly` fallback (which says so, as a warning)
+    assert "no trained policy" not in caplog.text
 
 
 def plane_profile(plane: Plane) -> str:
