@@ -48,13 +48,13 @@ from lmedge.api import (
     Placement,
 )
 from lmedge.api.engine_telemetry import EngineTelemetry
-from lmedge.api.engines import TOKEN_ENGINES, Mode, concurrent_requests, pod_protocol
+from lmedge.api.engines import Mode, concurrent_requests, pod_protocol
 from lmedge.api.gateway_control import ModelEndpoint
 from lmedge.backends.kubernetes.backend import KubernetesBackend
 from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
 from lmedge.controller.guard import DecisionGuard
 from lmedge.errors import LmedgeError
-from lmedge.nodeagent.telemetry import EngineScraper, EngineTarget, TelemetryCollector
+from lmedge.nodeagent.telemetry import EngineScraper, TelemetryCollector
 from lmedge.store import RunInfo, Store
 
 __all__ = ["NodeAgent", "SlotReport", "latest_macro"]
@@ -229,20 +229,7 @@ class NodeAgent:
         except LmedgeError as exc:
             log.warning("engine telemetry of %s not read: %s", self.node, exc)
             return None
-        targets = [
-            EngineTarget(lm=p.lm, pod=p.name, url=f"http://{p.ip}:{MODEL_PORT}/metrics")
-            for p in sorted(pods, key=lambda p: p.name)
-            if p.ready
-            and not p.deleting
-            and p.ip
-            and ctx.has_service(p.lm)
-            and ctx.service(p.lm).spec.engine.kind in TOKEN_ENGINES
-        ]
-        try:
-            return asyncio.run(self.engines.scrape(targets))
-        except Exception:  # a bug in reading a page must not stop the node
-            log.exception("engine telemetry of %s not read", self.node)
-            return None
+        return self.engines.read(ctx, pods)
 
     def _collect_telemetry(self, engines: list[EngineTelemetry] | None) -> None:
         """Scrape this node's exporters into the store, with `engines`.

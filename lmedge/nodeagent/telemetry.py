@@ -34,8 +34,11 @@ from typing import Any, Protocol
 
 import httpx
 
+from lmedge.api import ClusterContext
 from lmedge.api.engine_telemetry import EngineCounters, EngineTelemetry, engine_telemetry
+from lmedge.api.engines import TOKEN_ENGINES
 from lmedge.api.records import NodeTelemetry
+from lmedge.backends.kubernetes.pods import MODEL_PORT, ObservedPod
 from lmedge.nodeagent.engines import engine_counters, slots_url
 from lmedge.nodeagent.exposition import Samples, parse_exposition
 
@@ -217,9 +220,24 @@ class EngineTarget:
     url: str
 
 
+def engine_targets(ctx: ClusterContext, pods: Iterable[ObservedPod]) -> list[EngineTarget]:
+    """The metrics pages of the Ready pods of a llama.cpp or vLLM LMService among `pods`,
+    by pod name. A pipeline pod's /metrics counts prompts, which the gateway reports."""
+    return [
+        EngineTarget(lm=p.lm, pod=p.name, url=f"http://{p.ip}:{MODEL_PORT}/metrics")
+        for p in sorted(pods, key=lambda p: p.name)
+        if p.ready
+        and not p.deleting
+        and p.ip
+        and ctx.has_service(p.lm)
+        and ctx.service(p.lm).spec.engine.kind in TOKEN_ENGINES
+    ]
+
+
 @dataclass
 class EngineScraper:
-    """Reads the token engines' `/metrics` of one node's model pods, slot after slot.
+    """Reads the token engines' `/metrics` of model pods, slot after slot: a node agent's
+    of its node's, the controller's of every node's (its snapshot's `NodeState.engines`).
 
     Keeps each pod's previous reading, so throughput is over the interval
     between two scrapes (`lmedge.api.engine_telemetry.engine_telemetry`).
@@ -252,6 +270,17 @@ class EngineScraper:
                 urls[target.pod] = url
         pages = await asyncio.gather(*(_get(client, url) for url in urls.values()))
         return {pod: page for pod, page in zip(urls, pages, strict=True) if page is not None}
+
+    def read(
+        self, ctx: ClusterContext, pods: Iterable[ObservedPod]
+    ) -> list[EngineTelemetry] | None:
+        """The telemetry of the token-engine pods among `pods` (`engine_targets`); None
+        when there is none. Never raises: a bug in reading a page only logs."""
+        try:
+            return asyncio.run(self.scrape(engine_targets(ctx, pods)))
+        except Exception:
+            log.exception("engine telemetry not read")
+            return None
 
     async def scrape(self, targets: Sequence[EngineTarget]) -> list[EngineTelemetry] | None:
         """The telemetry of the engine pods among `targets`; None when there is none."""

@@ -52,6 +52,7 @@ from lmedge.controller.gctune import quiet_gc
 from lmedge.controller.loop import ControlLoop
 from lmedge.controller.prometheus import ControlPlaneMetrics
 from lmedge.errors import LmedgeError
+from lmedge.nodeagent.telemetry import EngineScraper
 from lmedge.processes import configure_logging, stop_on_signals
 from lmedge.processes.plugins import register_plugins
 from lmedge.store import RunInfo, Store, StoreOptions, open_store
@@ -210,7 +211,15 @@ def run_controller(
         # gateways anchor their slots on the run's stored start.
         clock = WallClock(resumed.started.replace(tzinfo=UTC).timestamp() if resumed else None)
         backend_settings = KubernetesSettings(**{**settings.backend.__dict__, "run": run_id})
-        backend = KubernetesBackend(kube, backend_settings, store=store, clock=clock)
+        # The token engines' telemetry in every snapshot, as the node agents read it; a
+        # silent pod may hold the slot's snapshot for at most a quarter of the slot.
+        engines = EngineScraper(
+            timeout_s=min(EngineScraper.timeout_s, backend_settings.loop.slot_s / 4),
+            clock=clock.now,
+        )
+        backend = KubernetesBackend(
+            kube, backend_settings, store=store, clock=clock, engines=engines
+        )
         plugins = build_plugins(
             settings.policy, backend.context(), settings.seed, deployers_in_process=False
         )

@@ -6,7 +6,8 @@ benchmark (benchmarks/test_live_bench.py) drive.
   thread, with the `rf` profile;
 - a node agent per agent node (`NodeAgent`, `full` deployer) in a thread;
 - optionally a real gateway per agent node (`create_app` under uvicorn on
-  127.0.0.1) writing records to the run's store, and a stub model server per
+  127.0.0.1, building a pushed request-level router as `lmedge gateway`
+  does) writing records to the run's store, and a stub model server per
   LM. KWOK pods have no reachable address, so a "kubelet" thread stands in
   for the node agents' model push: when a model pod is Ready on a node, that
   node's gateway is told the stub server's URL for its LM (the agents' own
@@ -43,6 +44,7 @@ from lmedge.modelserver.app import create_app as create_model_app
 from lmedge.modelserver.backends import StubBackend
 from lmedge.nodeagent.agent import NodeAgent
 from lmedge.processes.controller import ControllerSettings, run_controller
+from lmedge.processes.gateway import build_router, build_seed
 from lmedge.store import Store, open_store
 from tests.fixtures.cluster import REPO, wait_until
 from tests.fixtures.dataplane import CONTROL, TOKEN, ServerThread, control, free_port
@@ -81,6 +83,8 @@ class Plane:
     store: Store
     store_dir: Path
     slot_s: float = 1.0
+    #: the nodes with a node agent (and, with a data plane, a gateway)
+    nodes: tuple[str, ...] = AGENT_NODES
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
@@ -99,8 +103,10 @@ class Plane:
         self.threads.append(t)
 
     def routing(self) -> RoutingMap | None:
-        found = self.store.decisions(agent="scheduler", run=self.run, limit=1)
-        value = found[0].value if found else None
+        """The controller's newest slot map (not a gateway's window audit: those are
+        `scheduler` decisions of the run too, with an empty map)."""
+        found = self.store.decisions(agent="scheduler", run=self.run, limit=50)
+        value = next((d.value for d in found if d.window is None), None)
         return value if isinstance(value, RoutingMap) else None
 
     def routed(self) -> set[tuple[str, str, str]]:
@@ -170,7 +176,7 @@ def run_start(plane: Plane) -> float:
 
 def start_agents(plane: Plane, kube: KubeClient) -> None:
     start = run_start(plane)
-    for node in AGENT_NODES:
+    for node in plane.nodes:
 
         def agent(node: str = node) -> None:
             store = open_store(str(plane.store_dir))
@@ -196,7 +202,7 @@ def start_agents(plane: Plane, kube: KubeClient) -> None:
 
 def plan_gateways(plane: Plane) -> None:
     """Choose the gateways' ports (before the controller starts: it pushes to them)."""
-    plane.gateways = {n: f"http://127.0.0.1:{free_port()}" for n in AGENT_NODES}
+    plane.gateways = {n: f"http://127.0.0.1:{free_port()}" for n in plane.nodes}
 
 
 def start_data_plane(
@@ -217,7 +223,15 @@ def start_data_plane(
         store = open_store(str(plane.store_dir))
         settings = GatewaySettings(node=node, services={}, peers=dict(plane.gateways))
         clients = HttpClients(token=CONTROL)
-        core = Gateway(settings, peers=clients, models=clients, sink=StoreSink(store))
+        core = Gateway(
+            settings,
+            peers=clients,
+            models=clients,
+            sink=StoreSink(store),
+            # what `lmedge gateway` builds a pushed request-level router with
+            build_router=build_router,
+            build_seed=build_seed,
+        )
         app = create_app(core, ApiSettings(token=TOKEN, control_token=CONTROL))
         app.state.closers.append(clients.aclose)
         port = int(url.rsplit(":", 1)[1])

@@ -330,9 +330,9 @@ def test_gateways_verify_the_callers_service_account_token(helm_bin: Path) -> No
     assert not [b for b in bindings if any(s["name"] == "t-lmedge-model" for s in b["subjects"])]
 
 
-def test_model_pods_take_traffic_only_from_the_gateways(helm_bin: Path) -> None:
+def test_model_pods_take_traffic_only_from_the_gateways_and_the_controller(helm_bin: Path) -> None:
     # A model pod's /infer takes no credential: only this release's node-agent
-    # pods (the gateways) may reach it.
+    # pods (the gateways) and its controller (the engines' /metrics) may reach it.
     docs = template(helm_bin, "--set", "workloadNamespace=lm-serving")
     policy = by_kind(docs, "NetworkPolicy")["t-lmedge-model-servers"]
     assert policy["metadata"]["namespace"] == "lm-serving"
@@ -344,7 +344,12 @@ def test_model_pods_take_traffic_only_from_the_gateways(helm_bin: Path) -> None:
                       "kubernetes.io/metadata.name": "lmedge-system"}},
                   "podSelector": {"matchLabels": {
                       "app.kubernetes.io/name": "lmedge", "app.kubernetes.io/instance": "t",
-                      "app.kubernetes.io/component": "node-agent"}}}],
+                      "app.kubernetes.io/component": "node-agent"}}},
+                 {"namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": "lmedge-system"}},
+                  "podSelector": {"matchLabels": {
+                      "app.kubernetes.io/name": "lmedge", "app.kubernetes.io/instance": "t",
+                      "app.kubernetes.io/component": "controller"}}}],
         "ports": [{"port": 8000, "protocol": "TCP"}]}]  # fmt: skip
 
 

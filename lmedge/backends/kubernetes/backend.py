@@ -9,7 +9,9 @@ The world is read, never simulated:
   round trip;
 - snapshot: per node, the model pods (ready or pending = not Ready) and the
   headroom left by their requests under the EdgeNode's spec; the backlog Q_ni
-  is the queue depth the node's gateway reports, or 0 without gateways;
+  is the queue depth the node's gateway reports, or 0 without gateways; the
+  token engines' telemetry (KV usage, running and waiting sequences) is their
+  pods' `/metrics`, read by the `engines` reader the controller gives;
 - arrivals: the future is unknown on a cluster, so slot t announces every
   (worker, LM) pair whose LM some worker can host, with the request and
   prompt counts of the records that finished during slot t-1 (in steady state
@@ -37,6 +39,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from lmedge.api import (
     ActuationResult,
@@ -54,6 +57,7 @@ from lmedge.api import (
     ServiceInfo,
     Snapshot,
 )
+from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.api.gateway_control import RequestRouting, RoutingUpdate
 from lmedge.api.live import ContextUpdate
 from lmedge.api.runconfig import PolicyConfig
@@ -147,8 +151,10 @@ def node_state(
     pods: Sequence[ObservedPod],
     services: Mapping[str, ServiceInfo],
     backlog: Mapping[str, int] | None = None,
+    engines: list[EngineTelemetry] | None = None,
 ) -> NodeState:
-    """One node's state from its model pods: instances and the headroom they leave.
+    """One node's state from its model pods: instances and the headroom they leave
+    (and `engines`, the telemetry of its token-engine pods, when read).
 
     Pods being deleted still hold their resources until they are gone (the
     scheduler counts them too), so they count against headroom but are not
@@ -176,6 +182,7 @@ def node_state(
         free_memory_gib=max(0.0, spec.memory_gib - sum(p.memory_gib for p in mine)),
         free_vgpus=max(0, spec.total_vgpus - sum(p.vgpus for p in mine)),
         free_vram_gib=max(0.0, spec.total_vram_gib - vram),
+        engines=engines,
     )
 
 
@@ -249,8 +256,22 @@ def actuate(
     return result
 
 
+class EngineReader(Protocol):
+    """Reads the token engines' telemetry of model pods (`nodeagent.telemetry.EngineScraper`)."""
+
+    def read(
+        self, ctx: ClusterContext, pods: Sequence[ObservedPod]
+    ) -> list[EngineTelemetry] | None: ...
+
+
 class KubernetesBackend:
-    """`ClusterBackend` over a Kubernetes API server (module docstring)."""
+    """`ClusterBackend` over a Kubernetes API server (module docstring).
+
+    `engines`, when given, reads the token-engine pods' telemetry into each
+    snapshot's `NodeState.engines` (KV usage, running and waiting sequences):
+    what the planner, the router and the gateways' request routers see, as in
+    the emulator.
+    """
 
     def __init__(
         self,
@@ -260,8 +281,10 @@ class KubernetesBackend:
         store: Store | None = None,
         clock: WallClock | None = None,
         gateways: GatewayClient | None = None,
+        engines: EngineReader | None = None,
     ) -> None:
         self.kube = kube
+        self.engines = engines
         self.settings = settings
         self.store = store
         self.wall_clock = clock or WallClock()
@@ -318,10 +341,18 @@ class KubernetesBackend:
         services = {s.name: s for s in self._ctx.services}
         workers = [n.name for n in self._ctx.workers]
         depths = self.gateways.queue_depths(workers) if self.gateways else {}
+        engines: dict[str, list[EngineTelemetry]] = {}
+        on = {p.name: p.node for p in pods}
+        for e in (self.engines.read(self._ctx, pods) if self.engines else None) or ():
+            if e.pod in on:
+                engines.setdefault(on[e.pod], []).append(e)
         self._snapshot = Snapshot(
             slot=slot,
             time_s=self.clock.now(),
-            nodes=[node_state(n, pods, services, depths.get(n.name)) for n in self._ctx.workers],
+            nodes=[
+                node_state(n, pods, services, depths.get(n.name), engines.get(n.name))
+                for n in self._ctx.workers
+            ],
         )
         return self._snapshot
 

@@ -434,3 +434,72 @@ def test_the_push_carries_request_routing_once_the_loop_installs_it() -> None:
     assert pushed.budget_s == 0.5
     assert pushed.snapshot == snapshot and pushed.context == backend.context()
     gateways.close()
+
+
+ENGINE_PAGES = Path(__file__).parents[2] / "fixtures" / "engines"
+
+
+class ListingEnginePods(ListingOnly):
+    """The testbed with examples/llama-cpp's LMService added, and the given pods."""
+
+    def __init__(self, chat: Any, pods: list[Any]) -> None:
+        super().__init__()
+        self.chat, self.pods = chat, pods
+
+    def list_lmservices(self, namespace: str) -> list[dict[str, Any]]:
+        chat = {
+            "metadata": {"name": self.chat.name, "uid": "uid-chat"},
+            "spec": self.chat.spec.model_dump(by_alias=True),
+        }
+        return [*super().list_lmservices(namespace), chat]
+
+    def list_model_pods(self, namespace: str | None, node: str | None = None) -> list[Any]:
+        return [p for p in self.pods if node is None or p.node == node]
+
+
+def test_the_snapshot_and_the_request_routing_push_carry_the_engines_telemetry() -> None:
+    # What a gateway's LYREO or CEMA router routes on (KV usage, running and waiting
+    # sequences): the controller reads its token-engine pods into every snapshot.
+    from lmedge.nodeagent.telemetry import EngineScraper
+
+    _, (chat,) = load_resources(EXAMPLES.parent / "llama-cpp")
+    cpu = LMPlacement(lm=chat.name, mode="cpu", cpu_cores=2, vgpus=0)
+    running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    pods = [
+        observe_pod({**model_pod(chat, cpu, "worker-1", "ns"),
+                     "status": {**running, "podIP": "10.0.0.2"}}),
+        # a pipeline pod's page counts prompts: not read
+        observe_pod(live("lm1", CPU, "worker-2", ready=True, ip="10.0.0.3")),
+    ]  # fmt: skip
+    asked: list[str] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        return httpx.Response(200, text=(ENGINE_PAGES / "llamacpp-kv.txt").read_text())
+
+    pushed: list[bytes] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT":
+            pushed.append(request.content)
+        return httpx.Response(200, json={})
+
+    gateways = GatewayClient({"worker-1": "http://w1"}, transport=httpx.MockTransport(gateway))
+    store: Any = Records([])
+    backend = KubernetesBackend(
+        ListingEnginePods(chat, pods), KubernetesSettings(run="run", watch=False),
+        store=store, gateways=gateways,
+        engines=EngineScraper(clock=lambda: 30.0, transport=httpx.MockTransport(engine)),
+    )  # fmt: skip
+    backend.route_requests_at_gateways(PolicyConfig(profile="lyreo"), 1.0, 128)
+    snapshot = backend.snapshot(1)
+    backend.publish_routing(1, ROUTES)
+
+    assert asked == ["http://10.0.0.2:8000/metrics"]
+    engines = {n.name: n.engines for n in snapshot.nodes}
+    (read,) = engines.pop("worker-1") or []
+    assert (read.lm, read.pod, read.kv_cache_usage) == (chat.name, pods[0].name, 0.625)
+    assert set(engines.values()) == {None}  # no token-engine pod there
+    (update,) = (RoutingUpdate.model_validate_json(b) for b in pushed)
+    assert update.requests is not None and update.requests.snapshot == snapshot
+    gateways.close()
