@@ -18,13 +18,15 @@ On one node, every slot:
    shrink to one vGPU and text LMs are re-fitted like new pods (GPU-only
    LMs take the vGPUs first, a text LM may move to the cores), when that
    places more of the LMs with queued work (in priority order).
-4. Each LM that is not running starts in its planned mode
-   (capacity.planned_mode: GPU where the node has one, except a text LM
-   whose CPU time is within `CPU_PREFERENCE` of its GPU time): GPU pods
-   first, on one vGPU and `GPU_POD_CORES` cores; then CPU pods, sharing
-   the cores that remain equally. A GPU-planned text LM without a free vGPU
-   runs on CPU instead; an LM that does not fit (cores, memory, vGPUs,
-   vRAM) stays off.
+4. Each LM that is not running starts in its planned mode: the macro
+   policy's (`obs.modes`, the mode its routing weight was sized for) when
+   that mode is open on the node, else capacity.planned_mode (GPU where the
+   node has one, except a text LM whose CPU time is within `CPU_PREFERENCE`
+   of its GPU time). GPU pods first, on one vGPU and `GPU_POD_CORES` cores;
+   then CPU pods, sharing the cores that remain equally. The plan's mode is
+   a preference, not a constraint: a GPU-planned text LM without a free vGPU
+   runs on CPU instead, a CPU-planned one without a whole core takes a free
+   vGPU; an LM that does not fit (cores, memory, vGPUs, vRAM) stays off.
 5. A running pod moves to a better shape when capacity has freed: a text
    LM on cores whose planned mode is GPU takes a free vGPU, a GPU pod on a
    single-GPU node beside busy GPU pods takes free vGPUs up to its maxVgpus
@@ -104,23 +106,31 @@ def rule_placement(obs: NodeObservation) -> Placement:
     )
     chosen = _fit(obs, wanted, running, backlog, shrink=False)
     queued = [lm for lm in wanted if backlog[lm] > 0]
-    if any(lm not in chosen for lm in queued):
+    sized = [lm for lm in wanted if lm in obs.modes and backlog[lm] == 0]
+    if any(lm not in chosen for lm in queued + sized):
         # Something wanted does not fit beside the running pods as they are: shrink
-        # them (GPU-only pods to one vGPU; text LMs re-fitted like new pods, so a
-        # GPU-only LM takes a vGPU first and a text LM may move to the cores) and
-        # keep that plan if it serves more of the LMs with queued work (an idle role
-        # LM is not worth a resize: it is started once work is routed to it). A resize restarts a
+        # them (GPU-only pods to one vGPU; text LMs re-fitted like new pods in their
+        # planned mode, so a GPU-only LM takes a vGPU first and a text LM may move
+        # to the cores) and keep that plan if it serves more of the LMs with queued
+        # work, or as many and more of the idle role LMs the plan sized a unit for
+        # here. An idle role LM without a planned mode is not worth a resize; one
+        # with it is: the routing weights count on its unit, and a pod kept in a
+        # mode the plan did not size (a text LM on the vGPU the plan gave a
+        # GPU-only LM) would keep it off for the whole epoch. A resize restarts a
         # pod (one cold start; its queue waits on the node), which beats an LM
         # that could never start while a neighbour holds extra vGPUs or cores.
         shrunk = _fit(obs, wanted, running, backlog, shrink=True)
-        if _served(shrunk, queued) > _served(chosen, queued):
+        if _claim(shrunk, queued, sized) > _claim(chosen, queued, sized):
             chosen = shrunk
     return _placement(node.name, [chosen.get(s.name) or _off(s.name) for s in obs.services])
 
 
-def _served(chosen: dict[str, LMPlacement], wanted: list[str]) -> tuple[int, ...]:
-    """Which of `wanted` a plan places, in priority order (compared lexicographically)."""
-    return tuple(int(lm in chosen) for lm in wanted)
+def _claim(
+    chosen: dict[str, LMPlacement], queued: list[str], sized: list[str]
+) -> tuple[tuple[int, ...], int]:
+    """What a fit serves: which of `queued` (in priority order, compared
+    lexicographically), then how many of the idle planned `sized` LMs."""
+    return tuple(int(lm in chosen) for lm in queued), sum(lm in chosen for lm in sized)
 
 
 def _fit(
@@ -156,7 +166,7 @@ def _fit(
             chosen[lm] = _lmp(lm, inst.mode, inst.cpu_cores, vgpus)
             _consume(free, chosen[lm], services[lm])
     starting = [lm for lm in wanted if lm not in chosen]
-    mode_of = {lm: planned_mode(services[lm].spec, spec) for lm in starting}
+    mode_of = {lm: _preferred_mode(obs, services[lm]) for lm in starting}
     # GPU pods first, so the CPU-mode text LMs share whatever cores remain.
     # GPU-only LMs before GPU-planned text LMs, which run on CPU when no vGPU is left.
     starting.sort(key=lambda lm: (mode_of[lm] != "gpu", services[lm].spec.runs_on != "gpu-only"))
@@ -167,19 +177,23 @@ def _fit(
         mode = mode_of[lm]
         if mode == "gpu" and (free.vgpus < 1 or s.min_vram_gib > free.vram + 1e-9):
             mode = "cpu" if "cpu" in hosting.modes(spec, s) else ""
-        if mode == "gpu":
-            cores = min(GPU_POD_CORES, free.cores)
-            if cores <= 0:
-                continue
-            placed = _lmp(lm, "gpu", cores, 1)
-        elif mode == "cpu":
+        cores = 0.0
+        if mode == "cpu":
             # GPU pods start first, so every text LM after this one also runs on CPU.
             cpu_waiting = 1 + sum(
                 1 for x in starting[k + 1 :] if services[x].spec.runs_on == "cpu-or-gpu"
             )
             cores = float(int(free.cores / cpu_waiting))
             if cores < 1:
+                # A CPU-planned LM without a whole core: a free vGPU rather than off.
+                gpu_open = "gpu" in hosting.modes(spec, s) and s.min_vram_gib <= free.vram + 1e-9
+                mode = "gpu" if gpu_open and free.vgpus >= 1 else ""
+        if mode == "gpu":
+            cores = min(GPU_POD_CORES, free.cores)
+            if cores <= 0:
                 continue
+            placed = _lmp(lm, "gpu", cores, 1)
+        elif mode == "cpu":
             placed = _lmp(lm, "cpu", cores, 0)
         else:
             continue
@@ -203,6 +217,15 @@ def _fit(
         if not grew:
             break
     return chosen
+
+
+def _preferred_mode(obs: NodeObservation, svc: ServiceInfo) -> str:
+    """The mode to start `svc` in first: the plan's (`obs.modes`) when open on the node,
+    else `capacity.planned_mode`; "" when it cannot run here."""
+    planned = obs.modes.get(svc.name)
+    if planned is not None and planned in hosting.modes(obs.node.spec, svc.spec):
+        return planned
+    return planned_mode(svc.spec, obs.node.spec)
 
 
 def _upgrade(
