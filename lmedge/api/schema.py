@@ -35,7 +35,9 @@ def strict_json_schema(model: type[BaseModel]) -> dict[str, Any]:
         if isinstance(node, dict):
             props = node.get("properties")
             if isinstance(props, dict):
-                for name in [k for k, v in props.items() if isinstance(v, dict) and v.get(RULE_ONLY)]:
+                for name in [
+                    k for k, v in props.items() if isinstance(v, dict) and v.get(RULE_ONLY)
+                ]:
                     del props[name]
             if node.get("type") == "object" and "properties" in node:
                 node["required"] = list(node["properties"])

@@ -24,6 +24,7 @@ from lmedge.api import (
     NodeObservation,
     NodeState,
     Placement,
+    PlannedMode,
     PlanningObservation,
     check_macro_policy,
     check_placement,
@@ -382,3 +383,80 @@ def test_deployer_placements_equal_validated_models(
         for p in placement.lms:
             assert p.model_fields_set == set(LMPlacement.model_fields)
             assert isinstance(p.cpu_cores, float)
+
+
+def test_planner_gives_every_role_its_units_mode(ctx: ClusterContext) -> None:
+    policy = plan_macro(ctx, {"lm1": 100, "lm2": 100, "lm3": 100, "lm4": 100}, {})
+    assert check_macro_policy(policy, ctx) == []
+    for role in policy.roles:
+        assert set(role.modes) == set(role.lms), role.node
+        for lm, mode in role.modes.items():
+            assert mode in ctx.modes(role.node, lm)
+    modes = policy.mode_map()
+    assert modes["worker-1"] == dict.fromkeys(policy.role_map()["worker-1"], "cpu"), "CPU node"
+    assert {m for r in modes.values() for lm, m in r.items() if lm in ("lm3", "lm4")} == {"gpu"}
+
+
+def _planned_obs(
+    ctx: ClusterContext, node: str, modes: dict[str, PlannedMode], state: NodeState
+) -> NodeObservation:
+    return _node_obs(ctx, node, list(modes), state).model_copy(update={"modes": modes})
+
+
+@pytest.mark.parametrize(
+    ("modes", "want"),
+    [
+        ({"lm1": "cpu", "lm3": "gpu"}, {"lm1": "cpu", "lm3": "gpu"}),
+        ({"lm1": "gpu", "lm3": "gpu"}, {"lm1": "gpu", "lm3": "gpu"}),
+        # Planned for a vGPU, but lm3 and lm4 hold both: cores rather than off.
+        ({"lm1": "gpu", "lm3": "gpu", "lm4": "gpu"}, {"lm1": "cpu", "lm3": "gpu", "lm4": "gpu"}),
+    ],
+    ids=["planned-cpu-leaves-the-vgpu", "planned-gpu", "no-vgpu-left-falls-back-to-cores"],
+)
+def test_deployer_starts_each_lm_in_the_planned_mode_when_open(
+    ctx: ClusterContext, modes: dict[str, PlannedMode], want: dict[str, str]
+) -> None:
+    # worker-2: one GPU cut into 2 vGPUs. Without a plan lm1 (a text LM, faster on
+    # the GPU) would take the vGPU lm3 leaves: the first case is the plan's doing.
+    state = NodeState(name="worker-2", backlog=dict.fromkeys(modes, 2))
+    obs = _planned_obs(ctx, "worker-2", modes, state)
+    placement = rule_placement(obs)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    assert {lm: p.mode for lm, p in placement.active().items()} == want
+    unplanned = rule_placement(_node_obs(ctx, "worker-2", list(modes), state)).active()
+    assert unplanned["lm1"].mode == ("gpu" if len(modes) == 2 else "cpu")
+
+
+def test_deployer_ignores_a_planned_mode_the_node_does_not_open(ctx: ClusterContext) -> None:
+    # worker-1 has no GPU: a plan that says gpu for lm1 there still runs lm1 (on cores).
+    state = NodeState(name="worker-1", backlog={"lm1": 3})
+    active = rule_placement(_planned_obs(ctx, "worker-1", {"lm1": "gpu"}, state)).active()
+    assert active["lm1"].mode == "cpu"
+
+
+@pytest.mark.parametrize("planned", [True, False], ids=["planned-refits", "unplanned-keeps"])
+def test_deployer_refits_a_text_lm_holding_the_vgpu_the_plan_gave_a_gpu_only_lm(
+    ctx: ClusterContext, planned: bool
+) -> None:
+    # lm1 and lm2 run on both of worker-3's vGPUs (an earlier plan); the new plan
+    # puts lm2 on cores and gives its vGPU to lm4 (GPU only), which has no queue
+    # yet: the router sends work only where the LM runs, so waiting for its queue
+    # would keep lm4 off all epoch.
+    run = [
+        InstanceState(lm=lm, mode="gpu", cpu_cores=2, vgpus=1, status="ready")
+        for lm in ("lm1", "lm2")
+    ]
+    state = NodeState(name="worker-3", backlog={"lm1": 3, "lm2": 3}, instances=run)
+    modes: dict[str, PlannedMode] = {"lm1": "gpu", "lm2": "cpu", "lm4": "gpu"}
+    obs = _planned_obs(ctx, "worker-3", modes, state)
+    if not planned:
+        obs = obs.model_copy(update={"modes": {}})
+    placement = rule_placement(obs)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    active = placement.active()
+    assert set(active) >= {"lm1", "lm2"}, "queued work keeps its pods"
+    assert active["lm1"] == LMPlacement(lm="lm1", mode="gpu", cpu_cores=2, vgpus=1), "untouched"
+    if planned:
+        assert (active["lm2"].mode, active["lm4"].mode) == ("cpu", "gpu")
+    else:
+        assert "lm4" not in active and active["lm2"].mode == "gpu", "no resize for an idle role"
