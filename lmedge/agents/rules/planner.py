@@ -24,9 +24,9 @@ shown to the LLM):
    shed load (admission refuses what cannot be served, it does not park it
    on an unplanned node), so no capacity is left idle.
 3. Routing weights p_i,n = capacity_i,n / capacity_i; roles = the LMs given
-   units on the node, each with the mode of its units there (`NodeRole.modes`:
-   the rule deployer starts it in that mode first, so the pods run at the
-   rates the weights assume).
+   units on the node, each with the mode of its units there (`NodeRole.modes`,
+   the rates the weights assume; the rule deployer starts LMs in it when its
+   `follow_modes` parameter is on).
 4. The bottleneck guard, on a re-plan of an unchanged cluster (same workers
    and LMs as the previous plan): the previous roles are re-expanded for
    this epoch's demand (steps 2-3 with each LM held to its previous nodes).
