@@ -51,8 +51,10 @@ class AgenticDeployer:
 
     name = "agentic"
 
-    def __init__(self, core: AgentCore, lam: float = LAMBDA) -> None:
+    def __init__(self, core: AgentCore, lam: float = LAMBDA, *, follow_modes: bool = False) -> None:
         self.core = core
+        #: Whether the rule starts LMs in the plan's modes (`rule_placement`).
+        self.follow_modes = follow_modes
         #: The run's objective weight, for the scoring guard's estimate.
         self.lam = lam
         #: With an endpoint each call waits on HTTP: the loop then runs the nodes'
@@ -61,12 +63,13 @@ class AgenticDeployer:
 
     @classmethod
     def build(cls, ctx: ClusterContext, params: Mapping[str, Any]) -> AgenticDeployer:
-        """Parameters: `DeployerParams` (params.py), the LLM settings only."""
+        """Parameters: `DeployerParams` (params.py); a bad one is a `ConfigError` naming it."""
         p = parse_params(DeployerParams, params, f"deployer {cls.name}")
-        return cls(AgentCore.from_params("deployer", p, ctx.loop.slot_s, cls.name), ctx.loop.lam)
+        core = AgentCore.from_params("deployer", p, ctx.loop.slot_s, cls.name)
+        return cls(core, ctx.loop.lam, follow_modes=p.follow_modes)
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
-        reference = rule_placement(obs)
+        reference = rule_placement(obs, follow_modes=self.follow_modes)
         return self.core.decide(
             model=Placement,
             schema_name="placement",

@@ -302,10 +302,11 @@ def without(macro: MacroPolicy | None, avoid: Mapping[str, set[str]]) -> MacroPo
         routing.append(
             LMRouting(lm=r.lm, weights=[RouteWeight(node=w.node, p=w.p / total) for w in kept])
         )
-    roles = [
-        NodeRole(node=nr.node, lms=[lm for lm in nr.lms if nr.node not in dropped.get(lm, ())])
-        for nr in macro.roles
-    ]
+    roles = []
+    for nr in macro.roles:
+        lms = [lm for lm in nr.lms if nr.node not in dropped.get(lm, ())]
+        modes = {lm: m for lm, m in nr.modes.items() if lm in lms}
+        roles.append(NodeRole(node=nr.node, lms=lms, modes=modes))
     return macro.model_copy(update={"routing": routing, "roles": roles})
 
 

@@ -1,7 +1,7 @@
 """The agentic plugins' parameters, typed like every other plugin's.
 
 Each agentic plugin takes its own parameters (router: `admit_fraction`,
-`prompt_form`; planner: `prompt_form`; deployer: none) and the LLM settings
+`prompt_form`; planner: `prompt_form`; deployer: `follow_modes`) and the LLM settings
 of settings.py as `llm_<field>` or `llm_<agent>_<field>` keys. The LLM keys
 are generated from `LLMSettings`, with its types and bounds, so a setting
 has one schema whether it comes from a parameter or the environment, and a
@@ -117,4 +117,11 @@ class RouterParams(AgentParams):
 
 @with_llm_keys
 class DeployerParams(AgentParams):
-    """Deployer `agentic`: the LLM settings only."""
+    """Deployer `agentic`."""
+
+    follow_modes: bool = Field(
+        default=False,
+        description="Start each role LM in the mode the rule planner sized it for"
+        " (NodeRole.modes) when open, as a preference (rules/deployer.py); off by default:"
+        " measured, it does not help overall.",
+    )

@@ -18,6 +18,11 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from lmedge.api.base import WireModel
 
 Mode = Literal["gpu", "cpu", "off"]
+#: The mode a plan sizes an LM for on a node (an LM the plan hosts is never off).
+PlannedMode = Literal["gpu", "cpu"]
+#: JSON-Schema keyword marking a field only deterministic code fills: `strict_json_schema`
+#: leaves it out, so no LLM is asked for it (a reply without it validates: it has a default).
+RULE_ONLY: Final = "x-rule-only"
 AgentKind = Literal["planner", "scheduler", "deployer"]
 #: `llm`: an LLM produced it; `rule`: a deterministic plugin; `fallback`: a replacement.
 Source = Literal["llm", "rule", "fallback"]
@@ -35,8 +40,24 @@ class LMRouting(WireModel):
 
 
 class NodeRole(WireModel):
+    """The LMs a node is expected to host, and the mode the plan sized each for.
+
+    `modes` is a map, unlike the lists above, because no LLM is asked for it
+    (`RULE_ONLY`): the rule planner fills it from its capacity units, so the
+    rule deployer can start each LM in the mode the routing weights assumed.
+    It is a preference, never a constraint, and empty when the plan does not
+    say (an LLM's roles); an empty map is left out of the JSON, so a policy
+    without modes is stored and exchanged exactly as before.
+    """
+
     node: str = Field(description="Worker node name.")
     lms: list[str] = Field(description="LM services this node is expected to host.")
+    modes: dict[str, PlannedMode] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="Planned mode (gpu or cpu) of each LM in `lms` the plan sized; may be empty.",
+        json_schema_extra={RULE_ONLY: True},
+    )
 
 
 class MacroPolicy(WireModel):
@@ -53,6 +74,10 @@ class MacroPolicy(WireModel):
     def role_map(self) -> dict[str, list[str]]:
         """Node role intent as {node: [lm, ...]}."""
         return {r.node: list(r.lms) for r in self.roles}
+
+    def mode_map(self) -> dict[str, dict[str, PlannedMode]]:
+        """Planned modes as {node: {lm: mode}}, for the role LMs the plan gave one."""
+        return {r.node: {lm: m for lm, m in r.modes.items() if lm in r.lms} for r in self.roles}
 
 
 class Route(WireModel):

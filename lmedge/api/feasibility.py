@@ -91,6 +91,13 @@ def check_macro_policy(policy: MacroPolicy, ctx: ClusterContext) -> list[Violati
                 out.append(Violation(path, _why_not_host(ctx, role.node, lm)))
         hostable = [lm for lm in lms if ctx.can_host(role.node, lm)]
         out.extend(_role_capacity(ctx, role.node, hostable, path))
+        for lm, mode in role.modes.items():
+            if lm not in role.lms:
+                out.append(Violation(f"{path}.modes", f"{lm!r} has a mode but is not in lms"))
+            elif lm in hostable and mode not in ctx.modes(role.node, lm):
+                out.append(
+                    Violation(f"{path}.modes", f"{lm} cannot run in {mode} mode on {role.node}")
+                )
     return out
 
 

@@ -15,7 +15,7 @@ from pydantic import Field
 from lmedge.api import hosting
 from lmedge.api.base import WireModel
 from lmedge.api.constants import SLOT_S, TAU_S, LoopConstants
-from lmedge.api.decisions import MacroPolicy, Mode, Placement
+from lmedge.api.decisions import MacroPolicy, Mode, Placement, PlannedMode
 from lmedge.api.engine_telemetry import EngineTelemetry
 from lmedge.api.resources import EdgeNodeSpec, LMServiceSpec
 
@@ -335,6 +335,13 @@ class NodeObservation(WireModel):
     node: NodeInfo
     services: list[ServiceInfo]
     roles: list[str] = Field(description="LMs the planner intends this node to host.")
+    modes: dict[str, PlannedMode] = Field(
+        default_factory=dict,
+        description=(
+            "Mode (gpu or cpu) the plan sized each role LM for here (`NodeRole.modes`);"
+            " a preference for the deployer, empty when the plan does not say."
+        ),
+    )
     state: NodeState
     previous: Placement | None = None
     tau_s: float = TAU_S

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from lmedge.api.decisions import MacroPolicy, Placement, RoutingMap
+from lmedge.api.decisions import RULE_ONLY, MacroPolicy, Placement, RoutingMap
 
 DECISION_MODELS: dict[str, type[BaseModel]] = {
     "macro-policy": MacroPolicy,
@@ -25,12 +25,20 @@ def strict_json_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     Strict mode needs every property listed in `required` and
     `additionalProperties: false` on every object; optional fields become
-    required (the model's defaults only apply to our own parsing).
+    required (the model's defaults only apply to our own parsing). Fields
+    marked `RULE_ONLY` are left out: only deterministic code fills them, and
+    a reply without them validates (they have defaults).
     """
     schema = json_schema(model)
 
     def visit(node: Any) -> None:
         if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                for name in [
+                    k for k, v in props.items() if isinstance(v, dict) and v.get(RULE_ONLY)
+                ]:
+                    del props[name]
             if node.get("type") == "object" and "properties" in node:
                 node["required"] = list(node["properties"])
                 node["additionalProperties"] = False

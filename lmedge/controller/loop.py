@@ -518,6 +518,7 @@ class ControlLoop:
         """One guarded decision per worker, in node order; each one's wall and CPU time kept."""
         states = {n.name: n for n in snapshot.nodes}
         roles = self._macro.role_map() if self._macro else {}
+        modes = self._macro.mode_map() if self._macro else {}
         services = self.ctx.services
 
         def one(node: NodeInfo) -> tuple[Decision[Placement], float, float]:
@@ -532,6 +533,7 @@ class ControlLoop:
                     node=node,
                     services=services,
                     roles=roles.get(node.name, []),
+                    modes=modes.get(node.name, {}),
                     state=state,
                     previous=self._placements.get(node.name),
                     tau_s=self.ctx.loop.tau_s,

@@ -163,12 +163,14 @@ class NodeAgent:
             for lm in (macro.role_map().get(self.node, []) if macro else [])
             if ctx.has_service(lm)
         ]
+        planned = macro.mode_map().get(self.node, {}) if macro else {}
         obs = NodeObservation(
             slot=slot,
             epoch=slot // ctx.loop.epoch_slots,
             node=info,
             services=ctx.services,
             roles=roles,
+            modes={lm: m for lm, m in planned.items() if lm in roles},
             state=state,
             previous=self._previous,
             tau_s=ctx.loop.tau_s,

@@ -21,7 +21,13 @@ def macro(run: str, epoch: int) -> Decision[MacroPolicy]:
                 {"lm": lm, "weights": [{"node": "a", "p": 0.25}, {"node": "b", "p": 0.75}]}
                 for lm in LMS
             ],
-            "roles": [{"node": n, "lms": list(LMS[:2])} for n in NODES],
+            # One role with the rule planner's modes, the others without (an LLM's):
+            # documents with and without the field round-trip alike.
+            "roles": [
+                {"node": n, "lms": list(LMS[:2])}
+                | ({"modes": {"qwen": "gpu", "llama": "cpu"}} if n == "a" else {})
+                for n in NODES
+            ],
             "rationale": f"epoch {epoch}",
         }
     )

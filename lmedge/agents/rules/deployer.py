@@ -17,14 +17,27 @@ On one node, every slot:
    pod), unless a wanted LM would not fit otherwise: then GPU-only pods
    shrink to one vGPU and text LMs are re-fitted like new pods (GPU-only
    LMs take the vGPUs first, a text LM may move to the cores), when that
-   places more of the LMs with queued work (in priority order).
-4. Each LM that is not running starts in its planned mode
-   (capacity.planned_mode: GPU where the node has one, except a text LM
-   whose CPU time is within `CPU_PREFERENCE` of its GPU time): GPU pods
-   first, on one vGPU and `GPU_POD_CORES` cores; then CPU pods, sharing
-   the cores that remain equally. A GPU-planned text LM without a free vGPU
-   runs on CPU instead; an LM that does not fit (cores, memory, vGPUs,
-   vRAM) stays off.
+   places more of the LMs with queued work (in priority order). With
+   `follow_modes`, also when it places as many of those and more of the
+   idle role LMs the plan sized a unit for (a pod in a mode the plan did
+   not size, e.g. a text LM on the vGPU the plan gave a GPU-only LM, would
+   otherwise keep that LM off the whole epoch: the router sends work only
+   at a cold start's extra cost where an LM does not run).
+4. Each LM that is not running starts in its planned mode:
+   capacity.planned_mode (GPU where the node has one, except a text LM
+   whose CPU time is within `CPU_PREFERENCE` of its GPU time), or, with
+   `follow_modes`, the macro policy's (`obs.modes`, the mode the planner
+   sized its routing weight for) when that mode is open on the node. GPU
+   pods first, on one vGPU and `GPU_POD_CORES` cores; then CPU pods,
+   sharing the cores that remain equally. A planned mode is a preference,
+   not a constraint: a GPU-planned text LM without a free vGPU runs on CPU
+   instead; a CPU-planned text LM that is faster on a vGPU takes one that
+   no GPU-planned LM took (it would idle), or one when no whole core is
+   left; an LM that does not fit (cores, memory, vGPUs, vRAM) stays off.
+   `follow_modes` is off by default: measured on twelve generated
+   scenarios and the testbed it wins on some and loses on others (the
+   planner sizes modes for throughput, and a text LM it puts on cores
+   serves each request many times slower; README "Planned modes").
 5. A running pod moves to a better shape when capacity has freed: a text
    LM on cores whose planned mode is GPU takes a free vGPU, a GPU pod on a
    single-GPU node beside busy GPU pods takes free vGPUs up to its maxVgpus
@@ -42,11 +55,20 @@ The result is feasible by construction; the controller's decision guard checks i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
 from lmedge.agents.rules.capacity import GPU_POD_CORES, cpu_rate, gpu_rate, planned_mode
-from lmedge.api import InstanceState, LMPlacement, NodeObservation, Placement, ServiceInfo, hosting
+from lmedge.api import (
+    EdgeNodeSpec,
+    InstanceState,
+    LMPlacement,
+    NodeObservation,
+    Placement,
+    ServiceInfo,
+    hosting,
+)
 from lmedge.api.base import built
 from lmedge.api.constants import COLD_START_S
 
@@ -80,8 +102,14 @@ def _work(s: ServiceInfo, backlog: int) -> float:
     return backlog * s.spec.profile.gpu_seconds_per_prompt
 
 
-def rule_placement(obs: NodeObservation) -> Placement:
-    """The rule's placement for the node in `obs` (see the module docstring)."""
+def rule_placement(obs: NodeObservation, *, follow_modes: bool = False) -> Placement:
+    """The rule's placement for the node in `obs` (see the module docstring).
+
+    `follow_modes`: start LMs in the plan's modes (`obs.modes`, step 4) and
+    re-fit for an idle role LM the plan sized (step 2); off, the plan's modes
+    are not read (the default: measured, it does not help overall, README).
+    """
+    planned = obs.modes if follow_modes else {}
     node, spec, state = obs.node, obs.node.spec, obs.state
     services = {s.name: s for s in obs.services}
     running = {i.lm: i for i in state.instances if i.lm in services}
@@ -102,29 +130,38 @@ def rule_placement(obs: NodeObservation) -> Placement:
         ),
         reverse=True,
     )
-    chosen = _fit(obs, wanted, running, backlog, shrink=False)
+    chosen = _fit(obs, planned, wanted, running, backlog, shrink=False)
     queued = [lm for lm in wanted if backlog[lm] > 0]
-    if any(lm not in chosen for lm in queued):
+    sized = [lm for lm in wanted if lm in planned and backlog[lm] == 0]
+    if any(lm not in chosen for lm in queued + sized):
         # Something wanted does not fit beside the running pods as they are: shrink
-        # them (GPU-only pods to one vGPU; text LMs re-fitted like new pods, so a
-        # GPU-only LM takes a vGPU first and a text LM may move to the cores) and
-        # keep that plan if it serves more of the LMs with queued work (an idle role
-        # LM is not worth a resize: it is started once work is routed to it). A resize restarts a
+        # them (GPU-only pods to one vGPU; text LMs re-fitted like new pods in their
+        # planned mode, so a GPU-only LM takes a vGPU first and a text LM may move
+        # to the cores) and keep that plan if it serves more of the LMs with queued
+        # work, or as many and more of the idle role LMs the plan sized a unit for
+        # here. An idle role LM without a planned mode is not worth a resize; one
+        # with it is: the routing weights count on its unit, and a pod kept in a
+        # mode the plan did not size (a text LM on the vGPU the plan gave a
+        # GPU-only LM) would keep it off for the whole epoch. A resize restarts a
         # pod (one cold start; its queue waits on the node), which beats an LM
         # that could never start while a neighbour holds extra vGPUs or cores.
-        shrunk = _fit(obs, wanted, running, backlog, shrink=True)
-        if _served(shrunk, queued) > _served(chosen, queued):
+        shrunk = _fit(obs, planned, wanted, running, backlog, shrink=True)
+        if _claim(shrunk, queued, sized) > _claim(chosen, queued, sized):
             chosen = shrunk
     return _placement(node.name, [chosen.get(s.name) or _off(s.name) for s in obs.services])
 
 
-def _served(chosen: dict[str, LMPlacement], wanted: list[str]) -> tuple[int, ...]:
-    """Which of `wanted` a plan places, in priority order (compared lexicographically)."""
-    return tuple(int(lm in chosen) for lm in wanted)
+def _claim(
+    chosen: dict[str, LMPlacement], queued: list[str], sized: list[str]
+) -> tuple[tuple[int, ...], int]:
+    """What a fit serves: which of `queued` (in priority order, compared
+    lexicographically), then how many of the idle planned `sized` LMs."""
+    return tuple(int(lm in chosen) for lm in queued), sum(lm in chosen for lm in sized)
 
 
 def _fit(
     obs: NodeObservation,
+    planned: Mapping[str, str],
     wanted: list[str],
     running: dict[str, InstanceState],
     backlog: dict[str, int],
@@ -156,7 +193,7 @@ def _fit(
             chosen[lm] = _lmp(lm, inst.mode, inst.cpu_cores, vgpus)
             _consume(free, chosen[lm], services[lm])
     starting = [lm for lm in wanted if lm not in chosen]
-    mode_of = {lm: planned_mode(services[lm].spec, spec) for lm in starting}
+    mode_of = {lm: _preferred_mode(spec, services[lm], planned) for lm in starting}
     # GPU pods first, so the CPU-mode text LMs share whatever cores remain.
     # GPU-only LMs before GPU-planned text LMs, which run on CPU when no vGPU is left.
     starting.sort(key=lambda lm: (mode_of[lm] != "gpu", services[lm].spec.runs_on != "gpu-only"))
@@ -165,21 +202,33 @@ def _fit(
         if s.deployment_memory_gib > free.mem + 1e-9:
             continue
         mode = mode_of[lm]
-        if mode == "gpu" and (free.vgpus < 1 or s.min_vram_gib > free.vram + 1e-9):
+        gpu_free = (
+            free.vgpus >= 1
+            and s.min_vram_gib <= free.vram + 1e-9
+            and "gpu" in hosting.modes(spec, s)
+        )
+        if mode == "gpu" and not gpu_free:
             mode = "cpu" if "cpu" in hosting.modes(spec, s) else ""
-        if mode == "gpu":
-            cores = min(GPU_POD_CORES, free.cores)
-            if cores <= 0:
-                continue
-            placed = _lmp(lm, "gpu", cores, 1)
-        elif mode == "cpu":
+        elif mode == "cpu" and gpu_free and planned_mode(s, spec) == "gpu":
+            # The plan's cores for a text LM faster on a vGPU only put it after the
+            # GPU-planned LMs: a vGPU none of them took would idle this slot.
+            mode = "gpu"
+        cores = 0.0
+        if mode == "cpu":
             # GPU pods start first, so every text LM after this one also runs on CPU.
             cpu_waiting = 1 + sum(
                 1 for x in starting[k + 1 :] if services[x].spec.runs_on == "cpu-or-gpu"
             )
             cores = float(int(free.cores / cpu_waiting))
             if cores < 1:
+                # Not a whole core left: a free vGPU rather than off.
+                mode = "gpu" if gpu_free else ""
+        if mode == "gpu":
+            cores = min(GPU_POD_CORES, free.cores)
+            if cores <= 0:
                 continue
+            placed = _lmp(lm, "gpu", cores, 1)
+        elif mode == "cpu":
             placed = _lmp(lm, "cpu", cores, 0)
         else:
             continue
@@ -203,6 +252,15 @@ def _fit(
         if not grew:
             break
     return chosen
+
+
+def _preferred_mode(node: EdgeNodeSpec, svc: ServiceInfo, planned: Mapping[str, str]) -> str:
+    """The mode to start `svc` in first: the plan's (`planned`) when open on the node,
+    else `capacity.planned_mode`; "" when it cannot run here."""
+    mode = planned.get(svc.name)
+    if mode is not None and mode in hosting.modes(node, svc.spec):
+        return mode
+    return planned_mode(svc.spec, node)
 
 
 def _upgrade(

@@ -24,7 +24,9 @@ shown to the LLM):
    shed load (admission refuses what cannot be served, it does not park it
    on an unplanned node), so no capacity is left idle.
 3. Routing weights p_i,n = capacity_i,n / capacity_i; roles = the LMs given
-   units on the node.
+   units on the node, each with the mode of its units there (`NodeRole.modes`,
+   the rates the weights assume; the rule deployer starts LMs in it when its
+   `follow_modes` parameter is on).
 4. The bottleneck guard, on a re-plan of an unchanged cluster (same workers
    and LMs as the previous plan): the previous roles are re-expanded for
    this epoch's demand (steps 2-3 with each LM held to its previous nodes).
@@ -213,7 +215,14 @@ def _water_fill(
                 lm=lm, weights=[RouteWeight(node=n, p=w) for n, w in zip(nodes, ws, strict=True)]
             )
         )
-    roles = [NodeRole(node=b.name, lms=[lm for lm in ctx.lm_names if lm in b.lms]) for b in budgets]
+    roles = [
+        NodeRole(
+            node=b.name,
+            lms=[lm for lm in ctx.lm_names if lm in b.lms],
+            modes={lm: b.modes[lm] for lm in ctx.lm_names if lm in b.lms},
+        )
+        for b in budgets
+    ]
     load = ", ".join(f"{lm} {d[lm] / cap[lm]:.2g}" if cap[lm] else f"{lm} -" for lm in d)
     policy = MacroPolicy(
         routing=routing,

@@ -31,6 +31,7 @@ BUILD: dict[str, Callable[[str, BuildContext], Any]] = {
         ("router", {"llm_timeout_s": "-1"}, "llm_timeout_s: Input should be greater than 0"),
         ("planner", {"llm_scheduler_max_retries": "many"}, "llm_scheduler_max_retries: Input"),
         ("deployer", {"llm_guard": "maybe"}, "llm_guard: Input should be a valid boolean"),
+        ("deployer", {"follow_modes": "often"}, "follow_modes: Input should be a valid boolean"),
     ],
     ids=[
         "fraction-above-one",
@@ -43,6 +44,7 @@ BUILD: dict[str, Callable[[str, BuildContext], Any]] = {
         "negative-timeout",
         "non-integer-retries",
         "guard-not-a-switch",
+        "follow-modes-not-a-switch",
     ],
 )
 def test_a_bad_parameter_is_one_config_error_naming_it(
@@ -71,6 +73,14 @@ def test_router_parameters(
     router = build_router("agentic", BuildContext(ctx, 0, params))
     assert router.admit_fraction == admit_fraction  # type: ignore[attr-defined]
     assert router.prompt_form == prompt_form  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("params", "follow"), [({}, False), ({"follow_modes": "true"}, True)], ids=["off", "on"]
+)
+def test_deployer_parameters(ctx: ClusterContext, params: dict[str, Any], follow: bool) -> None:
+    deployer = build_deployer("agentic", BuildContext(ctx, 0, params))
+    assert deployer.follow_modes is follow  # type: ignore[attr-defined]
 
 
 def test_llm_keys_reach_the_settings_of_their_agent_only(ctx: ClusterContext) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import jsonschema_rs
 import pytest
 
 from lmedge.agents.hierarchy import (
@@ -35,12 +36,14 @@ from lmedge.agents.settings import resolve_settings
 from lmedge.api import (
     ClusterContext,
     InstanceState,
+    MacroPolicy,
     NodeObservation,
     NodeState,
     Placement,
     PlanningObservation,
     check_macro_policy,
 )
+from lmedge.api.schema import json_schema, strict_json_schema
 from lmedge.sim.scenario import Scenario
 
 
@@ -200,3 +203,30 @@ def test_the_repair_turn_lists_every_problem() -> None:
     client.close()
     assert feedback is not None
     assert all(f"({i + 1}) problem {i}" in feedback for i in range(12))
+
+
+def test_the_planned_modes_stay_out_of_the_planners_reply(ctx: ClusterContext) -> None:
+    # The rule plan carries a mode per role LM (NodeRole.modes) for the rule
+    # deployer; the LLM is never asked for it, in either reply form, and its
+    # reply parses without it.
+    reference = plan_macro(ctx, {}, {})
+    assert any(r.modes for r in reference.roles)
+    flat = policy_format(ctx, reference).schema
+    strict = strict_json_schema(MacroPolicy)
+    for schema in (flat, strict):
+        assert '"modes"' not in json.dumps(schema)
+    assert "modes" in json_schema(MacroPolicy)["$defs"]["NodeRole"]["properties"], "documented"
+    roles = {
+        r.node: r.lms for r in reference.roles if r.node in flat["properties"]["roles"]["required"]
+    }
+    routing = {r.lm: {w.node: w.p for w in r.weights} for r in reference.routing}
+    parsed = parse_policy({"routing": routing, "roles": roles}, ctx)
+    assert all(r.modes == {} for r in parsed.roles)
+    assert parsed.role_map() == {n: lms for n, lms in reference.role_map().items() if n in roles}
+    # The full form an LLM may send instead, as the strict schema shapes it.
+    full = reference.model_dump(mode="json")
+    for role in full["roles"]:
+        role.pop("modes", None)
+    validator = jsonschema_rs.Draft202012Validator(strict)
+    assert [e.message for e in validator.iter_errors(full)] == []
+    assert MacroPolicy.model_validate(full).mode_map() == {n: {} for n in reference.role_map()}

@@ -24,6 +24,7 @@ from lmedge.api import (
     NodeObservation,
     NodeState,
     Placement,
+    PlannedMode,
     PlanningObservation,
     check_macro_policy,
     check_placement,
@@ -382,3 +383,94 @@ def test_deployer_placements_equal_validated_models(
         for p in placement.lms:
             assert p.model_fields_set == set(LMPlacement.model_fields)
             assert isinstance(p.cpu_cores, float)
+
+
+def test_planner_gives_every_role_its_units_mode(ctx: ClusterContext) -> None:
+    policy = plan_macro(ctx, {"lm1": 100, "lm2": 100, "lm3": 100, "lm4": 100}, {})
+    assert check_macro_policy(policy, ctx) == []
+    for role in policy.roles:
+        assert set(role.modes) == set(role.lms), role.node
+        for lm, mode in role.modes.items():
+            assert mode in ctx.modes(role.node, lm)
+    modes = policy.mode_map()
+    assert modes["worker-1"] == dict.fromkeys(policy.role_map()["worker-1"], "cpu"), "CPU node"
+    assert {m for r in modes.values() for lm, m in r.items() if lm in ("lm3", "lm4")} == {"gpu"}
+
+
+def _planned_obs(
+    ctx: ClusterContext, node: str, modes: dict[str, PlannedMode], state: NodeState
+) -> NodeObservation:
+    return _node_obs(ctx, node, list(modes), state).model_copy(update={"modes": modes})
+
+
+@pytest.mark.parametrize(
+    ("modes", "want"),
+    [
+        (
+            {"lm1": "gpu", "lm2": "cpu", "lm3": "gpu"},
+            {"lm1": "gpu", "lm2": "cpu", "lm3": "gpu"},
+        ),
+        ({"lm1": "cpu", "lm3": "gpu"}, {"lm1": "gpu", "lm3": "gpu"}),
+        ({"lm1": "gpu", "lm3": "gpu", "lm4": "gpu"}, {"lm1": "cpu", "lm3": "gpu", "lm4": "gpu"}),
+    ],
+    ids=[
+        "the-planned-gpu-text-lm-takes-the-last-vgpu",
+        "a-vgpu-no-gpu-planned-lm-took-does-not-idle",
+        "no-vgpu-left-falls-back-to-cores",
+    ],
+)
+def test_deployer_follows_the_planned_mode_as_a_preference(
+    ctx: ClusterContext, modes: dict[str, PlannedMode], want: dict[str, str]
+) -> None:
+    # worker-2: one GPU cut into 2 vGPUs; lm3 (GPU only) takes one first.
+    state = NodeState(name="worker-2", backlog=dict.fromkeys(modes, 2))
+    obs = _planned_obs(ctx, "worker-2", modes, state)
+    placement = rule_placement(obs, follow_modes=True)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    assert {lm: p.mode for lm, p in placement.active().items()} == want
+
+
+def test_deployer_reads_the_planned_modes_only_when_told(ctx: ClusterContext) -> None:
+    # Without the plan lm2 (more queued work: 2 x 1.2 s against lm1's 2 x 0.6 s)
+    # takes the vGPU lm3 leaves; the plan gives it to lm1.
+    modes: dict[str, PlannedMode] = {"lm1": "gpu", "lm2": "cpu", "lm3": "gpu"}
+    state = NodeState(name="worker-2", backlog=dict.fromkeys(modes, 2))
+    obs = _planned_obs(ctx, "worker-2", modes, state)
+    default = rule_placement(obs)
+    assert default == rule_placement(obs.model_copy(update={"modes": {}}))
+    assert (default.active()["lm1"].mode, default.active()["lm2"].mode) == ("cpu", "gpu")
+    followed = rule_placement(obs, follow_modes=True).active()
+    assert (followed["lm1"].mode, followed["lm2"].mode) == ("gpu", "cpu")
+
+
+def test_deployer_ignores_a_planned_mode_the_node_does_not_open(ctx: ClusterContext) -> None:
+    # worker-1 has no GPU: a plan that says gpu for lm1 there still runs lm1 (on cores).
+    state = NodeState(name="worker-1", backlog={"lm1": 3})
+    obs = _planned_obs(ctx, "worker-1", {"lm1": "gpu"}, state)
+    assert rule_placement(obs, follow_modes=True).active()["lm1"].mode == "cpu"
+
+
+@pytest.mark.parametrize("follow", [True, False], ids=["followed-refits", "default-keeps"])
+def test_deployer_refits_a_text_lm_holding_the_vgpu_the_plan_gave_a_gpu_only_lm(
+    ctx: ClusterContext, follow: bool
+) -> None:
+    # lm1 and lm2 run on both of worker-3's vGPUs (an earlier plan); the new plan
+    # puts lm2 on cores and gives its vGPU to lm4 (GPU only), which has no queue
+    # yet: the router sends work only at a cold start's extra cost where an LM
+    # does not run, so waiting for a queue could keep lm4 off all epoch.
+    run = [
+        InstanceState(lm=lm, mode="gpu", cpu_cores=2, vgpus=1, status="ready")
+        for lm in ("lm1", "lm2")
+    ]
+    state = NodeState(name="worker-3", backlog={"lm1": 3, "lm2": 3}, instances=run)
+    modes: dict[str, PlannedMode] = {"lm1": "gpu", "lm2": "cpu", "lm4": "gpu"}
+    obs = _planned_obs(ctx, "worker-3", modes, state)
+    placement = rule_placement(obs, follow_modes=follow)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    active = placement.active()
+    assert set(active) >= {"lm1", "lm2"}, "queued work keeps its pods"
+    assert active["lm1"] == LMPlacement(lm="lm1", mode="gpu", cpu_cores=2, vgpus=1), "untouched"
+    if follow:
+        assert (active["lm2"].mode, active["lm4"].mode) == ("cpu", "gpu")
+    else:
+        assert "lm4" not in active and active["lm2"].mode == "gpu", "no resize for an idle role"

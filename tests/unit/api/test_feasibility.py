@@ -85,6 +85,13 @@ def _role(i: int, *lms: str) -> Edit:
     return edit
 
 
+def _modes(i: int, **modes: str) -> Edit:
+    def edit(d: dict[str, Any]) -> None:
+        d["roles"][i]["modes"] = modes
+
+    return edit
+
+
 def _both(*edits: Edit) -> Edit:
     def edit(d: dict[str, Any]) -> None:
         for e in edits:
@@ -179,6 +186,17 @@ MACRO_CASES: list[tuple[str, Edit, Expected]] = [
             ("roles[2]", "LMs txt, img, gen need 9 GiB together; small has 8"),
             ("roles[2]", "2 GPU-only LMs but small has 1 vGPUs"),
         ],
+    ),
+    ("planned-modes", _modes(1, txt="gpu", img="gpu", gen="gpu"), []),
+    (
+        "planned-mode-the-node-does-not-open",
+        _modes(0, txt="cpu", big="gpu"),
+        [("roles[0].modes", "big cannot run in gpu mode on cpu")],
+    ),
+    (
+        "planned-mode-of-an-lm-not-in-the-role",
+        _modes(2, img="gpu", txt="cpu"),
+        [("roles[2].modes", "'txt' has a mode but is not in lms")],
     ),
     (
         "several-problems-at-once",

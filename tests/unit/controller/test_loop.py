@@ -590,3 +590,30 @@ def test_a_cluster_change_replans_at_once_with_the_reason(ctx: ClusterContext) -
     assert [d.slot for d in plans] == [0, 1], "a link change needs no new plan"
     assert plans[0].trigger is None
     assert plans[1].trigger == "cluster changed: node_down worker-2: Node NotReady"
+
+
+class ModesSeeingDeployer(BacklogSeeingDeployer):
+    """Records the planned modes each node's deployer is shown; keeps everything off."""
+
+    name = "modes-seeing"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.modes: dict[str, dict[str, str]] = {}
+
+    def place(self, obs: NodeObservation) -> Decision[Placement]:
+        self.modes[obs.node.name] = dict(obs.modes)
+        return super().place(obs)
+
+
+def test_deployers_see_the_modes_the_rule_planner_sized(ctx: ClusterContext) -> None:
+    # The agentic planner without an LLM is the rule: it sizes each role LM in a
+    # mode (NodeRole.modes), and each node's deployer is shown its own.
+    p = build_plugins(PolicyChoice("ma"), ctx, seed=1)
+    deployer = ModesSeeingDeployer()
+    p.deployers = dict.fromkeys(p.deployers, deployer)
+    result, _ = run(ctx, p, slots=1)
+    (plan,) = by_agent(result, "planner")
+    planned = plan.value.mode_map()
+    assert any(planned.values()), "the rule planner gives modes"
+    assert deployer.modes == {n.name: planned.get(n.name, {}) for n in ctx.workers}
