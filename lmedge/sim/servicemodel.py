@@ -45,10 +45,6 @@ from lmedge.api.records import RequestRecord
 from lmedge.sim.network import KIB_BITS, Network
 from lmedge.sim.scenario import SlowdownSpec
 
-#: Set sizes `LowerBoundTally` bounds at once for an (LM, origin) pair it meets:
-#: 0 to this many prompts (the paper's K range), more when a larger set comes.
-PROMPTS_AHEAD = 8
-
 
 def slowdown(spec: SlowdownSpec, eta: float) -> float:
     """f(eta): 1 below the knee, then 1 / (1 + beta (eta - eta0))."""
@@ -220,11 +216,7 @@ class LowerBoundTally:
             return
         key = (lm, r.origin, r.prompts)
         if key not in self._cache:
-            # every set size up to the largest usual one at once: the (LM, origin)
-            # pair's other sizes come soon after
-            upto = max(r.prompts, PROMPTS_AHEAD)
-            for k, v in enumerate(self._table.bounds(lm, r.origin, upto)):
-                self._cache[(lm, r.origin, k)] = v
+            self._cache[key] = self._table.bound(lm, r.origin, r.prompts)
         if (v := self._cache[key]) is None:
             return
         if ok:
@@ -292,19 +284,13 @@ class _BoundTable:
             got = self._links[origin] = np.concatenate([up, down])
         return got
 
-    def bounds(self, lm: str, origin: str, upto: int) -> list[float | None]:
-        """The bound of a set of k prompts from `origin` to `lm`, for k = 0..`upto`.
-
-        One row per k, each computed as `no_queue_lower_bound` computes one
-        (numpy's elementwise operations round as Python's do on floats).
-        """
+    def bound(self, lm: str, origin: str, prompts: int) -> float | None:
         idx, per_prompt = self._lm(lm)
         if not len(idx):
-            return [None] * (upto + 1)
+            return None
         prof = self.ctx.service(lm).spec.profile
         up_lat, up_bw, down_lat, down_bw = self._origin(origin)[:, idx]
-        k = np.arange(upto + 1, dtype=float)[:, None]
         # Network.delay's latency + kib * KIB_BITS / bandwidth, term by term
-        up = up_lat + k * prof.request_kib * KIB_BITS / up_bw
-        down = down_lat + k * prof.response_kib * KIB_BITS / down_bw
-        return np.min(up + k * per_prompt + down, axis=1).tolist()
+        up = up_lat + prompts * prof.request_kib * KIB_BITS / up_bw
+        down = down_lat + prompts * prof.response_kib * KIB_BITS / down_bw
+        return float(np.min(up + prompts * per_prompt + down))

@@ -75,8 +75,7 @@ def test_the_tally_bounds_every_key_exactly_as_the_node_loop(ctx: ClusterContext
     # The tally computes all nodes at once; it must give the very same floats.
     net = Network(ctx.nodes)
     table = _BoundTable(ctx)
-    pairs = [(lm, n.name) for lm in ctx.lm_names for n in ctx.nodes]
-    # every set size of a pair at once (0..9), each k's bound the node loop's
-    assert [table.bounds(lm, origin, 9) for lm, origin in pairs] == [
-        [no_queue_lower_bound(ctx, net, lm, origin, k) for k in range(10)] for lm, origin in pairs
+    keys = [(lm, n.name, k) for lm in ctx.lm_names for n in ctx.nodes for k in (1, 2, 7)]
+    assert [table.bound(*key) for key in keys] == [
+        no_queue_lower_bound(ctx, net, *key) for key in keys
     ]
