@@ -68,6 +68,7 @@ from collections import deque
 from collections.abc import Callable, Generator
 from functools import partial
 from operator import attrgetter
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -78,6 +79,7 @@ from lmedge.api.engines import (
     GIB,
     DecodePoint,
     ThroughputProfile,
+    TokenProfile,
     concurrent_requests,
     kv_capacity_tokens,
     mixed_batches,
@@ -127,6 +129,18 @@ TOKEN_STREAM = 4
 #: A context no length reaches: lengths are drawn unclipped, then clipped to the serving LM's.
 _UNCLIPPED = 2**40
 _OFFSET = attrgetter("offset_s")
+#: What a node without a `power` profile draws.
+_DEFAULT_POWER = PowerProfile()
+
+
+class _ServedLM(NamedTuple):
+    """What `_submit` and `_respond` read of a serving LM for every request: looked
+    up once per LM while the LMs in force stay the same (`Emulator._served`)."""
+
+    deadline_s: float
+    tokens: TokenProfile | None
+    request_kib: float
+    response_kib: float
 
 
 class Emulator:
@@ -179,6 +193,7 @@ class Emulator:
         self.kv_samples: list[dict[str, tuple[float, float]]] = []
         self._deadlines: dict[float, deque[Job]] = {}
         self._default: dict[tuple[str, str], str] = {}
+        self._served_lms: dict[str, _ServedLM] = {}  # by serving LM, for `self.services`
         self._hostable = self._hostable_pairs()
         self._records: list[RequestRecord] = []
         # token engines (llama.cpp, vllm): lengths drawn per request class, sequences by id
@@ -245,6 +260,7 @@ class Emulator:
         self.ctx = self._context_at(slot)
         self.network = Network(step.nodes)
         self._default.clear()
+        self._served_lms.clear()
         self._hostable = self._hostable_pairs()
         for lm, svc in new.items():
             if lm in old and old[lm].spec != svc.spec:
@@ -465,7 +481,8 @@ class Emulator:
             else:
                 for r in rows:
                     at = now + max(0.0, start + r.offset_s - now)
-                    self._submit(r, at, lengths.get(self._request_id(r)), sharing)
+                    pairs = lengths.get(self._request_id(r)) if lengths else None
+                    self._submit(r, at, pairs, sharing)
             slot += 1
             yield env.timeout(max(0.0, slot * self.slot_s - env.now))
 
@@ -658,10 +675,11 @@ class Emulator:
             self._refuse(r, at, hit)
             return
         dest, model = hit
-        tau = self.ctx.deadline_s(model)
+        served = self._served(model)
+        tau = served.deadline_s
         job = Job(self._request_id(r), r, dest, model, at, at + tau)
         self.stats["submitted"] += 1
-        tokens = self.services[model].spec.engine.tokens
+        tokens = served.tokens
         if tokens is not None:
             ctx_len = tokens.context_tokens
             pairs = lengths or [(70, 215)] * r.prompts
@@ -682,8 +700,7 @@ class Emulator:
                 (sharing or {}).get(dest, 1),
             )
         else:
-            prof = self.services[model].spec.profile
-            job.uplink_s = self.network.delay(r.origin, dest, prof.request_kib * r.prompts)
+            job.uplink_s = self.network.delay(r.origin, dest, served.request_kib * r.prompts)
         if depart is not None:
             job.route_wait_s = depart - at  # the wait for its routing window
             job.uplink_s += job.route_wait_s
@@ -694,6 +711,19 @@ class Emulator:
             env.timeout(arrive - now).callbacks.append(partial(self._arrive, job))
         else:
             self._arrive(job)
+
+    def _served(self, model: str) -> _ServedLM:
+        """The deadline, token profile and payload sizes of `model`, an LM in force."""
+        got = self._served_lms.get(model)
+        if got is None:
+            spec = self.services[model].spec
+            got = self._served_lms[model] = _ServedLM(
+                self.ctx.deadline_s(model),
+                spec.engine.tokens,
+                spec.profile.request_kib,
+                spec.profile.response_kib,
+            )
+        return got
 
     def _request_id(self, r: RequestSpec) -> str:
         """The record id of a request (served or refused alike); `Arrival.request`."""
@@ -785,11 +815,12 @@ class Emulator:
 
     def _respond(self, job: Job, now: float) -> None:
         """`job` is served: its response starts back to the origin (a user's has no downlink)."""
-        prof = self.services[job.lm].spec.profile
         job.downlink_s = (
             0.0
             if job.wireless
-            else self.network.delay(job.dest, job.origin, prof.response_kib * job.prompts)
+            else self.network.delay(
+                job.dest, job.origin, self._served(job.lm).response_kib * job.prompts
+            )
         )
         job.state = DOWNLINK
         job.down_since = now
@@ -963,7 +994,7 @@ class Emulator:
         """Board power x utilization of `job`'s node in the mode it ran in (0 if it never ran)."""
         if job.mode not in ("gpu", "cpu"):
             return 0.0
-        power = self.nodes[job.dest].spec.power or PowerProfile()
+        power = self.nodes[job.dest].spec.power or _DEFAULT_POWER
         if job.mode == "gpu":
             return power.busy_watts_per_gpu * power.utilization
         cores = self.services[job.lm].spec.default_cpu_cores if job.lm in self.services else 1.0

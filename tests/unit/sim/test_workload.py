@@ -10,6 +10,7 @@ import pytest
 
 from lmedge.errors import ManifestError
 from lmedge.sim import Workload, load_scenario, record_trace
+from lmedge.sim.workload import CACHED_SLOTS
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 
@@ -31,6 +32,16 @@ def test_slots_are_independent_of_the_order_they_are_asked_for() -> None:
     backward = [wl.slot(t) for t in reversed(range(5))][::-1]
     assert forward == backward
     assert Workload(sc, seed=4).slot(0) != forward[0]
+
+
+def test_a_long_run_keeps_a_few_slots_and_draws_an_old_one_again_the_same() -> None:
+    sc = load_scenario(EXAMPLES / "testbed")
+    wl = Workload(sc, seed=3)
+    first = wl.slot(0)
+    later = [wl.slot(t) for t in range(1, 100)]
+    assert len(wl._cache) == CACHED_SLOTS  # memory flat in the slots, not one list a slot
+    assert wl.slot(0) == first and wl.slot(0) is not first  # evicted, drawn again identically
+    assert later[-1] == Workload(sc, seed=3).slot(99)
 
 
 def test_bursty_phases_raise_the_burst_lms() -> None:
