@@ -19,7 +19,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from lmedge.api.decisions import MacroPolicy, Placement, RoutingMap
+from lmedge.api.decisions import WINDOW_TRIGGER, MacroPolicy, Placement, RoutingMap
 from lmedge.errors import ConfigError
 from lmedge.metrics import LAMBDA, TAU_S, fairness, objective
 from lmedge.store import AnyDecision, Store, open_store
@@ -147,7 +147,8 @@ def _decisions_table(found: list[AnyDecision], *, wide: bool, full_ids: bool) ->
             row.append(d.created_at.strftime("%Y-%m-%d %H:%M:%S"))
         if len(runs) > 1 or full_ids:
             row.append((d.run or "-") if full_ids else keys[d.run or "-"])
-        row += [d.agent, str(d.epoch), str(d.slot), d.node or "-"]
+        agent = f"{d.agent} (window)" if d.trigger == WINDOW_TRIGGER else d.agent
+        row += [agent, str(d.epoch), str(d.slot), d.node or "-"]
         if wide:
             row.append(d.policy)
         row += [d.source, d.outcome, f"{d.latency_s:.2f}"]
@@ -180,6 +181,14 @@ def register(app: typer.Typer) -> None:
         outcome: Annotated[
             OutcomeName | None, typer.Option(help="Only accepted, or only replaced, decisions.")
         ] = None,
+        windows: Annotated[
+            bool | None,
+            typer.Option(
+                "--windows/--no-windows",
+                help="Only a gateway's routing windows (stored with the scheduler's "
+                "decisions), or none of them; both when not given.",
+            ),
+        ] = None,
         limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many.")] = 20,
         wide: Annotated[
             bool,
@@ -203,6 +212,7 @@ def register(app: typer.Typer) -> None:
                 node=node,
                 source=source.value if source else None,
                 outcome=outcome.value if outcome else None,
+                windows=windows,
                 limit=limit,
             )
             if not found:

@@ -24,6 +24,7 @@ from lmedge.api import (
     RouteWeight,
     RoutingMap,
 )
+from lmedge.api.decisions import WINDOW_TRIGGER, WindowAudit
 from lmedge.cli import main
 from lmedge.store import RunInfo, open_store
 
@@ -185,6 +186,40 @@ def test_decisions_json_round_trips_the_audit_fields(
     assert replaced["violations"] == ["routes: no destination for (w2, lm1)"]
     (plan,) = decisions_json(capsys, store_dir, "--agent", "planner")
     assert (plan["model"], plan["tokens_in"]) == ("gpt-test", 900)
+
+
+def test_decisions_tell_routing_windows_from_slot_maps(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "db"
+    slot_map = Decision[RoutingMap](
+        agent="scheduler",
+        policy="local",
+        source="rule",
+        run="r1",
+        slot=0,
+        value=RoutingMap(routes=[]),
+    )
+    window = slot_map.model_copy(
+        update={
+            "policy": "cema-request",
+            "node": "w2",
+            "trigger": WINDOW_TRIGGER,
+            "window": WindowAudit(start_s=0.5, end_s=1.5, requests=2, used="router", wait_s=0.01),
+        }
+    )
+    with open_store(str(path)) as store:
+        store.record_run(
+            RunInfo(id="r1", scenario="x", policy="cema", seed=1, started=datetime.now(UTC))
+        )
+        store.record_decisions([slot_map, window])
+    assert [d["trigger"] for d in decisions_json(capsys, path, "--windows")] == [WINDOW_TRIGGER]
+    assert [d["policy"] for d in decisions_json(capsys, path, "--no-windows")] == ["local"]
+    assert len(decisions_json(capsys, path)) == 2
+    code, out, _ = run_cli(capsys, "decisions", "--store", str(path))
+    assert code == 0
+    rows = [line for line in out.splitlines() if "scheduler" in line]
+    assert len(rows) == 2 and sum("scheduler (window)" in row for row in rows) == 1
 
 
 def test_store_from_the_environment(
