@@ -280,36 +280,42 @@ def scaled(profile: ThroughputProfile, prefill: float, decode: float) -> Through
     )
 
 
-def level_factors(
-    samples: Measurements, isolated: ThroughputProfile, max_running: int
-) -> tuple[float, float]:
-    """(prefill, decode) slow-down (> 1: slower) of `samples` against the `isolated` fit.
+def level_factors(samples: Measurements, reference: Measurements, t1: float) -> tuple[float, float]:
+    """(prefill, decode) slow-down (> 1: slower) of `samples` against `reference`.
 
-    `samples` re-times the same isolated requests (`measure`) at another
-    moment: the machine's single-thread speed drifts by tens of percent within
-    a run, and a replay is emulated at the level its own moment measured.
-    Decode: the median over the samples of the measured iteration time over
-    the profile's t(k). Prefill: the profile's TTFT of a prompt alone is
-    n / rate + t(1); scaled, p n / rate + d t(1); p is the median over the
-    samples of (T - d t(1)) / (n / rate). Medians: one slow repeat does not
-    move the level.
+    `samples` re-times the `reference` requests (`measure`: the same prompt
+    sizes and running counts) at another moment: the machine's single-thread
+    speed drifts by tens of percent within a run, and a replay is emulated at
+    the level its own moment measured. Like with like: decode is the median
+    over the samples of their time per token over the reference's median at
+    the same running count (not over the profile's t(k), which the profile's
+    rules may have moved off the measurement); prefill, of their net prompt
+    time T - d t(1) over the reference's T - t(1) at the same prompt size
+    (the profile's TTFT of a prompt alone is n / rate + t(1), scaled
+    p n / rate + d t(1)). Medians: one slow repeat does not move the level.
     """
-    if not samples.decode or not samples.prefill:
-        raise ValueError("re-timing needs decode and prefill samples")
-    t1 = 1.0 / isolated.decode_tokens_per_s(1)
-    decode = float(
+    ref_decode = dict(zip(*_central(reference.decode), strict=True)) if reference.decode else {}
+    ref_prefill = dict(zip(*_central(reference.prefill), strict=True)) if reference.prefill else {}
+    decode_ratios = [t / ref_decode[k] for k, t in samples.decode if k in ref_decode]
+    if not decode_ratios or not any(n in ref_prefill for n, _ in samples.prefill):
+        raise ValueError(
+            "re-timing needs decode and prefill samples at the reference's counts and sizes"
+        )
+    if any(ref_prefill[n] <= t1 for n in ref_prefill):
+        raise ValueError(f"the reference's prompts do not outlast a decode step of {t1:.4f} s")
+    decode = float(np.median(decode_ratios))
+    prefill = float(
         np.median(
             [
-                t * isolated.decode_tokens_per_s(min(k, max_running)) / min(k, max_running)
-                for k, t in samples.decode
+                (t - decode * t1) / (ref_prefill[n] - t1)
+                for n, t in samples.prefill
+                if n in ref_prefill
             ]
         )
     )
-    rate = isolated.prefill_tokens_per_s
-    prefill = float(np.median([(t - decode * t1) / (n / rate) for n, t in samples.prefill]))
-    if not (prefill > 0 and decode > 0):
+    if not prefill > 0:
         raise ValueError(
-            f"re-timed prefill times do not exceed a decode step: prefill x{prefill:.3f}, "
+            f"re-timed prompts do not outlast a decode step: prefill x{prefill:.3f}, "
             f"decode x{decode:.3f}"
         )
     return prefill, decode
@@ -775,7 +781,7 @@ def calibrate(
                 repeats=RETIME_REPEATS,
                 seed=i,
             )
-            level = level_factors(retimed, isolated, config.parallel)
+            level = level_factors(retimed, m, iteration_s[0])
             on_phase(
                 f"replaying {len(trace)} requests at {load:g}x capacity "
                 f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s; "

@@ -179,7 +179,8 @@ def test_a_scaled_profile_emulates_a_burst_exactly_s_times_slower() -> None:
 
 
 def _samples(prefill: float, decode: float, times: list[float], rate: float) -> Measurements:
-    """What re-timing measures on a server `prefill` / `decode` times slower than the fit."""
+    """What `measure` times on a server `prefill` / `decode` times slower than one whose
+    iteration takes `times` and whose prompts alone take n / rate + t(1)."""
     m = Measurements()
     for k, t in enumerate(times, start=1):
         m.decode += [(k, decode * t)] * k
@@ -194,22 +195,29 @@ def _samples(prefill: float, decode: float, times: list[float], rate: float) -> 
 def test_level_factors_recover_separate_prefill_and_decode_slow_downs(
     prefill: float, decode: float
 ) -> None:
-    times = [0.027, 0.052, 0.074, 0.075]
-    profile = ThroughputProfile(prefill_tokens_per_s=210.0, decode=decode_curve(times))
-    got = level_factors(_samples(prefill, decode, times, 210.0), profile, 4)
+    # t(3) > t(4) and t(2) > 2 t(1), as measured: the profile's rules cannot hold
+    # them, the level compares the measurements themselves
+    times = [0.018, 0.047, 0.080, 0.065]
+    reference = _samples(1.0, 1.0, times, 210.0)
+    got = level_factors(_samples(prefill, decode, times, 210.0), reference, times[0])
     assert got == pytest.approx((prefill, decode))
 
 
 def test_level_factors_take_the_median_and_refuse_missing_samples() -> None:
     times = [0.03, 0.05]
-    profile = ThroughputProfile(prefill_tokens_per_s=200.0, decode=decode_curve(times))
+    reference = _samples(1.0, 1.0, times, 200.0)
     m = _samples(1.2, 1.1, times, 200.0)
     m.decode.append((1, 10.0))  # one slow repeat (a neighbour's burst) does not move the level
     m.prefill.append((40, 10.0))
     m.prefill.append((12, 1.2 * 12 / 200.0 + 1.1 * 0.03))
-    assert level_factors(m, profile, 2) == pytest.approx((1.2, 1.1))
+    assert level_factors(m, reference, times[0]) == pytest.approx((1.2, 1.1))
     with pytest.raises(ValueError, match="decode and prefill samples"):
-        level_factors(Measurements(), profile, 2)
+        level_factors(Measurements(), reference, times[0])
+    other = Measurements(decode=[(3, 0.1)], prefill=[(7, 0.2)])  # counts the reference lacks
+    with pytest.raises(ValueError, match="reference's counts and sizes"):
+        level_factors(other, reference, times[0])
+    with pytest.raises(ValueError, match="outlast a decode step"):
+        level_factors(m, reference, 1.0)
 
 
 def test_compare_emulates_at_the_re_timed_level() -> None:
