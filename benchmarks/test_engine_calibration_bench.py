@@ -1,10 +1,11 @@
 """The emulator against a real llama.cpp server (run by `make bench`): the issue's accuracy target.
 
 `lmedge calibrate --engine llama.cpp` on this machine's CPU with the small
-GGUF of `make tools`: the token profile is measured (prefill; decode at 1, 2
-and 4 running sequences), then a seeded trace of 120 requests (lognormal
+GGUF of `make tools`: the token profile is measured (prefill; decode at 1, 2,
+3 and 4 running sequences), then a seeded trace of 120 requests (lognormal
 lengths, on/off Poisson arrivals) is replayed on llama-server and in
-`BatchingEngine`, below saturation and at 1.3x in its bursts. Required on
+`BatchingEngine`, below saturation and at 1.3x in its bursts, each right
+after re-timing the isolated requests (the level of its own moment). Required on
 each: median relative error <= 15% and P90 <= 30% on TTFT, TPOT and
 end-to-end latency. The tables and the per-request figures go to
 reports/engine-calibration/ (comparison.md, comparison.json, engine.yaml).

@@ -5,33 +5,38 @@
 unified KV cache, no prompt cache, no context checkpoints, `--threads`
 explicit):
 
-1. **Decode.** k = 1, 2, 4 (up to `parallel`) requests started together with
-   short prompts; each one's time per output token is one iteration of a
-   batch of k. Iteration time t(k) = a + b k is fitted by least squares
-   (a, b >= 0) on the median repeat at each k, and the curve is
-   decode(k) = k / t(k) at k = 1 .. parallel: aggregate rising, per
-   sequence falling, as `ThroughputProfile` requires.
+1. **Decode.** k requests started together with short prompts, at every k
+   up to `parallel` (`decode_counts`); each one's time per output token is
+   one iteration of a batch of k. The iteration time t(k) is the median
+   repeat at each k (`fit_iteration_times`; not a line a + b k: on
+   llama-server's CPU build t(2) is about 2 t(1) and t(4) about t(3), and
+   the line was 15-20% off at k = 1 and 3), and the curve is
+   decode(k) = k / t(k): aggregate rising, per sequence falling, as
+   `ThroughputProfile` requires.
 2. **Prefill.** Single requests with prompts at the trace's input-length
    quantiles and one output token; the client's time to first token T(n),
    the median of the repeats at each n. In the emulator's llama.cpp model a
    prompt alone takes n / rate + t(1) (the forward pass also samples the
    first token: `BatchingEngine`, mixed batches), so the rate is fitted to
    T(n) - t(1), minimising the relative error of the TTFT (`fit_prefill_rate`).
-3. **Sustained speed.** Steps 1-2 time short, isolated requests; a busy
-   server may be slower than that (caches shared by the batch, longer
-   contexts), and a replay whose bursts overload it is decided by its
-   sustained speed. So a saturating burst (`SUSTAINED_FACTOR` x `parallel`
+   Steps 1-2 are the profile (engine.yaml).
+3. **Sustained burst.** A saturating burst (`SUSTAINED_FACTOR` x `parallel`
    requests with the trace's length distribution but their own seed, sent
    `SUSTAINED_GAP_S` apart so that the server queues them in the emulator's
-   order) is timed on the server and in the emulator; the profile's prefill
-   speed and decode curve are each scaled by the factor that best fits the
-   burst's TTFT and end-to-end latencies (`fit_sustained`). Steps 1-2 give
-   the profile's shape, the burst its level. The burst never shares a
-   request with the replays.
-4. **Replays.** A seeded trace (lognormal lengths from `lmedge.sim.tokens.lengths`,
-   on/off Poisson arrivals) at each of `LOADS` (below saturation, and bursts
-   over it) is sent to the server (streamed, one asyncio client) and run
-   through `BatchingEngine` with the fitted profile; each request's TTFT,
+   order) is timed on the server and emulated with the profile: a check at
+   saturation, with long prompts, reported stage by stage. It is not fitted:
+   scaling the profile to it (earlier versions) made the replays worse when
+   its longest prompt, slower per token than the short ones, set the level.
+4. **Replays.** Right before each replay the isolated requests of steps 1-2
+   are re-timed (`RETIME_REPEATS` repeats): the machine's single-thread speed
+   drifts by 10-25% within a run (neighbours' cache and frequency effects,
+   which the CPU clock below does not remove), so the replay is emulated
+   with the profile scaled to the level of its own moment (`level_factors`);
+   the shape (prefill rate, t(k)) stays the profile's. A seeded trace
+   (lognormal lengths from `lmedge.sim.tokens.lengths`, on/off Poisson
+   arrivals) at each of `LOADS` (below saturation, and bursts over it) is
+   sent to the server (streamed, one asyncio client) and run through
+   `BatchingEngine` with the re-timed profile; each request's TTFT,
    TPOT and end-to-end latency are compared: relative error
    |predicted - measured| / measured, median and P90. Each request's time is
    also split into stages (`Stages`: the client's send lag, the wait for a
@@ -64,7 +69,6 @@ from typing import Any
 
 import numpy as np
 import yaml
-from scipy.optimize import minimize
 
 from lmedge.api.engines import (
     ANY_GPU,
@@ -214,34 +218,49 @@ def fit_prefill_rate(samples: Sequence[tuple[int, float]], fixed_s: float = 0.0)
     return 1.0 / inverse
 
 
-def fit_iteration_time(samples: Sequence[tuple[int, float]]) -> tuple[float, float]:
-    """(a, b) of the decode iteration time t(k) = a + b k from (running k, seconds per token).
+def decode_counts(max_running: int) -> list[int]:
+    """The running counts the decode sweep measures: every count up to 8, then doublings
+    and `max_running` (the iteration time is not linear in k: on llama-server's CPU
+    build one token of 2 sequences costs 2x one of 1, of 3 and 4 sequences about the same)."""
+    if max_running < 1:
+        raise ValueError(f"max_running must be at least 1, got {max_running}")
+    counts = list(range(1, min(max_running, 8) + 1))
+    while counts[-1] * 2 < max_running:
+        counts.append(counts[-1] * 2)
+    return sorted({*counts, max_running})
 
-    Least squares on the median time at each k, with a, b >= 0 (a fixed cost
-    per iteration, b per sequence); one running count alone gives b = 0 (flat per-sequence rate).
+
+def fit_iteration_times(samples: Sequence[tuple[int, float]], max_running: int) -> list[float]:
+    """Seconds of one decode iteration t(k) at k = 1 .. `max_running`, from (running k,
+    seconds per token) samples.
+
+    The median repeat at each measured k; linear in k between measured counts,
+    flat before the first and after the last. Then the profile's rules, in k
+    order: t(k) never falls (per-sequence tokens/s never rise) and t(k) / k
+    never rises (aggregate tokens/s never fall), so a noisy k is clipped to
+    the nearest value its smaller neighbour allows.
     """
     if not samples or any(k < 1 or t <= 0 for k, t in samples):
         raise ValueError("decode samples need running >= 1 and positive times")
+    if max_running < 1:
+        raise ValueError(f"max_running must be at least 1, got {max_running}")
     k, t = _central(samples)
-    if np.ptp(k) == 0:
-        return float(np.mean(t)), 0.0
-    b, a = np.polyfit(k, t, 1)
-    if b < 0:
-        return float(np.mean(t)), 0.0
-    if a < 0:
-        return 0.0, float(np.sum(k * t) / np.sum(k * k))
-    return float(a), float(b)
+    times = [float(x) for x in np.interp(np.arange(1, max_running + 1), k, t)]
+    for i in range(1, len(times)):
+        times[i] = min(max(times[i], times[i - 1]), times[i - 1] * (i + 1) / i)
+    return times
 
 
-def decode_curve(a: float, b: float, max_running: int) -> list[DecodePoint]:
-    """decode(k) = k / (a + b k) at k = 1 .. max_running (aggregate tokens/s).
+def decode_curve(iteration_s: Sequence[float]) -> list[DecodePoint]:
+    """decode(k) = k / t(k) at k = 1 .. len(iteration_s) (aggregate tokens/s).
 
-    With b = 0 the per-sequence rate is constant; a value is nudged down by
-    an ulp where rounding would make it rise (the profile rejects that).
+    `iteration_s` as `fit_iteration_times` gives it (t never falls, t / k
+    never rises); a value is nudged down by an ulp where rounding would make
+    the per-sequence rate rise (the profile rejects that).
     """
     values: list[float] = []
-    for k in range(1, max_running + 1):
-        v = k / (a + b * k)
+    for k, t in enumerate(iteration_s, start=1):
+        v = k / t
         while values and v * (k - 1) > values[-1] * k:
             v = math.nextafter(v, 0.0)
         values.append(v)
@@ -261,54 +280,45 @@ def scaled(profile: ThroughputProfile, prefill: float, decode: float) -> Through
     )
 
 
-def fit_sustained(
-    burst: Sequence[TraceRequest],
-    measured: Sequence[Latency],
-    isolated: ThroughputProfile,
-    kv_capacity_tokens: int,
-    max_running: int,
-) -> tuple[float, float]:
-    """(prefill, decode) slow-down factors (> 1: slower) that fit a measured burst.
+def level_factors(samples: Measurements, reference: Measurements, t1: float) -> tuple[float, float]:
+    """(prefill, decode) slow-down (> 1: slower) of `samples` against `reference`.
 
-    The isolated measurements fix the profile's shape (the prefill rate, the
-    decode curve over running sequences); the burst fixes its level. The two
-    factors minimise the mean squared log error of the emulated time to first
-    token and end-to-end latency over the burst's requests (Nelder-Mead on
-    the log factors, within 1/8x..8x): the first `max_running` requests' TTFT
-    is a prefill, the later ones' mostly a wait for a slot, so both speeds show.
+    `samples` re-times the `reference` requests (`measure`: the same prompt
+    sizes and running counts) at another moment: the machine's single-thread
+    speed drifts by tens of percent within a run, and a replay is emulated at
+    the level its own moment measured. Like with like: decode is the median
+    over the samples of their time per token over the reference's median at
+    the same running count (not over the profile's t(k), which the profile's
+    rules may have moved off the measurement); prefill, of their net prompt
+    time T - d t(1) over the reference's T - t(1) at the same prompt size
+    (the profile's TTFT of a prompt alone is n / rate + t(1), scaled
+    p n / rate + d t(1)). Medians: one slow repeat does not move the level.
     """
-    if len(burst) != len(measured) or not burst:
-        raise ValueError("a sustained burst needs one measured latency per request")
-    ttft = np.array([m.ttft for m in measured])
-    e2e = np.array([m.e2e for m in measured])
-    if np.any(ttft <= 0) or np.any(e2e <= 0):
-        raise ValueError("a sustained burst needs positive measured latencies")
-
-    def loss(x: np.ndarray) -> float:
-        p = emulate(burst, scaled(isolated, *np.exp(x)), kv_capacity_tokens, max_running)
-        return float(
-            np.mean(np.log(np.array([q.ttft for q in p]) / ttft) ** 2)
-            + np.mean(np.log(np.array([q.e2e for q in p]) / e2e) ** 2)
+    ref_decode = dict(zip(*_central(reference.decode), strict=True)) if reference.decode else {}
+    ref_prefill = dict(zip(*_central(reference.prefill), strict=True)) if reference.prefill else {}
+    decode_ratios = [t / ref_decode[k] for k, t in samples.decode if k in ref_decode]
+    if not decode_ratios or not any(n in ref_prefill for n, _ in samples.prefill):
+        raise ValueError(
+            "re-timing needs decode and prefill samples at the reference's counts and sizes"
         )
-
-    bound = math.log(8.0)
-    # SciPy's default first simplex around 0 is 0.00025 wide, where the loss
-    # (event times, a request's queue order) is flat: it stopped at the start.
-    # Steps of 20% let it see the slope.
-    step = math.log(1.2)
-    best = minimize(
-        loss,
-        np.zeros(2),
-        method="Nelder-Mead",
-        bounds=[(-bound, bound)] * 2,
-        options={
-            "xatol": 1e-3,
-            "fatol": 1e-6,
-            "initial_simplex": np.array([[0.0, 0.0], [step, 0.0], [0.0, step]]),
-        },
+    if any(ref_prefill[n] <= t1 for n in ref_prefill):
+        raise ValueError(f"the reference's prompts do not outlast a decode step of {t1:.4f} s")
+    decode = float(np.median(decode_ratios))
+    prefill = float(
+        np.median(
+            [
+                (t - decode * t1) / (ref_prefill[n] - t1)
+                for n, t in samples.prefill
+                if n in ref_prefill
+            ]
+        )
     )
-    prefill, decode = np.exp(best.x)
-    return float(prefill), float(decode)
+    if not prefill > 0:
+        raise ValueError(
+            f"re-timed prompts do not outlast a decode step: prefill x{prefill:.3f}, "
+            f"decode x{decode:.3f}"
+        )
+    return prefill, decode
 
 
 # -- error statistics -----------------------------------------------------------------
@@ -586,6 +596,9 @@ def latencies(done: Sequence[Completion]) -> list[Latency]:
 
 # -- the whole calibration --------------------------------------------------------------
 
+#: Repeats of the isolated requests re-timed right before each replay (`level_factors`).
+RETIME_REPEATS = 2
+
 #: The replays' loads: an ON period offers this times what the calibrated engine
 #: serves at full batch. Below saturation the latencies are the engine's speed
 #: (queues stay short); above it, a queue grows in each burst and a small speed
@@ -605,11 +618,15 @@ class Replay:
     measured_stages: list[Stages]
     emulated_stages: list[Stages]
     rows: list[ErrorRow]
+    #: (prefill, decode) slow-down of the isolated fit the emulator ran with
+    #: (`level_factors` of the re-timing just before; (1, 1): the isolated fit)
+    level: tuple[float, float] = (1.0, 1.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "load": self.load,
             "rate_on": self.rate_on,
+            "level": {"prefill": self.level[0], "decode": self.level[1]},
             "errors": [{**asdict(r), "meets_target": r.meets_target} for r in self.rows],
             "requests": [
                 {
@@ -639,10 +656,12 @@ def compare(
     max_running: int,
     load: float,
     rate_on: float,
+    level: tuple[float, float] = (1.0, 1.0),
 ) -> Replay:
-    """The served trace against the emulator: latencies, stages and the error table."""
+    """The served trace against the emulator with `profile` scaled by `level` (`scaled`):
+    latencies, stages and the error table."""
     measured = latencies(done)
-    reqs = emulate_requests(trace, profile, kv_capacity_tokens, max_running)
+    reqs = emulate_requests(trace, scaled(profile, *level), kv_capacity_tokens, max_running)
     predicted = [Latency(r.ttft_s, r.tpot_s, r.e2e_s) for r in reqs]
     return Replay(
         load=load,
@@ -653,6 +672,7 @@ def compare(
         measured_stages=[measured_stages(c) for c in done],
         emulated_stages=[emulated_stages(r) for r in reqs],
         rows=error_summary(measured, predicted),
+        level=level,
     )
 
 
@@ -660,11 +680,11 @@ def compare(
 class CalibrationResult:
     tokens: TokenProfile
     measurements: Measurements
-    iteration_s: tuple[float, float]
-    sustained: tuple[float, float]  # (prefill, decode) slow-down of the isolated fit
+    iteration_s: list[float]  # t(k), k = 1 .. parallel
     clock: ClockKind
-    burst: Replay  # the sustained burst the factors were fitted on (emulated with them)
+    burst: Replay  # the sustained burst, a check at saturation (emulated with the isolated fit)
     replays: list[Replay]
+    retimings: list[Measurements]  # the re-timing before each replay, in order
 
     def engine_yaml(self) -> str:
         """The `spec.engine` snippet (camelCase, as in a manifest)."""
@@ -679,14 +699,14 @@ class CalibrationResult:
 
     def markdown(self) -> str:
         """Each replay's error table, then where the burst's time went."""
-        parts = [
-            f"Clock: {self.clock}. Sustained burst: prefill x{self.sustained[0]:.2f}, "
-            f"decode x{self.sustained[1]:.2f} of the isolated fit.\n"
-        ]
+        times = ", ".join(f"{k}: {t * 1e3:.1f}" for k, t in enumerate(self.iteration_s, start=1))
+        parts = [f"Clock: {self.clock}. Decode iteration (running: ms): {times}.\n"]
         for r in self.replays:
             parts.append(
                 f"\n## Replay at {r.load:g}x capacity in ON periods "
-                f"({len(r.trace)} requests, {r.rate_on:.2f}/s)\n\n" + markdown_table(r.rows)
+                f"({len(r.trace)} requests, {r.rate_on:.2f}/s)\n\n"
+                f"Re-timed just before: prefill x{r.level[0]:.2f}, decode x{r.level[1]:.2f} "
+                "of the isolated fit.\n\n" + markdown_table(r.rows)
             )
         parts.append(
             f"\n## Where the sustained burst's time went ({len(self.burst.trace)} requests)\n\n"
@@ -700,11 +720,13 @@ class CalibrationResult:
         return {
             "clock": self.clock,
             "tokens": self.tokens.model_dump(by_alias=True, exclude_none=True, mode="json"),
-            "iteration_s": {"a": self.iteration_s[0], "b": self.iteration_s[1]},
-            "sustained": {"prefill": self.sustained[0], "decode": self.sustained[1]},
+            "iteration_s": self.iteration_s,
             "measurements": asdict(self.measurements),
             "burst": self.burst.to_json(),
-            "replays": [r.to_json() for r in self.replays],
+            "replays": [
+                {**r.to_json(), "retiming": asdict(m)}
+                for r, m in zip(self.replays, self.retimings, strict=True)
+            ],
         }
 
 
@@ -727,46 +749,58 @@ def calibrate(
     draft = make_trace(trace_spec, config.slot_context, 1.0)
     inputs = np.array([r.input_tokens for r in draft])
     sizes = sorted({int(np.quantile(inputs, q)) for q in (0.1, 0.3, 0.5, 0.7, 0.9)})
-    running = [k for k in (1, 2, 4) if k <= config.parallel]
+    running = decode_counts(config.parallel)
     kv_tokens = config.parallel * config.slot_context
     replays: list[Replay] = []
+    retimings: list[Measurements] = []
     with running_llama_server(binary, model, config, log_path, port, clock) as server:
         vocab = server.vocabulary()
         on_phase(f"measuring prefill at {sizes} tokens and decode at {running} sequences")
         m = measure(server, vocab, sizes, running, decode_tokens=decode_tokens, repeats=repeats)
-        a, b = fit_iteration_time(m.decode)
+        iteration_s = fit_iteration_times(m.decode, config.parallel)
         isolated = ThroughputProfile(
-            prefill_tokens_per_s=fit_prefill_rate(m.prefill, a + b),
-            decode=decode_curve(a, b, config.parallel),
+            prefill_tokens_per_s=fit_prefill_rate(m.prefill, iteration_s[0]),
+            decode=decode_curve(iteration_s),
         )
         burst = sustained_burst(trace_spec, config.slot_context, config.parallel)
         on_phase(f"timing a sustained burst of {len(burst)} requests")
         burst_done = replay(server, vocab, burst)
         m.sustained = [asdict(lat) for lat in latencies(burst_done)]
-        factors = fit_sustained(burst, latencies(burst_done), isolated, kv_tokens, config.parallel)
-        throughput = scaled(isolated, *factors)
-        burst_replay = compare(burst, burst_done, throughput, kv_tokens, config.parallel, 0.0, 0.0)
-        for load in loads:
+        burst_replay = compare(burst, burst_done, isolated, kv_tokens, config.parallel, 0.0, 0.0)
+        for i, load in enumerate(loads, start=1):
             spec = TraceSpec(**{**asdict(trace_spec), "burst_load": load})
-            rate_on = load * capacity_per_s(throughput, config.parallel, spec)
+            rate_on = load * capacity_per_s(isolated, config.parallel, spec)
             trace = make_trace(spec, config.slot_context, rate_on)
+            on_phase(f"re-timing the isolated requests ({RETIME_REPEATS} repeats)")
+            retimed = measure(
+                server,
+                vocab,
+                sizes,
+                running,
+                decode_tokens=decode_tokens,
+                repeats=RETIME_REPEATS,
+                seed=i,
+            )
+            level = level_factors(retimed, m, iteration_s[0])
             on_phase(
                 f"replaying {len(trace)} requests at {load:g}x capacity "
-                f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s)"
+                f"(ON periods at {rate_on:.2f} requests/s, {trace[-1].arrival_s:.0f} s; "
+                f"level: prefill x{level[0]:.2f}, decode x{level[1]:.2f})"
             )
             done = replay(server, vocab, trace)
+            retimings.append(retimed)
             replays.append(
-                compare(trace, done, throughput, kv_tokens, config.parallel, load, rate_on)
+                compare(trace, done, isolated, kv_tokens, config.parallel, load, rate_on, level)
             )
     tokens = TokenProfile(
         weights_gib=round(model.stat().st_size / GIB, 3),
         kv_bytes_per_token=kv_bytes_per_token(model),
         context_tokens=config.slot_context,
         max_running_sequences=config.parallel,
-        gpus=[GpuThroughputProfile(gpu_model=ANY_GPU, **throughput.model_dump())],
-        cpu=throughput,
+        gpus=[GpuThroughputProfile(gpu_model=ANY_GPU, **isolated.model_dump())],
+        cpu=isolated,
     )
-    return CalibrationResult(tokens, m, (a, b), factors, clock, burst_replay, replays)
+    return CalibrationResult(tokens, m, iteration_s, clock, burst_replay, replays, retimings)
 
 
 def write_result(result: CalibrationResult, out_dir: Path) -> list[Path]:

@@ -173,11 +173,13 @@ def _calibrate_engine(
     out.print(
         f"prefill {cpu.prefill_tokens_per_s:.0f} tokens/s; decode "
         + ", ".join(f"{p.running}: {p.tokens_per_s:.1f}" for p in cpu.decode)
-        + " tokens/s (running: aggregate); the sustained burst slowed the isolated fit's"
-        + f" prefill x{result.sustained[0]:.2f}, decode x{result.sustained[1]:.2f}"
+        + " tokens/s (running: aggregate)"
     )
     for r in result.replays:
-        out.print(f"replay at {r.load:g}x capacity in ON periods:")
+        out.print(
+            f"replay at {r.load:g}x capacity in ON periods (re-timed level: prefill"
+            f" x{r.level[0]:.2f}, decode x{r.level[1]:.2f}):"
+        )
         out.print(ec.markdown_table(r.rows))
     for path in ec.write_result(result, out_dir):
         out.print(f"wrote {path}")

@@ -57,6 +57,7 @@ def test_calibrate_engine_writes_a_profile_and_the_comparison(tmp_path: Path) ->
     assert engine.tokens.max_running_sequences == 2
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["clock"] == "cpu"
+    assert len(comparison["iteration_s"]) == 2  # t(k) at k = 1, 2
     assert [rep["load"] for rep in comparison["replays"]] == list(LOADS)
     for rep in comparison["replays"]:
         assert [e["metric"] for e in rep["errors"]] == list(METRICS)
@@ -64,6 +65,10 @@ def test_calibrate_engine_writes_a_profile_and_the_comparison(tmp_path: Path) ->
             assert {"median", "p90", "requests", "meets_target"} <= set(e)
             assert e["median"] >= 0 and e["p90"] >= e["median"]
         assert len(rep["requests"]) == 6
+        # emulated at the level re-timed just before it, on every running count
+        assert rep["level"]["prefill"] > 0 and rep["level"]["decode"] > 0
+        assert {k for k, _ in rep["retiming"]["decode"]} == {1, 2}
+        assert len(rep["retiming"]["prefill"]) > 0
         for r in rep["requests"]:
             assert r["measured"]["e2e"] >= r["measured"]["ttft"] > 0
             # the stages sum to the end-to-end latency, from the planned arrival

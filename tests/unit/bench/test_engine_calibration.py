@@ -16,18 +16,20 @@ from typer.testing import CliRunner
 from lmedge.api.engines import DecodePoint, ThroughputProfile
 from lmedge.bench.engine_calibration import (
     Latency,
+    Measurements,
     Stages,
     TraceRequest,
     TraceSpec,
     bursty_arrivals,
     capacity_per_s,
     compare,
+    decode_counts,
     decode_curve,
     emulate,
     error_summary,
-    fit_iteration_time,
+    fit_iteration_times,
     fit_prefill_rate,
-    fit_sustained,
+    level_factors,
     make_trace,
     markdown_table,
     relative_errors,
@@ -121,22 +123,43 @@ def test_prefill_rate_rejects_empty_or_zero() -> None:
 
 
 @pytest.mark.parametrize(
+    ("max_running", "expected"),
+    [(1, [1]), (4, [1, 2, 3, 4]), (8, list(range(1, 9))), (20, [*range(1, 9), 16, 20])],
+    ids=str,
+)
+def test_decode_counts_measure_every_small_count(max_running: int, expected: list[int]) -> None:
+    assert decode_counts(max_running) == expected
+
+
+@pytest.mark.parametrize(
     ("samples", "expected"),
     [
-        ([(1, 0.03), (2, 0.035), (4, 0.045)], (0.025, 0.005)),
-        ([(2, 0.05), (2, 0.07), (2, 0.2)], (0.07, 0.0)),  # the median repeat
-        ([(1, 0.05), (4, 0.04)], (0.045, 0.0)),  # faster with more: noise, flat
-        # unconstrained a = -0.01: through the origin, b = sum(k t) / sum(k^2)
-        ([(1, 0.01), (2, 0.03), (4, 0.07)], (0.0, 0.35 / 21)),
+        # llama-server's CPU shape: t(2) ~ 2 t(1), t(4) ~ t(3); a line missed k = 1 and 3
+        ([(1, 0.027), (2, 0.052), (3, 0.074), (4, 0.075)], [0.027, 0.052, 0.074, 0.075]),
+        # the median repeat at each count
+        ([(1, 0.03), (1, 0.5), (1, 0.031), (2, 0.05)], [0.031, 0.05, 0.05, 0.05]),
+        # between measured counts: linear in k; after the last: flat
+        ([(1, 0.02), (4, 0.05)], [0.02, 0.03, 0.04, 0.05]),
+        # faster with more sequences (noise): never falls
+        ([(1, 0.05), (2, 0.04)], [0.05, 0.05, 0.05, 0.05]),
+        # t(2) > 2 t(1) would lower the aggregate rate: clipped to 2 t(1)
+        ([(1, 0.018), (2, 0.045), (4, 0.062)], [0.018, 0.036, 0.0535, 0.062]),
     ],
-    ids=["linear", "one-count", "falling-is-flat", "negative-intercept"],
+    ids=["llama-cpu", "median", "interpolated", "falling-is-flat", "aggregate-never-falls"],
 )
-def test_iteration_time_fit(
-    samples: list[tuple[int, float]], expected: tuple[float, float]
-) -> None:
-    a, b = fit_iteration_time(samples)
-    assert (a, b) == pytest.approx(expected)
-    assert a >= 0 and b >= 0
+def test_iteration_times(samples: list[tuple[int, float]], expected: list[float]) -> None:
+    times = fit_iteration_times(samples, 4)
+    assert times == pytest.approx(expected)
+    ThroughputProfile(prefill_tokens_per_s=1000.0, decode=decode_curve(times))  # a valid curve
+
+
+def test_iteration_times_reject_bad_samples() -> None:
+    with pytest.raises(ValueError, match="running >= 1"):
+        fit_iteration_times([(0, 0.1)], 4)
+    with pytest.raises(ValueError, match="running >= 1"):
+        fit_iteration_times([], 4)
+    with pytest.raises(ValueError, match="max_running"):
+        fit_iteration_times([(1, 0.1)], 0)
 
 
 def _burst() -> list[TraceRequest]:
@@ -144,51 +167,85 @@ def _burst() -> list[TraceRequest]:
 
 
 def test_a_scaled_profile_emulates_a_burst_exactly_s_times_slower() -> None:
-    profile = ThroughputProfile(prefill_tokens_per_s=1000.0, decode=decode_curve(0.025, 0.005, 4))
+    profile = ThroughputProfile(
+        prefill_tokens_per_s=1000.0, decode=decode_curve([0.03, 0.035, 0.04, 0.045])
+    )
     base = emulate(_burst(), profile, 4 * 512, 4)
     slow = emulate(_burst(), scaled(profile, 1.5, 1.5), 4 * 512, 4)
     assert [s.e2e for s in slow] == pytest.approx([1.5 * b.e2e for b in base])
     assert [s.ttft for s in slow] == pytest.approx([1.5 * b.ttft for b in base])
+    with pytest.raises(ValueError, match="positive"):
+        scaled(profile, 0.0, 1.0)
+
+
+def _samples(prefill: float, decode: float, times: list[float], rate: float) -> Measurements:
+    """What `measure` times on a server `prefill` / `decode` times slower than one whose
+    iteration takes `times` and whose prompts alone take n / rate + t(1)."""
+    m = Measurements()
+    for k, t in enumerate(times, start=1):
+        m.decode += [(k, decode * t)] * k
+    for n in (12, 40, 120):
+        m.prefill.append((n, prefill * n / rate + decode * times[0]))
+    return m
 
 
 @pytest.mark.parametrize(
-    ("prefill", "decode"), [(1.0, 1.0), (1.3, 0.7), (0.5, 2.0), (1.1, 1.0), (1.0, 1.05)], ids=str
+    ("prefill", "decode"), [(1.0, 1.0), (1.3, 0.8), (0.7, 1.25), (1.1, 1.0)], ids=str
 )
-def test_sustained_fit_recovers_separate_prefill_and_decode_slow_downs(
+def test_level_factors_recover_separate_prefill_and_decode_slow_downs(
     prefill: float, decode: float
 ) -> None:
-    shape = ThroughputProfile(prefill_tokens_per_s=400.0, decode=decode_curve(0.025, 0.005, 4))
-    truth = emulate(_burst(), scaled(shape, prefill, decode), 4 * 512, 4)
-    got = fit_sustained(_burst(), truth, shape, 4 * 512, 4)
-    assert got == pytest.approx((prefill, decode), rel=0.02)
+    # t(3) > t(4) and t(2) > 2 t(1), as measured: the profile's rules cannot hold
+    # them, the level compares the measurements themselves
+    times = [0.018, 0.047, 0.080, 0.065]
+    reference = _samples(1.0, 1.0, times, 210.0)
+    got = level_factors(_samples(prefill, decode, times, 210.0), reference, times[0])
+    assert got == pytest.approx((prefill, decode))
 
 
-@pytest.mark.parametrize(("prefill", "decode"), [(1.2, 1.0), (1.0, 1.1)], ids=str)
-def test_sustained_fit_moves_off_its_start_on_a_spread_out_trace(
-    prefill: float, decode: float
-) -> None:
-    # Arrivals spread in time make the loss flat at a tiny scale (a request's queue
-    # order changes in steps); a start simplex 0.00025 wide stopped where it began.
-    shape = ThroughputProfile(prefill_tokens_per_s=230.0, decode=decode_curve(0.033, 0.014, 4))
-    trace = make_trace(TraceSpec(requests=60, seed=1), 1024, 0.9)
-    truth = emulate(trace, scaled(shape, prefill, decode), 4096, 4)
-    got = fit_sustained(trace, truth, shape, 4096, 4)
-    assert got == pytest.approx((prefill, decode), rel=0.01)
+def test_level_factors_take_the_median_and_refuse_missing_samples() -> None:
+    times = [0.03, 0.05]
+    reference = _samples(1.0, 1.0, times, 200.0)
+    m = _samples(1.2, 1.1, times, 200.0)
+    m.decode.append((1, 10.0))  # one slow repeat (a neighbour's burst) does not move the level
+    m.prefill.append((40, 10.0))
+    m.prefill.append((12, 1.2 * 12 / 200.0 + 1.1 * 0.03))
+    assert level_factors(m, reference, times[0]) == pytest.approx((1.2, 1.1))
+    with pytest.raises(ValueError, match="decode and prefill samples"):
+        level_factors(Measurements(), reference, times[0])
+    other = Measurements(decode=[(3, 0.1)], prefill=[(7, 0.2)])  # counts the reference lacks
+    with pytest.raises(ValueError, match="reference's counts and sizes"):
+        level_factors(other, reference, times[0])
+    with pytest.raises(ValueError, match="outlast a decode step"):
+        level_factors(m, reference, 1.0)
 
 
-def test_sustained_fit_refuses_unpaired_or_zero_latencies() -> None:
-    shape = ThroughputProfile(prefill_tokens_per_s=400.0, decode=decode_curve(0.025, 0.005, 4))
-    with pytest.raises(ValueError, match="one measured latency per request"):
-        fit_sustained(_burst(), [], shape, 2048, 4)
-    zero = [Latency(0.0, 0.1, 1.0)] * len(_burst())
-    with pytest.raises(ValueError, match="positive"):
-        fit_sustained(_burst(), zero, shape, 2048, 4)
-    with pytest.raises(ValueError, match="positive"):
-        scaled(shape, 0.0, 1.0)
+def test_compare_emulates_at_the_re_timed_level() -> None:
+    times = [0.03, 0.05]
+    profile = ThroughputProfile(prefill_tokens_per_s=200.0, decode=decode_curve(times))
+    trace = _burst()[:4]
+    done = [
+        Completion(
+            planned_s=r.arrival_s,
+            sent_s=r.arrival_s,
+            admitted_s=r.arrival_s,
+            first_s=r.arrival_s + 0.1,
+            last_s=r.arrival_s + 1.0,
+            tokens=r.output_tokens,
+            prompt_tokens=r.input_tokens,
+            server_prompt_s=0.1,
+            server_decode_s=0.9,
+        )
+        for r in trace
+    ]
+    rep = compare(trace, done, profile, 2048, 2, 1.0, 1.0, (1.5, 1.5))
+    base = emulate(trace, profile, 2048, 2)
+    assert rep.level == (1.5, 1.5)
+    assert [p.e2e for p in rep.predicted] == pytest.approx([1.5 * b.e2e for b in base])
 
 
 def test_decode_curve_is_a_valid_profile() -> None:
-    pts = decode_curve(0.025, 0.005, 4)
+    pts = decode_curve([0.03, 0.035, 0.04, 0.045])
     assert [p.running for p in pts] == [1, 2, 3, 4]
     assert pts[0].tokens_per_s == pytest.approx(1 / 0.03)
     assert pts[3].tokens_per_s == pytest.approx(4 / 0.045)
@@ -197,7 +254,7 @@ def test_decode_curve_is_a_valid_profile() -> None:
 
 @pytest.mark.parametrize("a", [0.03, 0.1 / 3, 0.07, 1 / 7], ids=str)
 def test_decode_curve_with_a_flat_per_sequence_rate_is_valid(a: float) -> None:
-    pts = decode_curve(a, 0.0, 8)
+    pts = decode_curve([a] * 8)
     ThroughputProfile(prefill_tokens_per_s=1000.0, decode=pts)
     assert pts[7].tokens_per_s == pytest.approx(8 / a)
 
