@@ -276,11 +276,18 @@ class EngineScraper:
     ) -> list[EngineTelemetry] | None:
         """The telemetry of the token-engine pods among `pods` (`engine_targets`); None
         when there is none. Never raises: a bug in reading a page only logs."""
+        return self.read_targets(engine_targets(ctx, pods))
+
+    def read_targets(self, targets: Sequence[EngineTarget]) -> list[EngineTelemetry] | None:
+        """`read` of these pages. Never raises."""
         try:
-            return asyncio.run(self.scrape(engine_targets(ctx, pods)))
+            return asyncio.run(self.scrape(targets))
         except Exception:
             log.exception("engine telemetry not read")
             return None
+
+    def close(self) -> None:
+        """Release the connections kept for the next slot."""
 
     async def scrape(self, targets: Sequence[EngineTarget]) -> list[EngineTelemetry] | None:
         """The telemetry of the engine pods among `targets`; None when there is none."""
