@@ -2,8 +2,9 @@
 
 Queued slot by slot and sent every `store_every` slots as a few batch
 inserts (1 on a cluster, more in the emulator where slots take
-milliseconds), or sooner once `MAX_UNSENT_RECORDS` request records wait. A store write never stops the loop: what it raises is logged
-with what was lost. What the loop keeps in memory (`RunResult`) and the
+milliseconds), or sooner once `MAX_UNSENT_RECORDS` request records wait.
+A store write never stops the loop: what it raises is logged with what
+was lost. What the loop keeps in memory (`RunResult`) and the
 epochs' metrics stay with the loop.
 """
 
