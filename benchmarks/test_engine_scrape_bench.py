@@ -22,6 +22,7 @@ narrow a run. Written to reports/bench-engine-scrape.json.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import multiprocessing
 import os
@@ -116,6 +117,12 @@ def _serve(pods: int, pipe: Connection) -> None:
     slots = (FIXTURES / "llamacpp-slots.json").read_bytes()
     hits = [0] * pods
 
+    @functools.cache
+    def page(kind: int, n: int) -> bytes:
+        # Every pod's n-th page is the same: the server's work stays small beside the
+        # client's, whose CPU is what is measured.
+        return (vllm_page(n) if kind == 0 else llamacpp_page(n)).encode()
+
     class Pod(asyncio.Protocol):
         def __init__(self, index: int) -> None:
             self.index = index
@@ -133,9 +140,7 @@ def _serve(pods: int, pipe: Connection) -> None:
                     body = slots
                 else:
                     hits[self.index] += 1
-                    n = hits[self.index]
-                    page = vllm_page(n) if self.index % 2 == 0 else llamacpp_page(n)
-                    body = page.encode()
+                    body = page(self.index % 2, hits[self.index])
                 self.transport.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
                     % len(body)
