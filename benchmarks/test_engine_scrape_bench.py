@@ -45,8 +45,8 @@ SLOT_S = 30.0
 BUDGET_S = SLOT_S / 4
 
 _MODEL = 'model_name="Qwen/Qwen2.5-1.5B-Instruct",engine="0"'
-_LATENCY = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
-_LATENCY += (7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_LATENCY: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5)
+_LATENCY += (0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 _TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
 _HISTOGRAMS = {
     "vllm:time_to_first_token_seconds": _LATENCY,
@@ -150,7 +150,7 @@ def _serve(pods: int, pipe: Connection) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         servers = [
-            await loop.create_server(lambda i=i: Pod(i), "127.0.0.1", 0) for i in range(pods)
+            await loop.create_server(functools.partial(Pod, i), "127.0.0.1", 0) for i in range(pods)
         ]
         pipe.send([s.sockets[0].getsockname()[1] for s in servers])
         await loop.run_in_executor(None, pipe.recv)  # until told to stop
