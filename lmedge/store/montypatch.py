@@ -15,6 +15,11 @@
    different record under a known `_id` is reported, never taken for a
    replay. A document that cannot be encoded (an integer beyond 64 bits, a
    non-string key) is returned as refused instead of failing the batch.
+   It inserts in key order with a 64 MiB page cache: a batch of request
+   records (keyed by run, worker, slot) lands all over a large collection's
+   B-tree, and with SQLite's 2 MiB default each batch read, journalled and
+   wrote most of its pages again (a 50-slot metro-1000 run wrote ~7 GB for an
+   860 MB store).
 
 Both are applied once, on import, and only if the class still has the shape
 they were written for; otherwise `apply` returns False and the embedded
