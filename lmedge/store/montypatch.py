@@ -18,8 +18,8 @@
    It inserts in key order with a 64 MiB page cache: a batch of request
    records (keyed by run, worker, slot) lands all over a large collection's
    B-tree, and with SQLite's 2 MiB default each batch read, journalled and
-   wrote most of its pages again (a 50-slot metro-1000 run wrote ~7 GB for an
-   860 MB store).
+   wrote most of its pages again (a 50-slot metro-1000 run, 880 MB stored,
+   wrote 7.5 GB to disk; 5.5 GB with this and 5,000-document batches).
 
 Both are applied once, on import, and only if the class still has the shape
 they were written for; otherwise `apply` returns False and the embedded
