@@ -24,9 +24,11 @@ agent reads a pod without knowing its LMService. A page with neither prefix
   `engine` with data parallelism): counts are summed over series, KV usage is
   the fullest series'.
 
-Malformed text, a missing quantity or a value out of range is a `ValueError`
-naming what is wrong: the collector logs it and leaves the pod out, the node
-agent goes on. Fetching the page is `lmedge.nodeagent.telemetry`'s.
+Only the lines of those quantities are parsed (a vLLM page is mostly
+histograms, which nothing here reads). Malformed lines among them, a missing
+quantity or a value out of range are a `ValueError` naming what is wrong:
+the collector logs it and leaves the pod out, the node agent goes on.
+Fetching the page is `lmedge.nodeagent.telemetry`'s.
 """
 
 from __future__ import annotations
@@ -88,9 +90,24 @@ ENGINES: dict[str, EngineMetricNames] = {
 }
 
 
-def _engine(samples: Samples) -> EngineMetricNames | None:
+#: The sample names the counters are read from, of every engine.
+_READ = frozenset(
+    name
+    for names in ENGINES.values()
+    for name in (
+        *names.kv_usage,
+        names.running,
+        names.waiting,
+        names.prompt_tokens,
+        names.generation_tokens,
+    )
+)
+
+
+def _engine(text: str) -> EngineMetricNames | None:
+    """The engine whose samples the page has (by their prefix), or None."""
     for names in ENGINES.values():
-        if any(name.startswith(names.prefix) for name in samples):
+        if text.startswith(names.prefix) or f"\n{names.prefix}" in text:
             return names
     return None
 
@@ -109,9 +126,21 @@ def _sum(samples: Samples, name: str) -> float:
     return sum(values)
 
 
+def _sample_name(line: str) -> str:
+    """The sample name a line of the text format starts with ("" for none)."""
+    head = line.split("{", 1)[0].split(None, 1)
+    return head[0] if head else ""
+
+
 def _samples(text: str) -> Samples:
+    """The samples of `text` the counters are read from (`_READ`).
+
+    Only their lines are parsed: a vLLM page is mostly histograms (about 40 KB
+    and 400 lines), and the controller reads one page per engine pod a slot.
+    """
+    lines = "\n".join(line for line in text.splitlines() if _sample_name(line) in _READ)
     try:
-        return parse_exposition(text)
+        return parse_exposition(lines + "\n" if lines else "")
     except ValueError as exc:  # prometheus_client's parser: "Invalid line", bad value, ...
         raise ValueError(f"not the Prometheus text format: {exc}") from exc
 
@@ -127,9 +156,10 @@ def slots_url(text: str, metrics_url: str) -> str | None:
 
     A `ValueError` when the page is malformed.
     """
-    samples = _samples(text)
-    names = _engine(samples)
-    if names is None or names.kv_slots is None or _kv_gauge(samples, names) is not None:
+    names = _engine(text)
+    if names is None or names.kv_slots is None:
+        return None
+    if _kv_gauge(_samples(text), names) is not None:
         return None
     return metrics_url.removesuffix("/metrics") + names.kv_slots
 
@@ -176,10 +206,10 @@ def engine_counters(
     None when the page is no token engine's; a `ValueError` naming the
     problem when it is malformed or lacks a quantity.
     """
-    samples = _samples(text)
-    names = _engine(samples)
+    names = _engine(text)
     if names is None:
         return None
+    samples = _samples(text)
     kv = _kv_gauge(samples, names)
     # the fullest series; a rounding excess over 1 is still a full cache
     usage = min(max(kv), 1.0) if kv else None

@@ -246,11 +246,20 @@ class EngineScraper:
     silently. A llama.cpp pod whose `/slots` does not answer is read without
     its KV usage. `timeout_s`: per page, seconds (default 2: the agent scrapes
     before it decides, and a slot is 30 s).
+
+    At most `concurrency` pages are read at once (one connection each; a
+    llama.cpp pod's `/slots` reuses its `/metrics` connection), so the
+    controller reading every pod of a 1,000-worker cluster neither opens a
+    thousand sockets at once nor counts the wait for a free connection as a
+    pod's silence. `budget_s` (None: no bound) bounds the whole read: pages
+    not in by then are left out, said in one warning.
     """
 
     timeout_s: float = 2.0
     clock: Callable[[], float] = time.time
     transport: httpx.AsyncBaseTransport | None = None
+    concurrency: int = 32
+    budget_s: float | None = None
     _previous: dict[str, EngineCounters] = field(default_factory=dict)
 
     async def _slots(
@@ -258,6 +267,7 @@ class EngineScraper:
         client: httpx.AsyncClient,
         targets: Sequence[EngineTarget],
         texts: Sequence[str | None],
+        deadline: float | None,
     ) -> dict[str, str]:
         """The `/slots` JSON of the pods whose page has no KV gauge (llama.cpp), by pod."""
         urls: dict[str, str] = {}
@@ -268,16 +278,51 @@ class EngineScraper:
                 continue  # engine_counters says what is wrong with the page
             if url is not None:
                 urls[target.pod] = url
-        pages = await asyncio.gather(*(_get(client, url) for url in urls.values()))
+        pages = await self._pages(client, list(urls.values()), deadline)
         return {pod: page for pod, page in zip(urls, pages, strict=True) if page is not None}
+
+    async def _pages(
+        self, client: httpx.AsyncClient, urls: Sequence[str], deadline: float | None
+    ) -> list[str | None]:
+        """The pages at `urls` (None: not read), those not in by `deadline` left out."""
+        if not urls:
+            return []
+        # Bounded here, not only by the client's pool: httpx's pool scans every
+        # queued request at each connection it frees, so 1,000 queued requests
+        # cost seconds of CPU a slot.
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def get(url: str) -> str | None:
+            async with gate:
+                return await _get(client, url)
+
+        tasks = [asyncio.ensure_future(get(url)) for url in urls]
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        _, late = await asyncio.wait(tasks, timeout=left)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+            log.warning(
+                "telemetry: %d of %d engine pages not read within %.1f s (e.g. %s)",
+                len(late),
+                len(urls),
+                self.budget_s or 0.0,
+                urls[tasks.index(next(iter(late)))],
+            )
+        return [None if t.cancelled() else t.result() for t in tasks]
 
     def read(
         self, ctx: ClusterContext, pods: Iterable[ObservedPod]
     ) -> list[EngineTelemetry] | None:
         """The telemetry of the token-engine pods among `pods` (`engine_targets`); None
         when there is none. Never raises: a bug in reading a page only logs."""
+        return self.read_targets(engine_targets(ctx, pods))
+
+    def read_targets(self, targets: Sequence[EngineTarget]) -> list[EngineTelemetry] | None:
+        """`read` of these pages. Never raises."""
         try:
-            return asyncio.run(self.scrape(engine_targets(ctx, pods)))
+            return asyncio.run(self.scrape(targets))
         except Exception:
             log.exception("engine telemetry not read")
             return None
@@ -287,11 +332,17 @@ class EngineScraper:
         texts: list[str | None] = []
         slots: dict[str, str] = {}
         if targets:
+            deadline = None if self.budget_s is None else time.monotonic() + self.budget_s
             async with httpx.AsyncClient(
-                timeout=self.timeout_s, transport=self.transport
+                # The wait for one of the `concurrency` connections is not a page's.
+                timeout=httpx.Timeout(self.timeout_s, pool=None),
+                limits=httpx.Limits(
+                    max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+                ),
+                transport=self.transport,
             ) as client:
-                texts = await asyncio.gather(*(_get(client, t.url) for t in targets))
-                slots = await self._slots(client, targets, texts)
+                texts = await self._pages(client, [t.url for t in targets], deadline)
+                slots = await self._slots(client, targets, texts, deadline)
         now = max(self.clock(), 0.0)
         out: list[EngineTelemetry] = []
         seen: dict[str, EngineCounters] = {}

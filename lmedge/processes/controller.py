@@ -216,6 +216,7 @@ def run_controller(
         engines = EngineScraper(
             timeout_s=min(EngineScraper.timeout_s, backend_settings.loop.slot_s / 4),
             clock=clock.now,
+            budget_s=backend_settings.loop.slot_s / 4,
         )
         backend = KubernetesBackend(
             kube, backend_settings, store=store, clock=clock, engines=engines

@@ -141,6 +141,11 @@ class WriteBuffer:
                 self._conflicts,
             )
 
+    def pending(self) -> int:
+        """Documents waiting in memory."""
+        with self._lock:
+            return self._pending
+
     def add(self, collection: str, docs: Sequence[Doc]) -> None:
         """Queue documents for `collection`; spill the oldest if over the bound."""
         if not docs:

@@ -15,6 +15,11 @@
    different record under a known `_id` is reported, never taken for a
    replay. A document that cannot be encoded (an integer beyond 64 bits, a
    non-string key) is returned as refused instead of failing the batch.
+   It inserts in key order with a 64 MiB page cache: a batch of request
+   records (keyed by run, worker, slot) lands all over a large collection's
+   B-tree, and with SQLite's 2 MiB default each batch read, journalled and
+   wrote most of its pages again (a 50-slot metro-1000 run, 880 MB stored,
+   wrote 7.5 GB to disk; 5.5 GB with this and 5,000-document batches).
 
 Both are applied once, on import, and only if the class still has the shape
 they were written for; otherwise `apply` returns False and the embedded
@@ -33,6 +38,9 @@ __all__ = ["apply", "insert_new"]
 _original = getattr(monty_sqlite.SQLiteCollection, "write_many", None)
 #: Keys per `IN (...)` lookup; SQLite builds before 3.32 allow 999 parameters.
 _LOOKUP_CHUNK = 500
+#: SQLite's page cache of an insert's connection, KiB (its default is 2 MiB): a
+#: batch of records lands all over a large collection's B-tree.
+_CACHE_KIB = 64 * 1024
 
 
 def _write_many_by_primary_key(
@@ -68,7 +76,8 @@ def _insert_new(
     stored: dict[Any, dict[str, Any]] = {}
     table = monty_sqlite.SQLITE_RECORD_TABLE
     with self._conn._connect(self._col_path, self.wconcern) as conn, conn:
-        keys = list(rows)
+        conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+        keys = sorted(rows)
         for start in range(0, len(keys), _LOOKUP_CHUNK):
             chunk = keys[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
@@ -77,7 +86,8 @@ def _insert_new(
             ):
                 doc_id = rows[bytes(key)][0]
                 stored[doc_id] = bson.document_decode(value, codec_options=self.coptions)
-        fresh = [(k, enc) for k, (doc_id, enc) in rows.items() if doc_id not in stored]
+        # In key order: the B-tree's pages are then each written once a batch.
+        fresh = sorted((k, enc) for k, (doc_id, enc) in rows.items() if doc_id not in stored)
         if fresh:
             conn.executemany(f"INSERT INTO [{table}](k, v) VALUES (?, ?)", fresh)
     return stored, refused

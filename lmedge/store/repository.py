@@ -301,10 +301,19 @@ class Store:
         self._sent()
 
     def _queue(self, collection: str, docs: Sequence[dict[str, Any]]) -> None:
-        """Buffer documents already checked by `_encodable`, in batches."""
+        """Buffer documents already checked by `_encodable`, in batches.
+
+        Without the background thread, a write larger than the buffer's bound
+        is sent as it is queued: the bound is there to spill what a server
+        that does not answer leaves waiting, and spilling (then replaying) the
+        documents of a server that answers would only write them twice.
+        """
         size = self.options.batch_size
         for start in range(0, len(docs), size):
-            self._buffer.add(collection, docs[start : start + size])
+            batch = docs[start : start + size]
+            if self._flusher is None and self._buffer.pending() + len(batch) > self._buffer.limit:
+                self._flush_now()
+            self._buffer.add(collection, batch)
 
     def _sent(self) -> None:
         """Hand what was queued to the background thread, or flush it now."""

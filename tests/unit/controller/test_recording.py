@@ -40,3 +40,26 @@ def test_background_flush_sends_without_being_asked(tmp_path: Path) -> None:
         assert store._backend.count("requests", {}) == 50, "no flush() was called"
         assert not store.has_backlog()
         assert store.buffer_stats().lost == 0
+
+
+def test_records_are_sent_once_enough_wait_whatever_store_every_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("lmedge.controller.recording.MAX_UNSENT_RECORDS", 10)
+    with open_store(str(tmp_path / "store")) as store:
+        writer = StoreWriter(store, "run-1", None, store_every=1_000)
+        writer.record(0, [_record(i) for i in range(6)], [])
+        assert store._backend.count("requests", {}) == 0  # held for store_every
+        writer.record(1, [_record(i) for i in range(6, 12)], [])
+        assert store._backend.count("requests", {}) == 12  # 12 >= 10 waited: sent
+
+
+def test_a_write_beyond_the_buffer_bound_is_sent_not_spilled_while_the_store_answers(
+    tmp_path: Path,
+) -> None:
+    options = StoreOptions(spill_dir=tmp_path / "spill", buffer_limit=20, batch_size=5)
+    with open_store(str(tmp_path / "store"), options=options) as store:
+        store.record_requests([_record(i) for i in range(100)])
+        assert store.buffer_stats().spilled == 0
+        assert store._backend.count("requests", {}) == 100
+        assert not (tmp_path / "spill").exists() or not any((tmp_path / "spill").iterdir())

@@ -215,3 +215,38 @@ def test_the_scraper_reads_llamacpp_kv_usage_from_slots_beside_metrics() -> None
     scraper = EngineScraper(clock=lambda: 30.0, transport=httpx.MockTransport(no_slots))
     (reading,) = asyncio.run(scraper.scrape([target])) or []
     assert reading.kv_cache_usage is None and reading.running == 3
+
+
+def test_the_scraper_reads_at_most_concurrency_pages_at_once() -> None:
+    in_flight, most = 0, 0
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return httpx.Response(200, text=page("vllm.txt"))
+
+    scraper = EngineScraper(concurrency=3, transport=httpx.MockTransport(answer))
+    targets = [EngineTarget("lm1", f"p{i}", f"http://10.0.0.{i}:8000/metrics") for i in range(20)]
+    assert len(asyncio.run(scraper.scrape(targets)) or []) == 20
+    assert most == 3
+
+
+def test_pages_not_in_within_the_budget_are_left_out_and_the_rest_kept() -> None:
+    async def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "10.0.0.9":
+            await asyncio.sleep(30)  # silent far beyond the budget
+        return httpx.Response(200, text=page("vllm.txt"))
+
+    scraper = EngineScraper(budget_s=0.5, transport=httpx.MockTransport(answer))
+    targets = [EngineTarget("lm1", f"p{i}", f"http://10.0.0.{i}:8000/metrics") for i in range(10)]
+    read = asyncio.run(scraper.scrape(targets)) or []
+    assert sorted(t.pod for t in read) == [f"p{i}" for i in range(9)]
+
+
+def test_only_the_read_quantities_are_parsed_so_other_metrics_may_be_anything() -> None:
+    text = page("vllm.txt") + 'vllm:time_to_first_token_seconds_bucket{le="0.1"} 3\nweird{ line\n'
+    c = engine_counters(text, "lm1", pod="p", time_s=0.0)
+    assert c is not None and (c.running, c.waiting, c.kv_cache_usage) == (8, 4, 0.83)
