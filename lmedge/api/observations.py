@@ -284,7 +284,10 @@ class PlanningObservation(WireModel):
     last: EpochMetrics | None = None
     previous: MacroPolicy | None = None
     memory: list[MemoryCase] = Field(default_factory=list)
-    traffic: dict[str, int] = Field(default_factory=dict, description="Prompts per LM last epoch.")
+    traffic: dict[str, int] = Field(
+        default_factory=dict,
+        description="Prompts per LM in the last epoch and, on a re-plan mid-epoch, this one so far.",
+    )
 
 
 class SlotObservation(WireModel):

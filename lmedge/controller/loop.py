@@ -77,6 +77,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -463,7 +464,11 @@ class ControlLoop:
             last=self._last_metrics,
             previous=self._macro,
             memory=memory_cases(self._memory),
-            traffic=dict(sorted(self._last_traffic.items())),
+            # the last epoch's and this one's so far: a re-plan mid-epoch (churn, an
+            # LMService applied) plans for the newest traffic, not none in epoch 0
+            traffic=dict(
+                sorted((Counter(self._last_traffic) + Counter(self._epoch_traffic)).items())
+            ),
         )
 
     def _plan(

@@ -3,8 +3,18 @@
 The rule (deterministic, used without an LLM endpoint and as the reference
 shown to the LLM):
 
-1. Demand d_i: prompts of LM i last epoch (equal shares before the first
-   epoch), floored at 5 % of the mean so no LM is starved of a role, times a
+1. Demand d_i: prompts of LM i since the last epoch began (`traffic`: the
+   last epoch's, plus this epoch's so far on a re-plan mid-epoch). An LM the
+   previous plan did not cover (every LM at slot 0; an LMService applied
+   since) has no traffic to go by: its prior is its capacity C_i (the rate of
+   one typical instance, capacity.best_rate, summed over its feasible nodes)
+   times the mean relative load d_j / C_j of the LMs that have history (1
+   when none has): it is assumed as loaded as the average LM, never
+   planned from zero prompts. (Equal prompt shares were the prior before:
+   at slot 0 a chat LM a hundred times faster than an image LM was planned
+   for as many prompts, so it got one vGPU on one node for the whole first
+   epoch while it had a third of the traffic.) The demand is floored at 5 %
+   of the mean so no LM is starved of a role, times a
    per-LM boost that adapts to last epoch's success ratios:
    boost_i <- clip(boost_i * ((mean rho + 0.05) / (rho_i + 0.05))^0.5, 0.5, 3).
    Under overload this moves capacity toward the LMs that failed more,
@@ -50,7 +60,13 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from lmedge.agents.rules.capacity import GPU_POD_CORES, cpu_rate, gpu_rate, planned_mode
+from lmedge.agents.rules.capacity import (
+    GPU_POD_CORES,
+    best_rate,
+    cpu_rate,
+    gpu_rate,
+    planned_mode,
+)
 from lmedge.api import (
     ClusterContext,
     EpochMetrics,
@@ -101,16 +117,36 @@ def update_boost(state: RulePlannerState, last: EpochMetrics | None) -> None:
         state.boost[lm] = min(BOOST_MAX, max(BOOST_MIN, b))
 
 
+def capacity(ctx: ClusterContext, lm: str) -> float:
+    """C_i: prompts/s of one typical instance of `lm` on each feasible node, summed."""
+    svc = ctx.service(lm).spec
+    return sum(best_rate(svc, ctx.node(n).spec) for n in ctx.feasible_nodes(lm))
+
+
 def demand(
-    ctx: ClusterContext, traffic: dict[str, int], boost: dict[str, float]
+    ctx: ClusterContext,
+    traffic: dict[str, int],
+    boost: dict[str, float],
+    previous: MacroPolicy | None = None,
 ) -> dict[str, float]:
-    """Prompts per LM to plan for (relative), with the floor and the boost."""
+    """Prompts per LM to plan for (relative): traffic, or the prior for an LM
+    without history; with the floor and the boost (module docstring, step 1)."""
     lms = [lm for lm in ctx.lm_names if ctx.feasible_nodes(lm)]
-    raw = {lm: float(traffic.get(lm, 0)) for lm in lms}
+    planned = set() if previous is None else {r.lm for r in previous.routing}
+    seen = [lm for lm in lms if lm in planned]
+    raw = {lm: float(traffic.get(lm, 0)) for lm in seen}
+    if sum(raw.values()) <= 0:
+        seen, raw = [], {}  # no traffic at all: every LM is planned from its prior
+    cap = {lm: capacity(ctx, lm) for lm in lms}
+    loads = [raw[lm] / cap[lm] for lm in seen if cap[lm] > 0]
+    k = sum(loads) / len(loads) if loads else 1.0
+    for lm in lms:
+        if lm not in raw:
+            raw[lm] = k * cap[lm]
     if sum(raw.values()) <= 0:
         raw = dict.fromkeys(lms, 1.0)
     mean = sum(raw.values()) / max(1, len(raw))
-    return {lm: max(v, DEMAND_FLOOR * mean) * boost.get(lm, 1.0) for lm, v in raw.items()}
+    return {lm: max(raw[lm], DEMAND_FLOOR * mean) * boost.get(lm, 1.0) for lm in lms}
 
 
 def plan_macro(
@@ -120,7 +156,7 @@ def plan_macro(
     previous: MacroPolicy | None = None,
 ) -> MacroPolicy:
     """The water-filling macro policy for `ctx`, guarded for the bottleneck (module docstring)."""
-    d = demand(ctx, traffic, boost)
+    d = demand(ctx, traffic, boost, previous)
     fresh, cap = _water_fill(ctx, d, previous, None)
     if previous is None or not _same_cluster(ctx, previous):
         return fresh
