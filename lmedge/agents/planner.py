@@ -49,7 +49,7 @@ class AgenticPlanner:
     def __init__(self, core: AgentCore, seed: int = 0, prompt_form: PromptForm = "auto") -> None:
         self.core = core
         # only the LLM's prompt shows the random baseline; the rule ignores it
-        self.capabilities = Capabilities(reads_baseline=core.uses_llm)
+        self.capabilities = Capabilities(reads_baseline=core.uses_llm, reads_traffic=True)
         self.prompt_form = prompt_form
         self._state = RulePlannerState()
         self._rng = random.Random(seed)

@@ -158,9 +158,9 @@ def plan_macro(
     """The water-filling macro policy for `ctx`, guarded for the bottleneck (module docstring)."""
     d = demand(ctx, traffic, boost, previous)
     fresh, cap = _water_fill(ctx, d, previous, None)
-    if previous is None or not _same_cluster(ctx, previous):
+    if previous is None:
         return fresh
-    kept, cap_kept = _water_fill(ctx, d, previous, previous.role_map())
+    kept, cap_kept = _water_fill(ctx, d, previous, _kept_roles(ctx, previous))
     if not all(cap_kept[lm] > 0 for lm in d):
         return fresh
     bottleneck = max(d, key=lambda lm: (d[lm] / cap_kept[lm], lm))
@@ -177,11 +177,19 @@ def plan_macro(
     )
 
 
-def _same_cluster(ctx: ClusterContext, previous: MacroPolicy) -> bool:
-    """Whether `previous` was planned for the workers and LMs `ctx` has (no churn since)."""
-    return {r.lm for r in previous.routing} == set(ctx.lm_names) and {
-        r.node for r in previous.roles
-    } == {n.name for n in ctx.workers}
+def _kept_roles(ctx: ClusterContext, previous: MacroPolicy) -> dict[str, list[str]]:
+    """The roles a re-plan may keep (node -> LMs): the previous roles on the workers
+    still there; an LM the previous plan did not cover, and a worker it did not
+    plan (added, or back up), are open to every LM (step 4)."""
+    roles = previous.role_map()
+    planned = {r.lm for r in previous.routing}
+    new = [lm for lm in ctx.lm_names if lm not in planned]
+    return {
+        n.name: [lm for lm in roles[n.name] if ctx.has_service(lm)] + new
+        if n.name in roles
+        else list(ctx.lm_names)
+        for n in ctx.workers
+    }
 
 
 def _water_fill(
