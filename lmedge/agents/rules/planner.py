@@ -132,7 +132,8 @@ def demand(
     """Prompts per LM to plan for (relative): traffic, or the prior for an LM
     without history; with the floor and the boost (module docstring, step 1)."""
     lms = [lm for lm in ctx.lm_names if ctx.feasible_nodes(lm)]
-    planned = set() if previous is None else {r.lm for r in previous.routing}
+    # an LM has history unless a previous plan exists and did not cover it (applied since)
+    planned = set(lms) if previous is None else {r.lm for r in previous.routing}
     seen = [lm for lm in lms if lm in planned]
     raw = {lm: float(traffic.get(lm, 0)) for lm in seen}
     if sum(raw.values()) <= 0:
