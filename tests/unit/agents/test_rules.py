@@ -8,6 +8,8 @@ from lmedge.agents.rules.deployer import rule_placement
 from lmedge.agents.rules.planner import (
     BOOST_MAX,
     RulePlannerState,
+    capacity,
+    demand,
     plan_macro,
     rule_macro_policy,
     update_boost,
@@ -121,9 +123,45 @@ def test_replan_keeps_the_bottleneck_capacity_unless_the_highest_load_drops(
     before, after = previous.role_map(), guarded.role_map()
     assert all(set(lms) <= set(before[node]) for node, lms in after.items())
     assert after != fresh.role_map(), "the guard changed the plan"
-    # With an LM the previous plan did not know (applied since), the fresh plan applies.
+    # A node lost since (churn) does not lift the guard: the roles on the nodes left
+    # stay, and the lost node's share goes to the LMs that held roles beside it.
+    down = ClusterContext.model_validate(
+        ctx.model_dump() | {"nodes": [n.model_dump() for n in ctx.nodes if n.name != "worker-001"]}
+    )
+    after_loss = plan_macro(down, traffic, boost, previous)
+    assert check_macro_policy(after_loss, down) == []
+    assert "previous roles kept" in after_loss.rationale
+    kept = after_loss.role_map()
+    assert "worker-001" not in kept
+    assert all(set(lms) <= set(before[node]) for node, lms in kept.items())
+
+
+def test_an_lm_without_history_is_planned_from_its_capacity(large: Scenario) -> None:
+    # Slot 0: no traffic at all, every LM is assumed as loaded as any other relative to
+    # its capacity (equal prompt counts would give the fastest LM almost nothing).
+    ctx = large.context()
+    d = demand(ctx, {}, {})
+    loads = {lm: d[lm] / capacity(ctx, lm) for lm in ctx.lm_names}
+    assert max(loads.values()) == pytest.approx(min(loads.values()))
+    # An LMService applied since the previous plan: the mean relative load of the LMs
+    # with traffic, not the floor of an LM with no prompts.
+    traffic = {"lm1": 1600, "lm2": 1600, "lm4": 100}
+    previous = plan_macro(ctx, {**traffic, "lm3": 100}, {})
     older = previous.model_copy(update={"routing": [r for r in previous.routing if r.lm != "lm3"]})
-    assert "previous roles kept" not in plan_macro(ctx, traffic, boost, older).rationale
+    d = demand(ctx, traffic, {}, older)
+    mean = sum(traffic[lm] / capacity(ctx, lm) for lm in traffic) / len(traffic)
+    assert d["lm3"] == pytest.approx(mean * capacity(ctx, "lm3"))
+    # Known to the previous plan and without prompts: the floor, not the prior.
+    assert demand(ctx, traffic, {}, previous)["lm3"] < d["lm3"] / 10
+    policy = plan_macro(ctx, traffic, {}, older)
+    assert check_macro_policy(policy, ctx) == []
+    assert len(policy.weights()["lm3"]) > 1, "a new LM spreads, not one node"
+
+
+def test_the_first_plan_spreads_every_lm_that_can_spread(ctx: ClusterContext) -> None:
+    weights = plan_macro(ctx, {}, {}).weights()
+    for lm in ctx.lm_names:
+        assert len(weights[lm]) >= min(3, len(ctx.feasible_nodes(lm))), lm
 
 
 def _states(ctx: ClusterContext, backlog: int = 0, running: bool = True) -> dict[str, NodeState]:
