@@ -37,18 +37,21 @@ shown to the LLM):
    units on the node, each with the mode of its units there (`NodeRole.modes`,
    the rates the weights assume; the rule deployer starts LMs in it when its
    `follow_modes` parameter is on).
-4. The bottleneck guard, on a re-plan of an unchanged cluster (same workers
-   and LMs as the previous plan): the previous roles are re-expanded for
-   this epoch's demand (steps 2-3 with each LM held to its previous nodes).
-   The bottleneck is the LM with the highest relative load d_i / capacity_i
-   there. When the fresh plan gives it less capacity, the fresh plan is
-   taken only if its highest relative load is lower (the estimate that the
-   whole objective improves: the bottleneck sets both the fairness term and
-   the worst latency); otherwise the previous roles stay, with this epoch's
-   weights. Without it a traffic swing at an epoch boundary could hand a
-   bottleneck LM's vGPU to a lighter LM, and admission then refuses the
-   bottleneck's work. After churn (a node lost or back, an LM applied or
-   deleted) the fresh plan always applies.
+4. The bottleneck guard, on every re-plan (epoch boundary or churn): the
+   previous roles are re-expanded for this epoch's demand (steps 2-3 with
+   each LM held to its previous nodes among the workers still there; an LM
+   or a worker the previous plan did not cover -- applied, added or back up
+   since -- is open to every LM, so a new LM takes units anywhere and the
+   others rebalance around it). The bottleneck is the LM with the highest
+   relative load d_i / capacity_i there. When the fresh plan gives it less
+   capacity, the fresh plan is taken only if its highest relative load is
+   lower (the estimate that the whole objective improves: the bottleneck
+   sets both the fairness term and the worst latency); otherwise the
+   previous roles stay, with this epoch's weights. Without it a traffic
+   swing at an epoch boundary, or a node lost, could hand a bottleneck LM's
+   vGPU to a lighter LM, and admission then refuses the bottleneck's work.
+   When an LM has no node left among its previous roles the fresh plan
+   applies.
 
 GPU-only LMs therefore spread over GPU nodes in proportion to their load;
 text LMs take vGPUs where they are faster there, and the CPU node and the
