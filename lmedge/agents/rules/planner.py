@@ -5,16 +5,20 @@ shown to the LLM):
 
 1. Demand d_i: prompts of LM i since the last epoch began (`traffic`: the
    last epoch's, plus this epoch's so far on a re-plan mid-epoch). An LM the
-   previous plan did not cover (every LM at slot 0; an LMService applied
-   since) has no traffic to go by: its prior is its capacity C_i (the rate of
-   one typical instance, capacity.best_rate, summed over its feasible nodes)
-   times the mean relative load d_j / C_j of the LMs that have history (1
-   when none has): it is assumed as loaded as the average LM, never
-   planned from zero prompts. (Equal prompt shares were the prior before:
-   at slot 0 a chat LM a hundred times faster than an image LM was planned
-   for as many prompts, so it got one vGPU on one node for the whole first
-   epoch while it had a third of the traffic.) The demand is floored at 5 %
-   of the mean so no LM is starved of a role, times a
+   previous plan did not cover (an LMService applied since) has no traffic
+   to go by: its prior is its capacity C_i (one typical instance,
+   capacity.best_rate, summed over its feasible nodes) times the mean
+   relative load d_j / C_j of the LMs with history -- as loaded as the
+   average LM, not the floor of an LM with no prompts (gen-1018: a GPU-only
+   LM applied mid-run got one unit on a node without a free vGPU and served
+   nothing for 15 slots). With no traffic at all (the run's first plan)
+   every LM gets an equal share of prompts; that plan is a guess the loop
+   replaces after `FIRST_TRAFFIC_SLOTS` slots of traffic
+   (`Capabilities.reads_traffic`). (A capacity-proportional guess instead,
+   measured on the testbed and thirteen generated dev scenarios, was worse
+   on both: the pods started for it keep their GPUs while their queues
+   drain, so the first plan outlives its two slots.) The demand is floored
+   at 5 % of the mean so no LM is starved of a role, times a
    per-LM boost that adapts to last epoch's success ratios:
    boost_i <- clip(boost_i * ((mean rho + 0.05) / (rho_i + 0.05))^0.5, 0.5, 3).
    Under overload this moves capacity toward the LMs that failed more,
@@ -140,15 +144,15 @@ def demand(
     seen = [lm for lm in lms if lm in planned]
     raw = {lm: float(traffic.get(lm, 0)) for lm in seen}
     if sum(raw.values()) <= 0:
-        seen, raw = [], {}  # no traffic at all: every LM is planned from its prior
+        # no traffic at all (the run's first plan): equal prompt shares, a guess the
+        # loop replaces once traffic is seen (Capabilities.reads_traffic)
+        return {lm: boost.get(lm, 1.0) for lm in lms}
     cap = {lm: capacity(ctx, lm) for lm in lms}
     loads = [raw[lm] / cap[lm] for lm in seen if cap[lm] > 0]
-    k = sum(loads) / len(loads) if loads else 1.0
+    k = sum(loads) / len(loads) if loads else 0.0
     for lm in lms:
-        if lm not in raw:
+        if lm not in raw:  # applied since the previous plan: as loaded as the average LM
             raw[lm] = k * cap[lm]
-    if sum(raw.values()) <= 0:
-        raw = dict.fromkeys(lms, 1.0)
     mean = sum(raw.values()) / max(1, len(raw))
     return {lm: max(raw[lm], DEMAND_FLOOR * mean) * boost.get(lm, 1.0) for lm in lms}
 
