@@ -222,7 +222,7 @@ def epoch_lines(obs: PlanningObservation) -> list[str]:
     lines = []
     if obs.traffic:
         mix = ", ".join(f"{lm} {n}" for lm, n in sorted(obs.traffic.items()))
-        lines.append(f"Prompts per LM in the last epoch (and this one so far): {mix}.")
+        lines.append(f"Prompts per LM in the last epoch: {mix}.")
     if obs.baseline is not None:
         lines.append(describe_metrics(obs.baseline, "Under the random baseline policy"))
     if obs.last is not None:

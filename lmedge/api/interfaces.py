@@ -64,7 +64,8 @@ class Capabilities:
     - `reads_traffic` (planner): it plans from `PlanningObservation.traffic`,
       so a plan made with none (the run's first) is a guess: the loop re-plans
       once `FIRST_TRAFFIC_SLOTS` slots of traffic have been seen, instead of
-      running the guess for the whole first epoch.
+      running the guess for the whole first epoch, and its observations'
+      `traffic` adds this epoch's so far to the last epoch's.
     """
 
     routes_request_classes: bool = False

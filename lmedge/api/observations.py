@@ -286,8 +286,8 @@ class PlanningObservation(WireModel):
     memory: list[MemoryCase] = Field(default_factory=list)
     traffic: dict[str, int] = Field(
         default_factory=dict,
-        description="Prompts per LM in the last epoch and, on a re-plan mid-epoch, this one"
-        " so far.",
+        description="Prompts per LM in the last epoch and, for a planner that reads traffic"
+        " (Capabilities.reads_traffic), this one so far.",
     )
 
 

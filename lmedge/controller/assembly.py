@@ -82,7 +82,14 @@ class PolicyChoice:
         deployer = self.deployer or base.deployer
         if (planner, router, deployer) != (base.planner, base.router, base.deployer):
             name = f"{name}[{planner}/{router}/{deployer}]"
-        return Profile(name, planner, router, deployer, base.summary)
+        chosen = {"planner": planner, "router": router, "deployer": deployer}
+        # the profile's parameters go only to its own plugins, under the choice's
+        params = {
+            t: {**p, **self.params.get(t, {})}
+            for t, p in base.params.items()
+            if chosen[t] == getattr(base, t)
+        }
+        return Profile(name, planner, router, deployer, base.summary, params)
 
 
 @dataclass
@@ -110,7 +117,8 @@ def build_plugins(
     p = choice.resolve()
 
     def bc(kind: str, role: str, router: Router | None = None) -> BuildContext:
-        return BuildContext(ctx, derive_seed(seed, role), choice.params.get(kind, {}), router)
+        params = {**p.params.get(kind, {}), **choice.params.get(kind, {})}
+        return BuildContext(ctx, derive_seed(seed, role), params, router)
 
     if not deployers_in_process:
         check_split(p)

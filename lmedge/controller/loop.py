@@ -36,8 +36,9 @@ a changed context replaces `ctx` from this slot on, and a change that can
 invalidate the macro policy (`ContextUpdate.needs_replan`) re-plans at once,
 the planner's decision audited with the changes as its `trigger`. A planner
 that reads traffic (`Capabilities.reads_traffic`) and made its plan without
-any (the first) is asked again once `FIRST_TRAFFIC_SLOTS` slots have traffic;
-every plan sees the last epoch's traffic plus this epoch's so far.
+any (the first) is asked again once `FIRST_TRAFFIC_SLOTS` slots have traffic,
+and its plans see the last epoch's traffic plus this epoch's so far (every
+other planner sees the last epoch's).
 
 A run that lasts weeks (the controller on a cluster) must not grow:
 `keep_history=False` keeps no per-request or per-slot history in the
@@ -473,7 +474,9 @@ class ControlLoop:
 
     def _planning_observation(self, epoch: int) -> PlanningObservation:
         """What the planner sees, taken in the loop (so a planner thread reads no loop state)."""
-        traffic = Counter(self._last_traffic) + Counter(self._epoch_traffic)
+        traffic = Counter(self._last_traffic)
+        if self._reads_traffic:
+            traffic += Counter(self._epoch_traffic)
         self._planned_blind = self._reads_traffic and not traffic
         return PlanningObservation(
             epoch=epoch,
@@ -482,8 +485,8 @@ class ControlLoop:
             last=self._last_metrics,
             previous=self._macro,
             memory=memory_cases(self._memory),
-            # the last epoch's and this one's so far: a re-plan mid-epoch (churn, an
-            # LMService applied) plans for the newest traffic, not none in epoch 0
+            # for a planner that reads traffic, the last epoch's and this one's so far: a
+            # re-plan mid-epoch (churn, an LMService applied) plans for the newest traffic
             traffic=dict(sorted(traffic.items())),
         )
 

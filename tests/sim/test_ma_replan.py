@@ -62,5 +62,7 @@ def test_the_first_plan_is_remade_once_traffic_is_seen() -> None:
     assert plans[1][0] == FIRST_TRAFFIC_SLOTS
     assert (plans[1][1] or "").startswith("first traffic")
     assert len(plans) == 2
-    # A planner that does not read traffic is not asked again.
+    # A planner that does not read traffic is not asked again: a static one, and the
+    # agentic one without `follow_traffic` (mal's profile leaves it off).
     assert _planner_triggers("rr") == [(0, None)]
+    assert _planner_triggers("mal") == [(0, None)]

@@ -105,9 +105,11 @@ class _NodeBudget:
 
 @dataclass
 class RulePlannerState:
-    """What the rule planner carries between epochs: the per-LM boost."""
+    """What the rule planner carries between epochs: the per-LM boost; and whether it
+    follows the traffic (`follow_traffic`, the planner parameter: steps 1 and 4)."""
 
     boost: dict[str, float] = field(default_factory=dict)
+    follow_traffic: bool = False
 
 
 def update_boost(state: RulePlannerState, last: EpochMetrics | None) -> None:
@@ -162,11 +164,17 @@ def plan_macro(
     traffic: dict[str, int],
     boost: dict[str, float],
     previous: MacroPolicy | None = None,
+    *,
+    follow_traffic: bool = False,
 ) -> MacroPolicy:
-    """The water-filling macro policy for `ctx`, guarded for the bottleneck (module docstring)."""
-    d = demand(ctx, traffic, boost, previous)
+    """The water-filling macro policy for `ctx`, guarded for the bottleneck (module docstring).
+
+    `follow_traffic` off (the default): every LM's demand is its traffic (no prior for
+    an LM applied since `previous`), and the guard runs only on an unchanged cluster.
+    """
+    d = demand(ctx, traffic, boost, previous if follow_traffic else None)
     fresh, cap = _water_fill(ctx, d, previous, None)
-    if previous is None:
+    if previous is None or not (follow_traffic or _same_cluster(ctx, previous)):
         return fresh
     kept, cap_kept = _water_fill(ctx, d, previous, _kept_roles(ctx, previous))
     if not all(cap_kept[lm] > 0 for lm in d):
@@ -183,6 +191,13 @@ def plan_macro(
             f" capacity from the bottleneck {bottleneck} without lowering the highest load"
         }
     )
+
+
+def _same_cluster(ctx: ClusterContext, previous: MacroPolicy) -> bool:
+    """Whether `previous` was planned for the workers and LMs `ctx` has (no churn since)."""
+    return {r.lm for r in previous.routing} == set(ctx.lm_names) and {
+        r.node for r in previous.roles
+    } == {n.name for n in ctx.workers}
 
 
 def _kept_roles(ctx: ClusterContext, previous: MacroPolicy) -> dict[str, list[str]]:
@@ -430,4 +445,6 @@ def _take(ctx: ClusterContext, lm: str, b: _NodeBudget, kind: str) -> None:
 def rule_macro_policy(obs: PlanningObservation, state: RulePlannerState) -> MacroPolicy:
     """Update the boost from last epoch and plan (the rule planner's whole step)."""
     update_boost(state, obs.last)
-    return plan_macro(obs.context, obs.traffic, state.boost, obs.previous)
+    return plan_macro(
+        obs.context, obs.traffic, state.boost, obs.previous, follow_traffic=state.follow_traffic
+    )

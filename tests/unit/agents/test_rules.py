@@ -128,7 +128,9 @@ def test_replan_keeps_the_bottleneck_capacity_unless_the_highest_load_drops(
     down = ClusterContext.model_validate(
         ctx.model_dump() | {"nodes": [n.model_dump() for n in ctx.nodes if n.name != "worker-001"]}
     )
-    after_loss = plan_macro(down, traffic, boost, previous)
+    # Without `follow_traffic` (mal's planner) churn lifts the guard: the fresh plan.
+    assert "previous roles kept" not in plan_macro(down, traffic, boost, previous).rationale
+    after_loss = plan_macro(down, traffic, boost, previous, follow_traffic=True)
     assert check_macro_policy(after_loss, down) == []
     assert "previous roles kept" in after_loss.rationale
     kept = after_loss.role_map()
@@ -150,9 +152,11 @@ def test_an_lm_without_history_is_planned_from_its_capacity(large: Scenario) -> 
     assert d["lm3"] == pytest.approx(mean * capacity(ctx, "lm3"))
     # Known to the previous plan and without prompts: the floor, not the prior.
     assert demand(ctx, traffic, {}, previous)["lm3"] < d["lm3"] / 10
-    policy = plan_macro(ctx, traffic, {}, older)
+    policy = plan_macro(ctx, traffic, {}, older, follow_traffic=True)
     assert check_macro_policy(policy, ctx) == []
     assert len(policy.weights()["lm3"]) > 1, "a new LM spreads, not one node"
+    # Without `follow_traffic` the new LM plans from its traffic (none): the floor.
+    assert len(plan_macro(ctx, traffic, {}, older).weights()["lm3"]) <= len(policy.weights()["lm3"])
 
 
 def _states(ctx: ClusterContext, backlog: int = 0, running: bool = True) -> dict[str, NodeState]:
