@@ -69,7 +69,7 @@ class AgenticDeployer:
         return cls(core, ctx.loop.lam, follow_modes=p.follow_modes)
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
-        reference = rule_placement(obs, follow_modes=self.follow_modes)
+        reference = rule_placement(obs, follow_modes=self.follow_modes, lam=self.lam)
         return self.core.decide(
             model=Placement,
             schema_name="placement",

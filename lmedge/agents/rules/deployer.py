@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from lmedge.agents.rules.capacity import GPU_POD_CORES, cpu_rate, gpu_rate, planned_mode
+from lmedge.agents.scoring import placement_objective
 from lmedge.api import (
     EdgeNodeSpec,
     InstanceState,
@@ -71,6 +72,16 @@ from lmedge.api import (
 )
 from lmedge.api.base import built
 from lmedge.api.constants import COLD_START_S
+from lmedge.metrics import LAMBDA
+
+#: A re-fit that only moves pods (nothing more starts) must be estimated better
+#: than keeping them by this much J: restarts cost more than the one-slot
+#: estimate sees (a pod's queue waits, and its traffic keeps coming).
+REFIT_MARGIN = 0.005
+#: Fewest cores a GPU pod is started with when the node's cores run short: its
+#: host side (tokenizer, launch) uses about one core (the emulator's
+#: `gpuHostCores`); below `GPU_POD_CORES` it is no slower (the GPU serves).
+GPU_POD_MIN_CORES = 1.0
 
 
 @dataclass
@@ -102,12 +113,15 @@ def _work(s: ServiceInfo, backlog: int) -> float:
     return backlog * s.spec.profile.gpu_seconds_per_prompt
 
 
-def rule_placement(obs: NodeObservation, *, follow_modes: bool = False) -> Placement:
+def rule_placement(
+    obs: NodeObservation, *, follow_modes: bool = False, lam: float = LAMBDA
+) -> Placement:
     """The rule's placement for the node in `obs` (see the module docstring).
 
     `follow_modes`: start LMs in the plan's modes (`obs.modes`, step 4) and
     re-fit for an idle role LM the plan sized (step 2); off, the plan's modes
     are not read (the default: measured, it does not help overall, README).
+    `lam`: the run's objective weight, for the estimate that decides a re-fit (step 3).
     """
     planned = obs.modes if follow_modes else {}
     node, spec, state = obs.node, obs.node.spec, obs.state
@@ -148,6 +162,20 @@ def rule_placement(obs: NodeObservation, *, follow_modes: bool = False) -> Place
         shrunk = _fit(obs, planned, wanted, running, backlog, shrink=True)
         if _claim(shrunk, queued, sized) > _claim(chosen, queued, sized):
             chosen = shrunk
+    elif _slowed(obs, chosen, running, backlog):
+        # Everything wanted runs, but a text LM with queued work is on cores while
+        # its vGPU-faster mode is held by a pod that needs it less (it started
+        # there when no vGPU was free, or before its queue grew). The re-fit gives
+        # the vGPUs out again in priority order (queued work first); it runs when
+        # the estimate of the node's queues (scoring.placement_objective: each
+        # restarted pod pays a cold start) says it beats keeping the pods as they are.
+        shrunk = _fit(obs, planned, wanted, running, backlog, shrink=True)
+        if _claim(shrunk, queued, sized) >= _claim(chosen, queued, sized) and (
+            placement_objective(obs, _placement(node.name, list(shrunk.values())), lam)
+            < placement_objective(obs, _placement(node.name, list(chosen.values())), lam)
+            - REFIT_MARGIN
+        ):
+            chosen = shrunk
     return _placement(node.name, [chosen.get(s.name) or _off(s.name) for s in obs.services])
 
 
@@ -157,6 +185,29 @@ def _claim(
     """What a fit serves: which of `queued` (in priority order, compared
     lexicographically), then how many of the idle planned `sized` LMs."""
     return tuple(int(lm in chosen) for lm in queued), sum(lm in chosen for lm in sized)
+
+
+def _slowed(
+    obs: NodeObservation,
+    chosen: dict[str, LMPlacement],
+    running: dict[str, InstanceState],
+    backlog: dict[str, int],
+) -> bool:
+    """Whether a running text LM with queued work is kept on cores where a vGPU
+    serves it faster, beside a pod of another LM on a vGPU (step 3's re-fit)."""
+    spec = obs.node.spec
+    if spec.total_vgpus == 0:
+        return False
+    services = {s.name: s.spec for s in obs.services}
+    on_gpu = [lm for lm, p in chosen.items() if p.mode == "gpu"]
+    return any(
+        p.mode == "cpu"
+        and lm in running
+        and backlog[lm] > 0
+        and planned_mode(services[lm], spec) == "gpu"
+        and any(x != lm for x in on_gpu)
+        for lm, p in chosen.items()
+    )
 
 
 def _fit(
@@ -224,8 +275,19 @@ def _fit(
                 # Not a whole core left: a free vGPU rather than off.
                 mode = "gpu" if gpu_free else ""
         if mode == "gpu":
-            cores = min(GPU_POD_CORES, free.cores)
-            if cores <= 0:
+            # GPU pods share the cores when there are fewer than GPU_POD_CORES for
+            # each one that can still start: a vGPU left idle for lack of a host
+            # core would hold capacity back (and strand the LM's queue).
+            gpu_waiting = min(
+                free.vgpus,
+                1 + sum(1 for x in starting[k + 1 :] if mode_of[x] == "gpu"),
+            )
+            cores = max(
+                min(GPU_POD_CORES, free.cores / gpu_waiting),
+                min(GPU_POD_MIN_CORES, free.cores),
+            )
+            cores = float(int(cores * 1000)) / 1000  # whole millicores
+            if cores <= 0 or cores < s.min_cpu_cores:
                 continue
             placed = _lmp(lm, "gpu", cores, 1)
         elif mode == "cpu":
