@@ -22,14 +22,27 @@ On one node, every slot:
    idle role LMs the plan sized a unit for (a pod in a mode the plan did
    not size, e.g. a text LM on the vGPU the plan gave a GPU-only LM, would
    otherwise keep that LM off the whole epoch: the router sends work only
-   at a cold start's extra cost where an LM does not run).
+   at a cold start's extra cost where an LM does not run). And when every
+   wanted LM runs but a text LM with queued work sits on cores where a vGPU
+   serves it faster while another pod holds the vGPUs (it started there when
+   none was free, or before its queue grew; step 5 only uses vGPUs that are
+   free): the same re-fit, kept when the scoring guard's estimate of the
+   node's queues (scoring.placement_objective: every restarted pod pays a
+   cold start, a pod on cores serves at its Amdahl rate) is lower than
+   keeping the pods by `REFIT_MARGIN`. This is the Lyapunov deployer's idea
+   (score the placements, take the best) applied only where the rule's own
+   order cannot move a pod, so the rule's guarantees (every queue served,
+   no vGPU idle) stay as they are.
 4. Each LM that is not running starts in its planned mode:
    capacity.planned_mode (GPU where the node has one, except a text LM
    whose CPU time is within `CPU_PREFERENCE` of its GPU time), or, with
    `follow_modes`, the macro policy's (`obs.modes`, the mode the planner
    sized its routing weight for) when that mode is open on the node. GPU
-   pods first, on one vGPU and `GPU_POD_CORES` cores; then CPU pods,
-   sharing the cores that remain equally. A planned mode is a preference,
+   pods first, on one vGPU and `GPU_POD_CORES` cores (fewer, down to
+   `GPU_POD_MIN_CORES`, shared equally when the node has fewer cores than
+   that for every GPU pod that can start: a vGPU left idle for want of a
+   host core holds capacity back); then CPU pods, sharing the cores that
+   remain equally. A planned mode is a preference,
    not a constraint: a GPU-planned text LM without a free vGPU runs on CPU
    instead; a CPU-planned text LM that is faster on a vGPU takes one that
    no GPU-planned LM took (it would idle), or one when no whole core is
