@@ -173,6 +173,16 @@ class PodAges:
         )
 
 
+def gpu_pod_cores(free_cores: float, pods: int) -> float:
+    """Cores for each of `pods` GPU pods starting on a node with `free_cores`:
+    `GPU_POD_CORES`, or fewer, shared equally, when that many are not free
+    (whole millicores), but at least `GPU_POD_MIN_CORES` while that many are.
+    Also how the LLM deployer's compact reply is sized (rendering.parse_placement)."""
+    share = free_cores / max(pods, 1)
+    cores = max(min(GPU_POD_CORES, share), min(GPU_POD_MIN_CORES, free_cores))
+    return float(int(cores * 1000)) / 1000
+
+
 def _work(s: ServiceInfo, backlog: int) -> float:
     return backlog * s.spec.profile.gpu_seconds_per_prompt
 
@@ -356,11 +366,7 @@ def _fit(
                 free.vgpus,
                 1 + sum(1 for x in starting[k + 1 :] if mode_of[x] == "gpu"),
             )
-            cores = max(
-                min(GPU_POD_CORES, free.cores / gpu_waiting),
-                min(GPU_POD_MIN_CORES, free.cores),
-            )
-            cores = float(int(cores * 1000)) / 1000  # whole millicores
+            cores = gpu_pod_cores(free.cores, gpu_waiting)
             if cores <= 0 or cores < s.min_cpu_cores:
                 continue
             placed = _lmp(lm, "gpu", cores, 1)
