@@ -83,11 +83,17 @@ class PolicyChoice:
         if (planner, router, deployer) != (base.planner, base.router, base.deployer):
             name = f"{name}[{planner}/{router}/{deployer}]"
         chosen = {"planner": planner, "router": router, "deployer": deployer}
-        # the profile's parameters go only to its own plugins, under the choice's
+        # each tier's plugin parameters: the profile's, for its own plugin only,
+        # under the choice's (a run's --<tier>-param wins)
         params = {
-            t: {**p, **self.params.get(t, {})}
-            for t, p in base.params.items()
-            if chosen[t] == getattr(base, t)
+            t: merged
+            for t, plugin in chosen.items()
+            if (
+                merged := {
+                    **(base.params.get(t, {}) if plugin == getattr(base, t) else {}),
+                    **self.params.get(t, {}),
+                }
+            )
         }
         return Profile(name, planner, router, deployer, base.summary, params)
 
@@ -117,8 +123,7 @@ def build_plugins(
     p = choice.resolve()
 
     def bc(kind: str, role: str, router: Router | None = None) -> BuildContext:
-        params = {**p.params.get(kind, {}), **choice.params.get(kind, {})}
-        return BuildContext(ctx, derive_seed(seed, role), params, router)
+        return BuildContext(ctx, derive_seed(seed, role), p.params.get(kind, {}), router)
 
     if not deployers_in_process:
         check_split(p)
@@ -164,7 +169,7 @@ def build_node_deployer(
     check_split(p)
     return build_deployer(
         p.deployer,
-        BuildContext(ctx, derive_seed(seed, f"deployer:{node}"), choice.params.get("deployer", {})),
+        BuildContext(ctx, derive_seed(seed, f"deployer:{node}"), p.params.get("deployer", {})),
     )
 
 
@@ -184,12 +189,11 @@ def build_gateway_router(config: PolicyConfig, ctx: ClusterContext, node: str) -
     not route requests.
     """
     choice = PolicyChoice.of(config)
-    name = choice.resolve().router
+    p = choice.resolve()
+    name = p.router
     router = build_router(
         name,
-        BuildContext(
-            ctx, derive_seed(config.seed, f"router:{node}"), choice.params.get("router", {})
-        ),
+        BuildContext(ctx, derive_seed(config.seed, f"router:{node}"), p.params.get("router", {})),
     )
     if not (capabilities_of(router).routes_requests and isinstance(router, RequestRouter)):
         raise ConfigError(f"router {name} does not route requests one by one")

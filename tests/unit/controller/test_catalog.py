@@ -162,4 +162,5 @@ def test_a_profile_gives_its_own_plugins_its_parameters(ctx: ClusterContext) -> 
     assert reads(PolicyChoice("mal", params={"planner": {"follow_traffic": True}}))
     # A tier overridden with another plugin does not get the profile's parameters.
     assert PolicyChoice("ma", planner="static").resolve().params == {}
+    assert PolicyChoice("rr", params={"router": {"x": 1}}).resolve().params == {"router": {"x": 1}}
     assert PolicyChoice("ma").resolve().params == {"planner": {"follow_traffic": True}}
