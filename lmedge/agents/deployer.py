@@ -9,8 +9,10 @@ nearest feasible placement (paper §V-D2) is only the last resort, when the
 rule fails too: on a cold start it keeps the node empty. A valid LLM
 placement runs only if the scoring guard (scoring.py) estimates it no worse
 than the rule's by more than the margin.
-The object is stateless between calls, so the controller may call it for
-several nodes at once from different threads.
+Its only state between calls is the rule's `PodAges` (per node, when each
+pod was seen to start: step 3's hold against swapping pods back and forth);
+each node's entry is its own, so the controller may call it for several
+nodes at once from different threads.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from lmedge.agents.core import AgentCore
 from lmedge.agents.params import DeployerParams
 from lmedge.agents.rendering import placement_format, render_node
-from lmedge.agents.rules.deployer import rule_placement
+from lmedge.agents.rules.deployer import PodAges, rule_placement
 from lmedge.agents.scoring import placement_objective
 from lmedge.api import (
     Capabilities,
@@ -57,6 +59,8 @@ class AgenticDeployer:
         self.follow_modes = follow_modes
         #: The run's objective weight, for the scoring guard's estimate.
         self.lam = lam
+        #: When each node's pods were seen to start (the rule's re-fit hold).
+        self.ages = PodAges()
         #: With an endpoint each call waits on HTTP: the loop then runs the nodes'
         #: deployers concurrently, as the paper's per-node agents are.
         self.capabilities = Capabilities(io_bound=core.uses_llm)
@@ -69,7 +73,9 @@ class AgenticDeployer:
         return cls(core, ctx.loop.lam, follow_modes=p.follow_modes)
 
     def place(self, obs: NodeObservation) -> Decision[Placement]:
-        reference = rule_placement(obs, follow_modes=self.follow_modes)
+        reference = rule_placement(
+            obs, follow_modes=self.follow_modes, lam=self.lam, young=self.ages.young(obs)
+        )
         return self.core.decide(
             model=Placement,
             schema_name="placement",

@@ -191,7 +191,7 @@ def expand_demand(data: Any, obs: PlanningObservation, state: RulePlannerState) 
     if problems:
         raise ValueError("; ".join(problems))
     boost = {lm: state.boost.get(lm, 1.0) * float(demand[lm]) for lm in lms}
-    policy = plan_macro(ctx, obs.traffic, boost, obs.previous)
+    policy = plan_macro(ctx, obs.traffic, boost, obs.previous, follow_traffic=state.follow_traffic)
     changed = {lm: demand[lm] for lm in lms if demand[lm] != 1}
     why = ", ".join(f"{lm} x{f:g}" for lm, f in changed.items()) or "the reference plan"
     return policy.model_copy(update={"rationale": f"demand factors: {why}"})

@@ -1,7 +1,8 @@
 """The agentic plugins' parameters, typed like every other plugin's.
 
 Each agentic plugin takes its own parameters (router: `admit_fraction`,
-`prompt_form`; planner: `prompt_form`; deployer: `follow_modes`) and the LLM settings
+`prompt_form`; planner: `prompt_form`,
+`follow_traffic`; deployer: `follow_modes`) and the LLM settings
 of settings.py as `llm_<field>` or `llm_<agent>_<field>` keys. The LLM keys
 are generated from `LLMSettings`, with its types and bounds, so a setting
 has one schema whether it comes from a parameter or the environment, and a
@@ -97,6 +98,13 @@ class PlannerParams(AgentParams):
     prompt_form: PromptFormParam = Field(
         default="auto",
         description="flat: per-node weights and roles; hierarchical: a demand factor per LM.",
+    )
+    follow_traffic: bool = Field(
+        default=False,
+        description="Plan from the newest traffic: re-plan once the first traffic is seen, show"
+        " a re-plan this epoch's traffic so far, give an LM applied since the last plan the"
+        " average relative load, and guard the bottleneck on churn too (rules/planner.py);"
+        " on in the ma profile only.",
     )
 
 

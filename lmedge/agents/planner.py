@@ -46,12 +46,19 @@ class AgenticPlanner:
 
     name = "agentic"
 
-    def __init__(self, core: AgentCore, seed: int = 0, prompt_form: PromptForm = "auto") -> None:
+    def __init__(
+        self,
+        core: AgentCore,
+        seed: int = 0,
+        prompt_form: PromptForm = "auto",
+        *,
+        follow_traffic: bool = False,
+    ) -> None:
         self.core = core
         # only the LLM's prompt shows the random baseline; the rule ignores it
-        self.capabilities = Capabilities(reads_baseline=core.uses_llm)
+        self.capabilities = Capabilities(reads_baseline=core.uses_llm, reads_traffic=follow_traffic)
         self.prompt_form = prompt_form
-        self._state = RulePlannerState()
+        self._state = RulePlannerState(follow_traffic=follow_traffic)
         self._rng = random.Random(seed)
 
     @classmethod
@@ -59,7 +66,7 @@ class AgenticPlanner:
         """Parameters: `PlannerParams` (params.py); a bad one is a `ConfigError` naming it."""
         p = parse_params(PlannerParams, params, f"planner {cls.name}")
         core = AgentCore.from_params("planner", p, ctx.loop.slot_s, cls.name)
-        return cls(core, seed, p.prompt_form)
+        return cls(core, seed, p.prompt_form, follow_traffic=p.follow_traffic)
 
     def plan(self, obs: PlanningObservation) -> Decision[MacroPolicy]:
         ctx = obs.context

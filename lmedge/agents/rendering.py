@@ -23,7 +23,7 @@ from typing import Any
 
 from lmedge.agents.llm import ReplyFormat
 from lmedge.agents.memory import SelectedCase
-from lmedge.agents.rules.capacity import GPU_POD_CORES
+from lmedge.agents.rules.deployer import gpu_pod_cores
 from lmedge.agents.rules.scheduler import ADMIT_FRACTION, Candidate, admission_horizon_s
 from lmedge.api import (
     Arrival,
@@ -449,8 +449,10 @@ def parse_placement(data: Any, obs: NodeObservation) -> Placement:
 
     The model chooses what runs and how (mode, vGPUs); the arithmetic is
     deterministic: a running pod that keeps its mode (and vGPUs) keeps its
-    cores (a resize restarts it); a new GPU pod gets `GPU_POD_CORES`; new CPU
-    pods share the cores left equally (whole cores, at least one). vGPUs
+    cores (a resize restarts it); a new GPU pod gets `GPU_POD_CORES` (fewer,
+    at least `GPU_POD_MIN_CORES`, shared equally when the cores left are short:
+    the rule's `gpu_pod_cores`); new CPU pods share the cores left after those
+    equally (whole cores, at least one). vGPUs
     count only in gpu mode (0 otherwise, at least 1 there). `check_placement`
     then judges the sums (memory, vRAM, cores, vGPUs) as for any placement.
     """
@@ -486,8 +488,10 @@ def parse_placement(data: Any, obs: NodeObservation) -> Placement:
             cores[lm] = 0.0
         elif inst is not None and inst.mode == mode and (mode == "cpu" or inst.vgpus == vgpus):
             cores[lm] = inst.cpu_cores
-        elif mode == "gpu":
-            cores[lm] = GPU_POD_CORES
+    new_gpu = [lm for lm, (mode, _) in choice.items() if mode == "gpu" and lm not in cores]
+    if new_gpu:
+        each = gpu_pod_cores(spec.cpu_cores - sum(cores.values()), len(new_gpu))
+        cores.update(dict.fromkeys(new_gpu, each))
     new_cpu = [lm for lm, (mode, _) in choice.items() if mode == "cpu" and lm not in cores]
     if new_cpu:
         left = spec.cpu_cores - sum(cores.values())

@@ -61,6 +61,11 @@ class Capabilities:
       LLM's prompt does), so a run on the emulator measures the random
       baseline first (an epoch of loop slots); for any other planner it would
       be work whose result nobody reads, and is skipped.
+    - `reads_traffic` (planner): it plans from `PlanningObservation.traffic`,
+      so a plan made with none (the run's first) is a guess: the loop re-plans
+      once `FIRST_TRAFFIC_SLOTS` slots of traffic have been seen, instead of
+      running the guess for the whole first epoch, and its observations'
+      `traffic` adds this epoch's so far to the last epoch's.
     """
 
     routes_request_classes: bool = False
@@ -71,6 +76,7 @@ class Capabilities:
     io_bound: bool = False
     joint_router: str | None = None
     reads_baseline: bool = False
+    reads_traffic: bool = False
 
 
 #: What a plugin that declares nothing can do: the defaults above.

@@ -284,7 +284,11 @@ class PlanningObservation(WireModel):
     last: EpochMetrics | None = None
     previous: MacroPolicy | None = None
     memory: list[MemoryCase] = Field(default_factory=list)
-    traffic: dict[str, int] = Field(default_factory=dict, description="Prompts per LM last epoch.")
+    traffic: dict[str, int] = Field(
+        default_factory=dict,
+        description="Prompts per LM in the last epoch and, for a planner that reads traffic"
+        " (Capabilities.reads_traffic), this one so far.",
+    )
 
 
 class SlotObservation(WireModel):

@@ -82,7 +82,20 @@ class PolicyChoice:
         deployer = self.deployer or base.deployer
         if (planner, router, deployer) != (base.planner, base.router, base.deployer):
             name = f"{name}[{planner}/{router}/{deployer}]"
-        return Profile(name, planner, router, deployer, base.summary)
+        chosen = {"planner": planner, "router": router, "deployer": deployer}
+        # each tier's plugin parameters: the profile's, for its own plugin only,
+        # under the choice's (a run's --<tier>-param wins)
+        params = {
+            t: merged
+            for t, plugin in chosen.items()
+            if (
+                merged := {
+                    **(base.params.get(t, {}) if plugin == getattr(base, t) else {}),
+                    **self.params.get(t, {}),
+                }
+            )
+        }
+        return Profile(name, planner, router, deployer, base.summary, params)
 
 
 @dataclass
@@ -110,7 +123,7 @@ def build_plugins(
     p = choice.resolve()
 
     def bc(kind: str, role: str, router: Router | None = None) -> BuildContext:
-        return BuildContext(ctx, derive_seed(seed, role), choice.params.get(kind, {}), router)
+        return BuildContext(ctx, derive_seed(seed, role), p.params.get(kind, {}), router)
 
     if not deployers_in_process:
         check_split(p)
@@ -156,7 +169,7 @@ def build_node_deployer(
     check_split(p)
     return build_deployer(
         p.deployer,
-        BuildContext(ctx, derive_seed(seed, f"deployer:{node}"), choice.params.get("deployer", {})),
+        BuildContext(ctx, derive_seed(seed, f"deployer:{node}"), p.params.get("deployer", {})),
     )
 
 
@@ -176,12 +189,11 @@ def build_gateway_router(config: PolicyConfig, ctx: ClusterContext, node: str) -
     not route requests.
     """
     choice = PolicyChoice.of(config)
-    name = choice.resolve().router
+    p = choice.resolve()
+    name = p.router
     router = build_router(
         name,
-        BuildContext(
-            ctx, derive_seed(config.seed, f"router:{node}"), choice.params.get("router", {})
-        ),
+        BuildContext(ctx, derive_seed(config.seed, f"router:{node}"), p.params.get("router", {})),
     )
     if not (capabilities_of(router).routes_requests and isinstance(router, RequestRouter)):
         raise ConfigError(f"router {name} does not route requests one by one")

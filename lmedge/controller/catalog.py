@@ -75,13 +75,16 @@ class PluginEntry(Generic[P]):
 
 @dataclass(frozen=True)
 class Profile:
-    """A named combination of planner + router + deployer."""
+    """A named combination of planner + router + deployer, with the parameters the
+    profile gives its own plugins (tier -> name -> value; a run's `--<tier>-param`
+    wins, and a tier overridden with another plugin does not get them)."""
 
     name: str
     planner: str
     router: str
     deployer: str
     summary: str
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

@@ -34,7 +34,11 @@ same one the node agents use for their deployers.
 Before all of it the loop follows the cluster (`ClusterBackend.refresh`):
 a changed context replaces `ctx` from this slot on, and a change that can
 invalidate the macro policy (`ContextUpdate.needs_replan`) re-plans at once,
-the planner's decision audited with the changes as its `trigger`.
+the planner's decision audited with the changes as its `trigger`. A planner
+that reads traffic (`Capabilities.reads_traffic`) and made its plan without
+any (the first) is asked again once `FIRST_TRAFFIC_SLOTS` slots have traffic,
+and its plans see the last epoch's traffic plus this epoch's so far (every
+other planner sees the last epoch's).
 
 A run that lasts weeks (the controller on a cluster) must not grow:
 `keep_history=False` keeps no per-request or per-slot history in the
@@ -77,6 +81,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -129,6 +134,11 @@ MAX_DEPLOYER_THREADS = 16
 #: Epoch metrics a run without history keeps (the newest): 2,000 epochs are
 #: 35 days of 25-minute epochs; the store has all of them.
 MAX_EPOCHS_KEPT = 2000
+#: Slots with arrivals after which a plan made without traffic (the run's first,
+#: for a planner that `reads_traffic`) is re-made from what arrived. Two 30-s slots
+#: show every LM with more than a few prompts a slot; the first epoch otherwise
+#: runs the planner's prior for its 50 slots.
+FIRST_TRAFFIC_SLOTS = 2
 
 
 @runtime_checkable
@@ -260,6 +270,11 @@ class ControlLoop:
         self._epoch_off_role = 0
         self._consumers: dict[type, bool] = {}  # deployer class -> is a FeedbackConsumer
         self._last_traffic: dict[str, int] = {}
+        # the plan in force was made without traffic, and the planner reads it:
+        # re-plan after FIRST_TRAFFIC_SLOTS slots with arrivals (Capabilities.reads_traffic)
+        self._reads_traffic = capabilities_of(plugins.planner).reads_traffic
+        self._planned_blind = False
+        self._traffic_slots = 0
         self._last_metrics: EpochMetrics | None = None
         self._keep_history = keep_history
         self._keep_decisions = keep_decisions and keep_history
@@ -379,6 +394,8 @@ class ControlLoop:
         arrivals = self.backend.arrivals(slot)
         decisions: list[Decision[Any]] = []
         trigger = replan_reason(update) if update.needs_replan else None
+        if trigger is None and self._planned_blind and self._traffic_slots >= FIRST_TRAFFIC_SLOTS:
+            trigger = f"first traffic: {self._traffic_slots} slots seen"
         if slot % ctx.loop.epoch_slots == 0 or trigger is not None:
             if self._planning is None:
                 d_plan = self._plan(self._planning_observation(epoch), slot, trigger)
@@ -415,6 +432,7 @@ class ControlLoop:
                 self.result.placements.append(d.value)
                 self.result.placement_slots.append(slot)
                 self.result.actuations.append(actuation)
+        self._traffic_slots += any(a.prompts > 0 for a in arrivals)
         for a in arrivals:
             # planners plan LMs: a request class counts as its first model's traffic
             lm = a.lm if self.ctx.has_service(a.lm) else self.ctx.default_model(a.lm) or a.lm
@@ -456,6 +474,10 @@ class ControlLoop:
 
     def _planning_observation(self, epoch: int) -> PlanningObservation:
         """What the planner sees, taken in the loop (so a planner thread reads no loop state)."""
+        traffic = Counter(self._last_traffic)
+        if self._reads_traffic:
+            traffic += Counter(self._epoch_traffic)
+        self._planned_blind = self._reads_traffic and not traffic
         return PlanningObservation(
             epoch=epoch,
             context=self.ctx,
@@ -463,7 +485,9 @@ class ControlLoop:
             last=self._last_metrics,
             previous=self._macro,
             memory=memory_cases(self._memory),
-            traffic=dict(sorted(self._last_traffic.items())),
+            # for a planner that reads traffic, the last epoch's and this one's so far: a
+            # re-plan mid-epoch (churn, an LMService applied) plans for the newest traffic
+            traffic=dict(sorted(traffic.items())),
         )
 
     def _plan(
@@ -651,6 +675,7 @@ class ControlLoop:
         self._last_metrics = metrics
         self._last_traffic = self._epoch_traffic
         self._epoch_traffic = {}
+        self._traffic_slots = 0
         self._epoch_tally = _epoch_tally(ctx)
 
 

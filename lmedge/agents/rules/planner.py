@@ -3,8 +3,22 @@
 The rule (deterministic, used without an LLM endpoint and as the reference
 shown to the LLM):
 
-1. Demand d_i: prompts of LM i last epoch (equal shares before the first
-   epoch), floored at 5 % of the mean so no LM is starved of a role, times a
+1. Demand d_i: prompts of LM i since the last epoch began (`traffic`: the
+   last epoch's, plus this epoch's so far on a re-plan mid-epoch). An LM the
+   previous plan did not cover (an LMService applied since) has no traffic
+   to go by: its prior is its capacity C_i (one typical instance,
+   capacity.best_rate, summed over its feasible nodes) times the mean
+   relative load d_j / C_j of the LMs with history -- as loaded as the
+   average LM, not the floor of an LM with no prompts (gen-1018: a GPU-only
+   LM applied mid-run got one unit on a node without a free vGPU and served
+   nothing for 15 slots). With no traffic at all (the run's first plan)
+   every LM gets an equal share of prompts; that plan is a guess the loop
+   replaces after `FIRST_TRAFFIC_SLOTS` slots of traffic
+   (`Capabilities.reads_traffic`). (A capacity-proportional guess instead,
+   measured on the testbed and thirteen generated dev scenarios, was worse
+   on both: the pods started for it keep their GPUs while their queues
+   drain, so the first plan outlives its two slots.) The demand is floored
+   at 5 % of the mean so no LM is starved of a role, times a
    per-LM boost that adapts to last epoch's success ratios:
    boost_i <- clip(boost_i * ((mean rho + 0.05) / (rho_i + 0.05))^0.5, 0.5, 3).
    Under overload this moves capacity toward the LMs that failed more,
@@ -27,18 +41,21 @@ shown to the LLM):
    units on the node, each with the mode of its units there (`NodeRole.modes`,
    the rates the weights assume; the rule deployer starts LMs in it when its
    `follow_modes` parameter is on).
-4. The bottleneck guard, on a re-plan of an unchanged cluster (same workers
-   and LMs as the previous plan): the previous roles are re-expanded for
-   this epoch's demand (steps 2-3 with each LM held to its previous nodes).
-   The bottleneck is the LM with the highest relative load d_i / capacity_i
-   there. When the fresh plan gives it less capacity, the fresh plan is
-   taken only if its highest relative load is lower (the estimate that the
-   whole objective improves: the bottleneck sets both the fairness term and
-   the worst latency); otherwise the previous roles stay, with this epoch's
-   weights. Without it a traffic swing at an epoch boundary could hand a
-   bottleneck LM's vGPU to a lighter LM, and admission then refuses the
-   bottleneck's work. After churn (a node lost or back, an LM applied or
-   deleted) the fresh plan always applies.
+4. The bottleneck guard, on every re-plan (epoch boundary or churn): the
+   previous roles are re-expanded for this epoch's demand (steps 2-3 with
+   each LM held to its previous nodes among the workers still there; an LM
+   or a worker the previous plan did not cover -- applied, added or back up
+   since -- is open to every LM, so a new LM takes units anywhere and the
+   others rebalance around it). The bottleneck is the LM with the highest
+   relative load d_i / capacity_i there. When the fresh plan gives it less
+   capacity, the fresh plan is taken only if its highest relative load is
+   lower (the estimate that the whole objective improves: the bottleneck
+   sets both the fairness term and the worst latency); otherwise the
+   previous roles stay, with this epoch's weights. Without it a traffic
+   swing at an epoch boundary, or a node lost, could hand a bottleneck LM's
+   vGPU to a lighter LM, and admission then refuses the bottleneck's work.
+   When an LM has no node left among its previous roles the fresh plan
+   applies.
 
 GPU-only LMs therefore spread over GPU nodes in proportion to their load;
 text LMs take vGPUs where they are faster there, and the CPU node and the
@@ -50,7 +67,13 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from lmedge.agents.rules.capacity import GPU_POD_CORES, cpu_rate, gpu_rate, planned_mode
+from lmedge.agents.rules.capacity import (
+    GPU_POD_CORES,
+    best_rate,
+    cpu_rate,
+    gpu_rate,
+    planned_mode,
+)
 from lmedge.api import (
     ClusterContext,
     EpochMetrics,
@@ -82,9 +105,11 @@ class _NodeBudget:
 
 @dataclass
 class RulePlannerState:
-    """What the rule planner carries between epochs: the per-LM boost."""
+    """What the rule planner carries between epochs: the per-LM boost; and whether it
+    follows the traffic (`follow_traffic`, the planner parameter: steps 1 and 4)."""
 
     boost: dict[str, float] = field(default_factory=dict)
+    follow_traffic: bool = False
 
 
 def update_boost(state: RulePlannerState, last: EpochMetrics | None) -> None:
@@ -101,16 +126,37 @@ def update_boost(state: RulePlannerState, last: EpochMetrics | None) -> None:
         state.boost[lm] = min(BOOST_MAX, max(BOOST_MIN, b))
 
 
+def capacity(ctx: ClusterContext, lm: str) -> float:
+    """C_i: prompts/s of one typical instance of `lm` on each feasible node, summed."""
+    svc = ctx.service(lm).spec
+    return sum(best_rate(svc, ctx.node(n).spec) for n in ctx.feasible_nodes(lm))
+
+
 def demand(
-    ctx: ClusterContext, traffic: dict[str, int], boost: dict[str, float]
+    ctx: ClusterContext,
+    traffic: dict[str, int],
+    boost: dict[str, float],
+    previous: MacroPolicy | None = None,
 ) -> dict[str, float]:
-    """Prompts per LM to plan for (relative), with the floor and the boost."""
+    """Prompts per LM to plan for (relative): traffic, or the prior for an LM
+    without history; with the floor and the boost (module docstring, step 1)."""
     lms = [lm for lm in ctx.lm_names if ctx.feasible_nodes(lm)]
-    raw = {lm: float(traffic.get(lm, 0)) for lm in lms}
+    # an LM has history unless a previous plan exists and did not cover it (applied since)
+    planned = set(lms) if previous is None else {r.lm for r in previous.routing}
+    seen = [lm for lm in lms if lm in planned]
+    raw = {lm: float(traffic.get(lm, 0)) for lm in seen}
     if sum(raw.values()) <= 0:
-        raw = dict.fromkeys(lms, 1.0)
+        # no traffic at all (the run's first plan): equal prompt shares, a guess the
+        # loop replaces once traffic is seen (Capabilities.reads_traffic)
+        return {lm: boost.get(lm, 1.0) for lm in lms}
+    cap = {lm: capacity(ctx, lm) for lm in lms}
+    loads = [raw[lm] / cap[lm] for lm in seen if cap[lm] > 0]
+    k = sum(loads) / len(loads) if loads else 0.0
+    for lm in lms:
+        if lm not in raw:  # applied since the previous plan: as loaded as the average LM
+            raw[lm] = k * cap[lm]
     mean = sum(raw.values()) / max(1, len(raw))
-    return {lm: max(v, DEMAND_FLOOR * mean) * boost.get(lm, 1.0) for lm, v in raw.items()}
+    return {lm: max(raw[lm], DEMAND_FLOOR * mean) * boost.get(lm, 1.0) for lm in lms}
 
 
 def plan_macro(
@@ -118,13 +164,19 @@ def plan_macro(
     traffic: dict[str, int],
     boost: dict[str, float],
     previous: MacroPolicy | None = None,
+    *,
+    follow_traffic: bool = False,
 ) -> MacroPolicy:
-    """The water-filling macro policy for `ctx`, guarded for the bottleneck (module docstring)."""
-    d = demand(ctx, traffic, boost)
+    """The water-filling macro policy for `ctx`, guarded for the bottleneck (module docstring).
+
+    `follow_traffic` off (the default): every LM's demand is its traffic (no prior for
+    an LM applied since `previous`), and the guard runs only on an unchanged cluster.
+    """
+    d = demand(ctx, traffic, boost, previous if follow_traffic else None)
     fresh, cap = _water_fill(ctx, d, previous, None)
-    if previous is None or not _same_cluster(ctx, previous):
+    if previous is None or not (follow_traffic or _same_cluster(ctx, previous)):
         return fresh
-    kept, cap_kept = _water_fill(ctx, d, previous, previous.role_map())
+    kept, cap_kept = _water_fill(ctx, d, previous, _kept_roles(ctx, previous))
     if not all(cap_kept[lm] > 0 for lm in d):
         return fresh
     bottleneck = max(d, key=lambda lm: (d[lm] / cap_kept[lm], lm))
@@ -146,6 +198,21 @@ def _same_cluster(ctx: ClusterContext, previous: MacroPolicy) -> bool:
     return {r.lm for r in previous.routing} == set(ctx.lm_names) and {
         r.node for r in previous.roles
     } == {n.name for n in ctx.workers}
+
+
+def _kept_roles(ctx: ClusterContext, previous: MacroPolicy) -> dict[str, list[str]]:
+    """The roles a re-plan may keep (node -> LMs): the previous roles on the workers
+    still there; an LM the previous plan did not cover, and a worker it did not
+    plan (added, or back up), are open to every LM (step 4)."""
+    roles = previous.role_map()
+    planned = {r.lm for r in previous.routing}
+    new = [lm for lm in ctx.lm_names if lm not in planned]
+    return {
+        n.name: [lm for lm in roles[n.name] if ctx.has_service(lm)] + new
+        if n.name in roles
+        else list(ctx.lm_names)
+        for n in ctx.workers
+    }
 
 
 def _water_fill(
@@ -378,4 +445,6 @@ def _take(ctx: ClusterContext, lm: str, b: _NodeBudget, kind: str) -> None:
 def rule_macro_policy(obs: PlanningObservation, state: RulePlannerState) -> MacroPolicy:
     """Update the boost from last epoch and plan (the rule planner's whole step)."""
     update_boost(state, obs.last)
-    return plan_macro(obs.context, obs.traffic, state.boost, obs.previous)
+    return plan_macro(
+        obs.context, obs.traffic, state.boost, obs.previous, follow_traffic=state.follow_traffic
+    )

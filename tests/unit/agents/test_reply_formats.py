@@ -30,6 +30,7 @@ from lmedge.agents.rendering import (
     routing_format,
 )
 from lmedge.agents.rules.capacity import GPU_POD_CORES
+from lmedge.agents.rules.deployer import GPU_POD_MIN_CORES
 from lmedge.agents.rules.planner import RulePlannerState, plan_macro, rule_macro_policy
 from lmedge.agents.rules.scheduler import Plan, candidates, rule_routing
 from lmedge.agents.settings import resolve_settings
@@ -42,6 +43,7 @@ from lmedge.api import (
     Placement,
     PlanningObservation,
     check_macro_policy,
+    check_placement,
 )
 from lmedge.api.schema import json_schema, strict_json_schema
 from lmedge.sim.scenario import Scenario
@@ -84,6 +86,23 @@ def test_compact_placement_gets_its_cores_sized_deterministically(ctx: ClusterCo
     assert (p[gpu_lm].cpu_cores, p[gpu_lm].vgpus) == (GPU_POD_CORES, 1)
     assert p[text[1]].cpu_cores == int(node.spec.cpu_cores - 3 - GPU_POD_CORES)
     assert all(p[lm].cpu_cores == 0 for lm in ctx.lm_names if choice[lm]["mode"] == "off")
+
+
+def test_compact_placement_shares_scarce_cores_among_new_gpu_pods(ctx: ClusterContext) -> None:
+    # 4 cores and 4 vGPUs, four LMs to start on a vGPU each: at GPU_POD_CORES (2)
+    # each the reply would hold 8 cores and fail the check; as the rule does, they
+    # share the cores, one each (GPU_POD_MIN_CORES).
+    node = ctx.node("worker-2")
+    spec = node.spec.model_copy(update={"vgpus_per_gpu": 4, "cpu_cores": 4})
+    obs = _node_obs(ctx, "worker-2").model_copy(
+        update={"node": node.model_copy(update={"spec": spec})}
+    )
+    lms = ["lm1", "lm2", "lm3", "lm4"]
+    choice = {lm: {"mode": "gpu", "vgpus": 1} for lm in ctx.lm_names}
+    placement = parse_placement({"lms": choice}, obs)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    p = placement.by_lm()
+    assert [(p[lm].cpu_cores, p[lm].vgpus) for lm in lms] == [(GPU_POD_MIN_CORES, 1)] * 4
 
 
 def test_every_problem_of_a_compact_reply_is_named(ctx: ClusterContext) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from lmedge.agents.rules.deployer import rule_placement
+from lmedge.agents.deployer import AgenticDeployer
+from lmedge.agents.rules.deployer import REFIT_HOLD_S, rule_placement
 from lmedge.agents.rules.planner import (
     BOOST_MAX,
     RulePlannerState,
+    capacity,
+    demand,
     plan_macro,
     rule_macro_policy,
     update_boost,
@@ -30,6 +35,7 @@ from lmedge.api import (
     check_placement,
     check_routing_map,
 )
+from lmedge.api.constants import SLOT_S
 from lmedge.sim.scenario import Scenario
 
 
@@ -121,9 +127,40 @@ def test_replan_keeps_the_bottleneck_capacity_unless_the_highest_load_drops(
     before, after = previous.role_map(), guarded.role_map()
     assert all(set(lms) <= set(before[node]) for node, lms in after.items())
     assert after != fresh.role_map(), "the guard changed the plan"
-    # With an LM the previous plan did not know (applied since), the fresh plan applies.
+    # A node lost since (churn) does not lift the guard: the roles on the nodes left
+    # stay, and the lost node's share goes to the LMs that held roles beside it.
+    down = ClusterContext.model_validate(
+        ctx.model_dump() | {"nodes": [n.model_dump() for n in ctx.nodes if n.name != "worker-001"]}
+    )
+    # Without `follow_traffic` (mal's planner) churn lifts the guard: the fresh plan.
+    assert "previous roles kept" not in plan_macro(down, traffic, boost, previous).rationale
+    after_loss = plan_macro(down, traffic, boost, previous, follow_traffic=True)
+    assert check_macro_policy(after_loss, down) == []
+    assert "previous roles kept" in after_loss.rationale
+    kept = after_loss.role_map()
+    assert "worker-001" not in kept
+    assert all(set(lms) <= set(before[node]) for node, lms in kept.items())
+
+
+def test_an_lm_without_history_is_planned_from_its_capacity(large: Scenario) -> None:
+    # No traffic at all (the first plan, a guess re-made once traffic is seen): equal shares.
+    ctx = large.context()
+    assert set(demand(ctx, {}, {}).values()) == {1.0}
+    # An LMService applied since the previous plan: the mean relative load of the LMs
+    # with traffic, not the floor of an LM with no prompts.
+    traffic = {"lm1": 1600, "lm2": 1600, "lm4": 100}
+    previous = plan_macro(ctx, {**traffic, "lm3": 100}, {})
     older = previous.model_copy(update={"routing": [r for r in previous.routing if r.lm != "lm3"]})
-    assert "previous roles kept" not in plan_macro(ctx, traffic, boost, older).rationale
+    d = demand(ctx, traffic, {}, older)
+    mean = sum(traffic[lm] / capacity(ctx, lm) for lm in traffic) / len(traffic)
+    assert d["lm3"] == pytest.approx(mean * capacity(ctx, "lm3"))
+    # Known to the previous plan and without prompts: the floor, not the prior.
+    assert demand(ctx, traffic, {}, previous)["lm3"] < d["lm3"] / 10
+    policy = plan_macro(ctx, traffic, {}, older, follow_traffic=True)
+    assert check_macro_policy(policy, ctx) == []
+    assert len(policy.weights()["lm3"]) > 1, "a new LM spreads, not one node"
+    # Without `follow_traffic` the new LM plans from its traffic (none): the floor.
+    assert len(plan_macro(ctx, traffic, {}, older).weights()["lm3"]) <= len(policy.weights()["lm3"])
 
 
 def _states(ctx: ClusterContext, backlog: int = 0, running: bool = True) -> dict[str, NodeState]:
@@ -305,6 +342,92 @@ def test_deployer_grows_a_gpu_pod_onto_free_vgpus_only_under_contention(
     active = placement.active()
     assert active["lm4"].vgpus == vgpus
     assert active["lm3"].vgpus == 1
+
+
+@pytest.mark.parametrize(
+    ("lm2_backlog", "lm2_mode"),
+    [(1, "cpu"), (12, "gpu")],
+    ids=["gain-below-restarts-stays", "gain-above-restarts-swaps"],
+)
+def test_deployer_gives_the_vgpu_to_the_text_lm_that_gains_most(
+    ctx: ClusterContext, lm2_backlog: int, lm2_mode: str
+) -> None:
+    # lm2 was started on cores while lm1 and lm3 held both vGPUs; nothing frees.
+    # lm2 takes ~4 s a prompt on 8 cores and 1.2 s on a vGPU, lm1 0.6 s on a vGPU
+    # and ~6 s on cores: with 12 lm2 prompts queued and one of lm1's, the swap
+    # (two restarts, a cold start each) is estimated better for the node's
+    # queues; with one of lm2's it is not and the pods stay as they are.
+    run = [
+        InstanceState(lm="lm1", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+        InstanceState(lm="lm2", mode="cpu", cpu_cores=8, vgpus=0, status="ready"),
+        InstanceState(lm="lm3", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+    ]
+    backlog = {"lm1": 1, "lm2": lm2_backlog, "lm3": 2}
+    state = NodeState(name="worker-2", backlog=backlog, instances=run)
+    obs = _node_obs(ctx, "worker-2", ["lm1", "lm2", "lm3"], state)
+    placement = rule_placement(obs)
+    assert check_placement(placement, obs.node, ctx.services) == []
+    active = placement.active()
+    assert set(active) == {"lm1", "lm2", "lm3"}, "every queue keeps a pod"
+    assert active["lm2"].mode == lm2_mode
+    assert active["lm1"].mode == ("cpu" if lm2_mode == "gpu" else "gpu")
+    assert (active["lm3"].mode, active["lm3"].vgpus) == ("gpu", 1), "the GPU-only LM keeps its"
+
+
+def test_deployer_does_not_swap_pods_back_before_they_pay_back_their_restart(
+    ctx: ClusterContext,
+) -> None:
+    # Slot 3: lm2's queue pays for the swap (as in the test above), lm2 takes
+    # lm1's vGPU. Slot 4: the queues have moved, lm1 has the long one, and the
+    # one-slot estimate alone would swap back: two more restarts. The deployer
+    # remembers the pods it saw start and holds them for REFIT_HOLD_S; after
+    # that the same observation re-fits again.
+    deployer = AgenticDeployer.build(ctx, {})
+    run = [
+        InstanceState(lm="lm1", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+        InstanceState(lm="lm2", mode="cpu", cpu_cores=8, vgpus=0, status="ready"),
+        InstanceState(lm="lm3", mode="gpu", cpu_cores=2, vgpus=1, status="ready"),
+    ]
+
+    def obs_at(slot: int, pods: list[InstanceState], backlog: dict[str, int]) -> NodeObservation:
+        state = NodeState(name="worker-2", backlog=backlog, instances=pods)
+        return _node_obs(ctx, "worker-2", ["lm1", "lm2", "lm3"], state).model_copy(
+            update={"slot": slot}
+        )
+
+    deployer.place(obs_at(2, run, {"lm1": 1, "lm2": 1, "lm3": 2}))  # pods of unknown age
+    swapped = deployer.place(obs_at(3, run, {"lm1": 1, "lm2": 12, "lm3": 2})).value.active()
+    assert (swapped["lm2"].mode, swapped["lm1"].mode) == ("gpu", "cpu"), "old pods re-fit"
+    now = [
+        InstanceState(lm=p.lm, mode=p.mode, cpu_cores=p.cpu_cores, vgpus=p.vgpus, status="ready")
+        for p in swapped.values()
+    ]
+    flipped = {"lm1": 12, "lm2": 1, "lm3": 2}
+    back = rule_placement(obs_at(4, now, flipped)).active()
+    assert (back["lm1"].mode, back["lm2"].mode) == ("gpu", "cpu"), "the estimate alone swaps back"
+    held = deployer.place(obs_at(4, now, flipped)).value.active()
+    assert (held["lm1"].mode, held["lm2"].mode) == ("cpu", "gpu"), "young pods are held"
+    later = 4 + math.ceil(REFIT_HOLD_S / SLOT_S)
+    again = deployer.place(obs_at(later, now, flipped)).value.active()
+    assert (again["lm1"].mode, again["lm2"].mode) == ("gpu", "cpu"), "paid back: re-fit again"
+
+
+def test_deployer_gpu_pods_share_scarce_cores_rather_than_idle_vgpus(
+    ctx: ClusterContext,
+) -> None:
+    # 4 cores, 4 vGPUs, four LMs with queued work that all run faster on a vGPU:
+    # at GPU_POD_CORES (2) each only two would start and two vGPUs would idle.
+    node = ctx.node("worker-2")
+    spec = node.spec.model_copy(update={"vgpus_per_gpu": 4, "cpu_cores": 4})
+    node = node.model_copy(update={"spec": spec})
+    lms = ["lm1", "lm2", "lm3", "lm4"]
+    state = NodeState(name="worker-2", backlog=dict.fromkeys(lms, 3))
+    obs = NodeObservation(slot=1, epoch=0, node=node, services=ctx.services, roles=lms, state=state)
+    placement = rule_placement(obs)
+    assert check_placement(placement, node, ctx.services) == []
+    active = placement.active()
+    assert sorted(active) == lms
+    assert all(p.mode == "gpu" and p.vgpus == 1 and p.cpu_cores == 1 for p in active.values())
 
 
 def test_deployer_keeps_an_off_role_lm_with_backlog(ctx: ClusterContext) -> None:

@@ -150,3 +150,17 @@ def test_a_gateway_builds_the_runs_request_router_and_the_seed_from_the_catalog(
     assert type(kv).__name__ == "LeastLoadedRouter" and kv.name == "ll-kv"  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="does not route requests one by one"):
         build_gateway_router(PolicyConfig(profile="ma"), ctx, "worker-1")
+
+
+def test_a_profile_gives_its_own_plugins_its_parameters(ctx: ClusterContext) -> None:
+    # ma's planner follows the traffic; mal shares the planner and keeps it off.
+    reads = lambda choice: capabilities_of(build_plugins(choice, ctx, 1).planner).reads_traffic  # noqa: E731
+    assert reads(PolicyChoice("ma"))
+    assert not reads(PolicyChoice("mal"))
+    # A run's own parameter wins over the profile's.
+    assert not reads(PolicyChoice("ma", params={"planner": {"follow_traffic": False}}))
+    assert reads(PolicyChoice("mal", params={"planner": {"follow_traffic": True}}))
+    # A tier overridden with another plugin does not get the profile's parameters.
+    assert PolicyChoice("ma", planner="static").resolve().params == {}
+    assert PolicyChoice("rr", params={"router": {"x": 1}}).resolve().params == {"router": {"x": 1}}
+    assert PolicyChoice("ma").resolve().params == {"planner": {"follow_traffic": True}}
