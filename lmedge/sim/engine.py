@@ -1030,9 +1030,11 @@ class Emulator:
     def apply_placement(self, placement: Placement) -> ActuationResult:
         """Start, stop or resize pods on one node (see the module docstring for the rules).
 
-        Order: stops first, then starts and resizes in placement order, each
-        checked against the node's free cores, memory, vGPU slots and vRAM
-        (a misfit is reported in `errors` and not applied). The pending rule
+        Order, as a cluster's reconciler (`pods.plan_node`): stops first, then
+        every pod being resized is stopped, then the new pods start in
+        placement order, each checked against the node's free cores, memory,
+        vGPU slots and vRAM (a misfit is reported in `errors` and not
+        applied), so a swap between two pods lands whatever their order. The pending rule
         looks at the node as it was when the call began, so one placement may
         start several pods. LMs the placement omits are left as they are.
         """
@@ -1066,16 +1068,17 @@ class Emulator:
                 res.errors.append(why)
                 continue
             starts.append(p)
-        for p in starts:
+        for p in starts:  # as a cluster's reconciler: every replaced pod goes first
             cur = node.instances.get(p.lm)
-            why = misfit(node, p, self.services[p.lm].spec, releasing=cur)
-            if why:
-                res.errors.append(why)
-                continue
             if cur is not None:
                 self._stop(node, cur)
                 res.resized.append(p.lm)
-            else:
+        for p in starts:
+            why = misfit(node, p, self.services[p.lm].spec, releasing=None)
+            if why:
+                res.errors.append(why)
+                continue
+            if p.lm not in res.resized:
                 res.started.append(p.lm)
             self._start(node, p)
         return res

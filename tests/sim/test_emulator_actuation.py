@@ -74,6 +74,22 @@ def test_resize_restarts_the_pod_with_a_cold_start(make_scenario: Callable[..., 
     assert be.emulator.stats["prompts_lost"] == 1
 
 
+def test_a_swap_lands_because_every_replaced_pod_goes_first(
+    make_scenario: Callable[..., Scenario],
+) -> None:
+    """As a cluster's reconciler (`pods.plan_node`): the resized pods are all stopped
+    before any starts, so a pod may take what another one, resized in the same
+    placement, gives up, whatever their order in it."""
+    be = EmulatedBackend(make_scenario(), seed=0)
+    place(be, "w1", ("a", "gpu", 4, 1), ("b", "gpu", 4, 1))  # both of w1's vGPUs
+    be.clock.sleep_until(10.0)
+    res = be.apply_placement(_p("w1", ("a", "gpu", 4, 2), ("b", "cpu", 4, 0)))
+    assert not res.errors and sorted(res.resized) == ["a", "b"]
+    inst = {i.lm: i for i in be.snapshot(0).node("w1").instances}
+    assert (inst["a"].mode, inst["a"].vgpus) == ("gpu", 2)
+    assert (inst["b"].mode, inst["b"].vgpus) == ("cpu", 0)
+
+
 def test_deactivation_mid_set_resumes_without_losing_or_repeating_prompts(
     make_scenario: Callable[..., Scenario],
 ) -> None:
