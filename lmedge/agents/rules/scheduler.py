@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmedge.agents.rules.capacity import best_rate, instance_rate
-from lmedge.agents.rules.slot_table import LmColumns, SlotTable
+from lmedge.agents.rules.slot_table import SlotTable
 from lmedge.api import (
     Arrival,
     ClusterContext,
@@ -203,42 +203,38 @@ def rule_routing(
     # with per-slot arrays (slot_table.py): at 1,000 nodes the per-pair
     # Python candidates cost minutes per slot.
     table = SlotTable(ctx, plan.weights, plan.roles, states)
-    # per LM, once a slot: its columns, request size and admission horizon
-    per_lm: dict[str, tuple[LmColumns, float, float | None] | None] = {}
+    # An LM's pairs change only that LM's columns, so each LM's pairs are
+    # routed together, in the order of the whole slot's (stable sorts: the same
+    # order within an LM); the maps are sorted by pair at the end.
     sign = 1 if admit_fraction is not None else -1
-    for a in sorted(arrivals, key=lambda x: (sign * x.prompts, x.origin, x.lm)):
-        if a.requests <= 0:
+    by_lm: dict[str, list[Arrival]] = {}
+    for a in arrivals:
+        if a.requests > 0:
+            by_lm.setdefault(a.lm, []).append(a)
+    for lm, mine in by_lm.items():
+        cols = table.columns(lm) if ctx.has_service(lm) else None
+        if cols is None:
             continue
-        if a.lm not in per_lm:
-            cols = table.columns(a.lm) if ctx.has_service(a.lm) else None
-            per_lm[a.lm] = (
-                None
-                if cols is None
-                else (
-                    cols,
-                    ctx.service(a.lm).spec.profile.request_kib,
-                    None
-                    if admit_fraction is None
-                    else admission_horizon_s(ctx, a.lm, admit_fraction),
-                )
-            )
-        known = per_lm[a.lm]
-        if known is None:
-            continue
-        cols, request_kib, horizon = known
-        prompts = max(1, a.prompts)
-        if horizon is not None and table.surely_rejected(cols, prompts, horizon):
-            rejections.append(built(Rejection, {"origin": a.origin, "lm": a.lm}))
-            continue
-        best = table.pick(cols, a.origin, prompts, request_kib)
-        if horizon is not None and best.backlog > 0 and best.cost_s > horizon:
-            rejections.append(built(Rejection, {"origin": a.origin, "lm": a.lm}))
-            continue
-        table.add(cols, best.column, a.prompts)
-        # names from the context and the arrivals: built without validating (~10,000 a slot)
-        routes.append(
-            built(Route, {"origin": a.origin, "lm": a.lm, "destination": best.node, "model": None})
+        mine.sort(key=lambda x: (sign * x.prompts, x.origin))
+        horizon = None if admit_fraction is None else admission_horizon_s(ctx, lm, admit_fraction)
+        chosen = table.assign(
+            cols,
+            [(a.origin, max(1, a.prompts), a.prompts) for a in mine],
+            ctx.service(lm).spec.profile.request_kib,
+            horizon,
         )
+        nodes = cols.nodes
+        for a, j in zip(mine, chosen, strict=True):
+            # names from the context and the arrivals: built without validating (~10,000 a slot)
+            if j < 0:
+                rejections.append(built(Rejection, {"origin": a.origin, "lm": lm}))
+            else:
+                routes.append(
+                    built(
+                        Route,
+                        {"origin": a.origin, "lm": lm, "destination": nodes[j], "model": None},
+                    )
+                )
     routes.sort(key=lambda r: (r.origin, r.lm))
     rejections.sort(key=lambda r: (r.origin, r.lm))
     return RoutingMap(routes=routes, rejections=rejections)

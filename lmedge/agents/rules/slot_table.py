@@ -303,6 +303,99 @@ class SlotTable:
             j = own  # a tie in cost and weight goes to the origin's own node
         return Pick(j, cols.nodes[j], best, cols.backlog[j])
 
+    def assign(
+        self,
+        cols: LmColumns,
+        asks: list[tuple[str, int, int]],
+        request_kib: float,
+        horizon: float | None,
+    ) -> list[int]:
+        """Route one LM's pairs in order: the column each goes to, or -1 when refused.
+
+        `asks` are (origin, prompts priced, prompts added) in routing order.
+        Each pair is decided as `surely_rejected`, then `pick`, then `add`
+        would decide it (refused when the cheapest candidate has a queue and
+        costs more than `horizon`), by the compiled loop of routing_kernel.py.
+        """
+        out = [-1] * len(asks)
+        if cols.off:
+            for k, (origin, prompts, added) in enumerate(asks):
+                got = self.pick(cols, origin, prompts, request_kib)
+                if horizon is None or got.backlog == 0 or got.cost_s <= horizon:
+                    self.add(cols, got.column, added)
+                    out[k] = got.column
+            return out
+        # Lazily: compiling (or loading the cached kernel) takes a second or so.
+        from lmedge.agents.rules.routing_kernel import assign_pairs
+
+        has_node, position, link_id = self.ctx.has_node, cols.position, self._link_id
+        rows: dict[tuple[int, int], int] = {}  # (link table id, prompts) -> transfer row
+        row, own, floor_of, counts = [], [], [], {}
+        for origin, prompts, _ in asks:
+            floor_of.append(counts.setdefault(prompts, len(counts)))
+            if has_node(origin):
+                row.append(rows.setdefault((link_id(origin), prompts), len(rows)))
+                own.append(position.get(origin, -1))
+            else:
+                row.append(-1)
+                own.append(-1)
+        transfers = self._transfer_rows(list(rows), request_kib)
+        backlog = np.array(cols.backlog, np.int64)
+        floors = np.full(len(counts), np.nan)
+        for prompts, f in counts.items():
+            if prompts in cols.floor:
+                floors[f] = cols.floor[prompts]
+        chosen = np.empty(len(asks), np.int64)
+        cols.idle = assign_pairs(
+            cols.base,
+            backlog,
+            cols.rate,
+            np.array(cols.wait, np.float64),
+            np.array(cols.weight, np.float64),
+            cols.site,
+            transfers,
+            np.array(row, np.int64),
+            np.array(own, np.int64),
+            np.array([a[1] for a in asks], np.int64),
+            np.array([a[2] for a in asks], np.int64),
+            np.array(floor_of, np.int64),
+            floors,
+            horizon is not None,
+            0.0 if horizon is None else horizon,
+            cols.idle,
+            chosen,
+        )
+        # the columns as `add` leaves them, for any later pick in this slot
+        cols.backlog = backlog.tolist()
+        cols.base_list = cols.base.tolist()
+        for prompts, f in counts.items():
+            if not np.isnan(floors[f]):
+                cols.floor[prompts] = float(floors[f])
+        return chosen.tolist()
+
+    def _transfer_rows(self, keys: list[tuple[int, int]], request_kib: float) -> Floats:
+        """Uplink seconds to each site for each (link table id, prompts), as `pick` prices them."""
+        if not keys:
+            return np.zeros((1, len(self.sites)), np.float64)
+        tables = self._link_tables()
+        out = np.empty((len(keys), len(self.sites)), np.float64)
+        for i, (link, prompts) in enumerate(keys):
+            lat, bw = tables[link]
+            kib = request_kib * prompts
+            out[i] = lat / 1000.0 + kib * 8.0 / 1024.0 / bw
+        return out
+
+    def _link_tables(self) -> dict[int, tuple[Floats, Floats]]:
+        """Each interned link table by id (origins with equal tables share one)."""
+        tables: dict[int, tuple[Floats, Floats]] = self.ctx.memo.setdefault(
+            "slot_table.link_tables", {}
+        )
+        if len(tables) < len(self._link_ids):
+            for origin, link in self._origin_link.items():
+                if link not in tables:
+                    tables[link] = self._links[origin]
+        return tables
+
     @staticmethod
     def add(cols: LmColumns, index: int, prompts: int) -> None:
         """Count `prompts` routed to candidate `index` this slot."""
