@@ -306,21 +306,24 @@ class SlotTable:
     def assign(
         self,
         cols: LmColumns,
-        asks: list[tuple[str, int, int]],
+        origins: list[str],
+        prompts: list[int],
         request_kib: float,
         horizon: float | None,
     ) -> list[int]:
         """Route one LM's pairs in order: the column each goes to, or -1 when refused.
 
-        `asks` are (origin, prompts priced, prompts added) in routing order.
+        Pair k comes from `origins[k]` with `prompts[k]` prompts (priced as at
+        least one), in routing order.
         Each pair is decided as `surely_rejected`, then `pick`, then `add`
         would decide it (refused when the cheapest candidate has a queue and
         costs more than `horizon`), by the compiled loop of routing_kernel.py.
         """
-        out = [-1] * len(asks)
+        out = [-1] * len(origins)
         if cols.off:
-            for k, (origin, prompts, added) in enumerate(asks):
-                got = self.pick(cols, origin, prompts, request_kib)
+            for k, origin in enumerate(origins):
+                added = prompts[k]
+                got = self.pick(cols, origin, max(1, added), request_kib)
                 if horizon is None or got.backlog == 0 or got.cost_s <= horizon:
                     self.add(cols, got.column, added)
                     out[k] = got.column
@@ -330,11 +333,12 @@ class SlotTable:
 
         has_node, position, link_id = self.ctx.has_node, cols.position, self._link_id
         rows: dict[tuple[int, int], int] = {}  # (link table id, prompts) -> transfer row
+        priced = [max(1, p) for p in prompts]
         row, own, floor_of, counts = [], [], [], {}
-        for origin, prompts, _ in asks:
-            floor_of.append(counts.setdefault(prompts, len(counts)))
+        for origin, p in zip(origins, priced, strict=True):
+            floor_of.append(counts.setdefault(p, len(counts)))
             if has_node(origin):
-                row.append(rows.setdefault((link_id(origin), prompts), len(rows)))
+                row.append(rows.setdefault((link_id(origin), p), len(rows)))
                 own.append(position.get(origin, -1))
             else:
                 row.append(-1)
@@ -342,10 +346,10 @@ class SlotTable:
         transfers = self._transfer_rows(list(rows), request_kib)
         backlog = np.array(cols.backlog, np.int64)
         floors = np.full(len(counts), np.nan)
-        for prompts, f in counts.items():
-            if prompts in cols.floor:
-                floors[f] = cols.floor[prompts]
-        chosen = np.empty(len(asks), np.int64)
+        for p, f in counts.items():
+            if p in cols.floor:
+                floors[f] = cols.floor[p]
+        chosen = np.empty(len(origins), np.int64)
         cols.idle = assign_pairs(
             cols.base,
             backlog,
@@ -356,8 +360,8 @@ class SlotTable:
             transfers,
             np.array(row, np.int64),
             np.array(own, np.int64),
-            np.array([a[1] for a in asks], np.int64),
-            np.array([a[2] for a in asks], np.int64),
+            np.array(priced, np.int64),
+            np.array(prompts, np.int64),
             np.array(floor_of, np.int64),
             floors,
             horizon is not None,
@@ -368,9 +372,9 @@ class SlotTable:
         # the columns as `add` leaves them, for any later pick in this slot
         cols.backlog = backlog.tolist()
         cols.base_list = cols.base.tolist()
-        for prompts, f in counts.items():
+        for p, f in counts.items():
             if not np.isnan(floors[f]):
-                cols.floor[prompts] = float(floors[f])
+                cols.floor[p] = float(floors[f])
         return chosen.tolist()
 
     def _transfer_rows(self, keys: list[tuple[int, int]], request_kib: float) -> Floats:
