@@ -9,10 +9,11 @@ most of two seconds a slot. Compiled, a pair is one loop over the candidates.
 The arithmetic is `slot_table.py`'s, term for term and in its order
 (IEEE float64 both ways, no fast-math), so every choice is the same:
 
-- cost of candidate c for p prompts from an origin that is a node:
-  `(base[c] + transfer[site[c]]) + p / rate[c]`; at the origin's own node
-  `(base[c] + 0.0) + p / rate[c]`; from an origin that is no node
-  `base[c] + p / rate[c]`;
+- cost of candidate c for p prompts (`per = p / rate`, as numpy divides it)
+  from an origin that is a node:
+  `(base[c] + transfer[site[c]]) + per[c]`; at the origin's own node
+  `(base[c] + 0.0) + per[c]`; from an origin that is no node
+  `base[c] + per[c]`;
 - the first of the cheapest in column order, then the origin's own node on
   a tie in cost and weight;
 - refused (-1) when every candidate has a queue and the cheapest queue-plus-
@@ -39,9 +40,9 @@ def assign_pairs(
     transfers: Array,  # float64 [rows, sites]: uplink seconds per (link table, prompts)
     row: Array,  # int64 per pair: its row of `transfers`, -1 for an origin that is no node
     own: Array,  # int64 per pair: the origin's own column, -1 when it is none
-    prompts: Array,  # int64 per pair: prompts priced (at least 1)
     added: Array,  # int64 per pair: prompts added to the chosen queue
-    floor_of: Array,  # int64 per pair: its slot in `floors`
+    floor_of: Array,  # int64 per pair: its row of `pers` and slot in `floors`
+    pers: Array,  # float64 [prompt counts, candidates]: prompts priced / rate
     floors: Array,  # float64 per prompt count: the rejection bound, NaN until first used
     admit: bool,
     horizon: float,
@@ -49,14 +50,14 @@ def assign_pairs(
     out: Array,  # int64 per pair: the chosen column, -1 refused
 ) -> int:
     n = base.shape[0]
-    for k in range(prompts.shape[0]):
-        p = prompts[k]
+    for k in range(added.shape[0]):
+        f = floor_of[k]
+        per = pers[f]
         if admit and idle == 0:
-            f = floor_of[k]
             if np.isnan(floors[f]):
-                low = base[0] + p / rate[0]
+                low = base[0] + per[0]
                 for c in range(1, n):
-                    v = base[c] + p / rate[c]
+                    v = base[c] + per[c]
                     if v < low:
                         low = v
                 floors[f] = low
@@ -64,22 +65,31 @@ def assign_pairs(
                 out[k] = -1
                 continue
         t = row[k]
-        o = own[k]
-        best = 0.0
+        best = np.inf
         j = -1
-        for c in range(n):
-            if c == o:
-                v = (base[c] + 0.0) + p / rate[c]
-            elif t >= 0:
-                v = (base[c] + transfers[t, site[c]]) + p / rate[c]
-            else:
-                v = base[c] + p / rate[c]
-            if j < 0 or v < best:
-                best = v
-                j = c
-        if o >= 0 and o != j:
-            own_cost = (base[o] + 0.0) + p / rate[o]
-            if own_cost == best and weight[o] == weight[j]:
+        if t >= 0:
+            tr = transfers[t]
+            for c in range(n):
+                v = (base[c] + tr[site[c]]) + per[c]
+                if v < best or j < 0:
+                    best = v
+                    j = c
+        else:
+            for c in range(n):
+                v = base[c] + per[c]
+                if v < best or j < 0:
+                    best = v
+                    j = c
+        o = own[k]
+        if o >= 0:
+            # No transfer to itself: the loop priced it higher, never lower (transfers
+            # are not negative), so it wins where its own cost is the lowest, and
+            # on a tie where it comes first or (as `pick`) weighs the same.
+            own_cost = (base[o] + 0.0) + per[o]
+            if o == j or own_cost < best:
+                best = own_cost
+                j = o
+            elif own_cost == best and (o < j or weight[o] == weight[j]):
                 j = o
         if admit and backlog[j] > 0 and best > horizon:
             out[k] = -1
