@@ -334,7 +334,10 @@ class SlotTable:
         has_node, position, link_id = self.ctx.has_node, cols.position, self._link_id
         rows: dict[tuple[int, int], int] = {}  # (link table id, prompts) -> transfer row
         priced = [max(1, p) for p in prompts]
-        row, own, floor_of, counts = [], [], [], {}
+        row: list[int] = []
+        own: list[int] = []
+        floor_of: list[int] = []
+        counts: dict[int, int] = {}  # prompts priced -> its row of `pers` and slot in `floors`
         for origin, p in zip(origins, priced, strict=True):
             floor_of.append(counts.setdefault(p, len(counts)))
             if has_node(origin):
