@@ -84,7 +84,7 @@ def assign_pairs(
         if o >= 0:
             # No transfer to itself: the loop priced it higher, never lower (transfers
             # are not negative), so it wins where its own cost is the lowest, and
-            # on a tie where it comes first or (as `pick`) weighs the same.
+            # on a tie where it comes first or weighs the same (as `candidates()`).
             own_cost = (base[o] + 0.0) + per[o]
             if o == j or own_cost < best:
                 best = own_cost

@@ -6,8 +6,8 @@ pair in Python: at 1,000 workers x 16 LMs x ~14,000 pairs a slot that is
 only two things change from pair to pair: the prompts already sent to each
 node (`extra`) and the origin (the uplink transfer). Everything else -- each
 node's status, service rate, wait and macro weight -- is fixed for the slot,
-so `SlotTable` computes it once per LM into numpy columns, and `pick` prices
-a pair with a handful of array operations.
+so `SlotTable` computes it once per LM into numpy columns, and `assign`
+routes the LM's pairs over them in one compiled loop (routing_kernel.py).
 
 The arithmetic is the same expressions in the same order as `candidates()`
 (IEEE float64 either way), and ties are broken by the same key
@@ -16,19 +16,18 @@ unit tests compare the two on random clusters. The usable tier (planned
 nodes, else draining ones, else the inactive-target conflicts) is fixed per
 slot too, so only that tier's nodes are priced.
 
-What a pick still costs is kept to a few array passes: each candidate's
-queue term `backlog / rate + wait` is kept per candidate and re-priced
-only where `add` changes it, the uplink column is cached per (origin link
-table, prompts) and `prompts / rate` per prompt count, and the columns are
-in (-weight, name) order, so the first of the cheapest is already the
-weight-then-name tie-break (weights are fixed for the slot) and only the
-origin's own node needs a scalar check; with no tie arrays per pick, a
-pick is two array passes and an argmin.
-`surely_rejected` answers, without pricing, the many pairs of an LM whose
-every candidate already has a queue ending past the admission horizon:
-the transfer is never negative, so `backlog / rate + wait + prompts / rate`
-bounds every pair's cost from below, whatever its origin, and backlogs
-only grow within a slot, so the bound stays valid as prompts are routed.
+What a pair still costs is one pass over the LM's candidates: each
+candidate's queue term `backlog / rate + wait` is kept per candidate and
+re-priced only where a pair is added, the uplink seconds are one row per
+(origin link table, prompts) over the sites and `prompts / rate` one row per
+prompt count, and the columns are in (-weight, name) order, so the first of
+the cheapest is already the weight-then-name tie-break (weights are fixed
+for the slot) and only the origin's own node needs a scalar check.
+A pair of an LM whose every candidate already has a queue ending past the
+admission horizon is refused without pricing: the transfer is never
+negative, so `backlog / rate + wait + prompts / rate` bounds every pair's
+cost from below, whatever its origin, and backlogs only grow within a slot,
+so the bound (kept per prompt count) stays valid as prompts are routed.
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ class LmColumns:
     rate: Floats
     base: Floats  # backlog / rate + wait, kept in step with `backlog` by `add`
     # Scalars are read and written as Python lists: a scalar access of a numpy
-    # array costs ten times a list's, and `add` and `pick` do a few per pair.
+    # array costs ten times a list's, and `add` does a few per pair.
     backlog: list[int]  # snapshot backlog + prompts routed there this slot (updated by `add`)
     base_list: list[float]  # `base` as a list
     rate_list: list[float]
@@ -68,10 +67,9 @@ class LmColumns:
     weight: list[float]
     off: bool  # the tier is the inactive-target conflicts: cost 2 tau, start tau
     tau: float
-    idle: int  # candidates with no backlog (a pick among them is never refused)
+    idle: int  # candidates with no backlog (a choice among them is never refused)
     per: dict[int, Floats]  # prompts -> prompts / rate
-    transfers: dict[tuple[int, int], Floats]  # (link table id, prompts) -> uplink seconds
-    floor: dict[int, float]  # prompts -> a lower bound of any pair's cost (`surely_rejected`)
+    floor: dict[int, float]  # prompts -> a lower bound of any pair's cost (refusals)
 
 
 class Pick(NamedTuple):
@@ -218,7 +216,6 @@ class SlotTable:
             tau=ctx.deadline_s(lm),
             idle=int(np.count_nonzero(counts == 0)),
             per={},
-            transfers={},
             floor={},
         )
 
@@ -254,54 +251,12 @@ class SlotTable:
             per = cols.per[prompts] = prompts / cols.rate
         return per
 
-    def surely_rejected(self, cols: LmColumns, prompts: int, horizon: float) -> bool:
-        """True when every candidate has a queue and even the cheapest ends past `horizon`.
-
-        Then `pick` would return a candidate with a backlog and a cost above
-        `horizon` for any origin (the module docstring says why), so the pair
-        is refused without pricing it. False means "price it".
-        """
-        if cols.off or cols.idle:
-            return False
-        floor = cols.floor.get(prompts)
-        if floor is None:
-            floor = cols.floor[prompts] = float((cols.base + self._per(cols, prompts)).min())
-        return floor > horizon
-
-    def pick(self, cols: LmColumns, origin: str, prompts: int, request_kib: float) -> Pick:
-        """The cheapest candidate for `prompts` prompts from `origin` (ties as `candidates()`).
-
-        Ties go to the higher weight, then the origin's own node, then the name.
-        """
-        if cols.off:
-            # every candidate costs 2 tau and weighs nothing: the origin, else the first name
-            j = cols.position.get(origin, 0)
-            return Pick(j, cols.nodes[j], 2 * cols.tau, cols.backlog[j])
-        per = self._per(cols, prompts)
-        own, own_cost = None, 0.0
-        if self.ctx.has_node(origin):
-            key = (self._link_id(origin), prompts)
-            transfer = cols.transfers.get(key)
-            if transfer is None:
-                lat, bw = self._link_arrays(origin)
-                kib = request_kib * prompts
-                # per site, then per candidate: the same values as pricing each candidate
-                transfer = cols.transfers[key] = (lat / 1000.0 + kib * 8.0 / 1024.0 / bw)[cols.site]
-            cost = cols.base + transfer
-            cost += per
-            own = cols.position.get(origin)
-            if own is not None:
-                # no transfer to itself; Python floats are the same IEEE doubles
-                own_cost = (cols.base_list[own] + 0.0) + prompts / cols.rate_list[own]
-                cost[own] = own_cost
-        else:
-            cost = cols.base + per
-        # the first of the cheapest: the highest weight, then the lowest name (column order)
-        j = int(cost.argmin())
-        best = float(cost[j])
-        if own is not None and own != j and own_cost == best and cols.weight[own] == cols.weight[j]:
-            j = own  # a tie in cost and weight goes to the origin's own node
-        return Pick(j, cols.nodes[j], best, cols.backlog[j])
+    @staticmethod
+    def _pick_off(cols: LmColumns, origin: str) -> Pick:
+        """The inactive-target tier: every candidate costs 2 tau and weighs nothing,
+        so the origin's own node wins, else the first name."""
+        j = cols.position.get(origin, 0)
+        return Pick(j, cols.nodes[j], 2 * cols.tau, cols.backlog[j])
 
     def assign(
         self,
@@ -315,17 +270,16 @@ class SlotTable:
 
         Pair k comes from `origins[k]` with `prompts[k]` prompts (priced as at
         least one), in routing order.
-        Each pair is decided as `surely_rejected`, then `pick`, then `add`
-        would decide it (refused when the cheapest candidate has a queue and
-        costs more than `horizon`), by the compiled loop of routing_kernel.py.
+        A pair is refused when the cheapest candidate has a queue and costs
+        more than `horizon` (the module docstring says how a whole LM's pairs
+        are refused without pricing); the loop is routing_kernel.py's.
         """
         out = [-1] * len(origins)
         if cols.off:
             for k, origin in enumerate(origins):
-                added = prompts[k]
-                got = self.pick(cols, origin, max(1, added), request_kib)
+                got = self._pick_off(cols, origin)
                 if horizon is None or got.backlog == 0 or got.cost_s <= horizon:
-                    self.add(cols, got.column, added)
+                    self.add(cols, got.column, prompts[k])
                     out[k] = got.column
             return out
         # Lazily: compiling (or loading the cached kernel) takes a second or so.
@@ -372,7 +326,7 @@ class SlotTable:
             cols.idle,
             chosen,
         )
-        # the columns as `add` leaves them, for any later pick in this slot
+        # the columns as `add` leaves them
         cols.backlog = backlog.tolist()
         cols.base_list = cols.base.tolist()
         for p, f in counts.items():
@@ -381,7 +335,7 @@ class SlotTable:
         return chosen.tolist()
 
     def _transfer_rows(self, keys: list[tuple[int, int]], request_kib: float) -> Floats:
-        """Uplink seconds to each site for each (link table id, prompts), as `pick` prices them."""
+        """Uplink seconds to each site for each (link table id, prompts), as `transfer_s`."""
         if not keys:
             return np.zeros((1, len(self.sites)), np.float64)
         tables = self._link_tables()
