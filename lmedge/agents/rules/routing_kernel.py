@@ -44,12 +44,22 @@ def assign_pairs(
     floor_of: Array,  # int64 per pair: its row of `pers` and slot in `floors`
     pers: Array,  # float64 [prompt counts, candidates]: prompts priced / rate
     floors: Array,  # float64 per prompt count: the rejection bound, NaN until first used
+    group_of: Array,  # int64 per candidate: its site group
+    members: Array,  # int64: the candidates, group by group
+    group_off: Array,  # int64 [groups + 1]: group g is members[group_off[g]:group_off[g + 1]]
+    group_site: Array,  # int64 per group: its column of `transfers`
     admit: bool,
     horizon: float,
     idle: int,  # candidates with no backlog
     out: Array,  # int64 per pair: the chosen column, -1 refused
 ) -> int:
     n = base.shape[0]
+    groups = group_site.shape[0]
+    # per prompt count and site group: the least `base + per` of its candidates
+    low_of = np.empty((pers.shape[0], groups))
+    for f in range(pers.shape[0]):
+        for g in range(groups):
+            low_of[f, g] = _group_low(base, pers[f], members, group_off[g], group_off[g + 1])
     for k in range(added.shape[0]):
         f = floor_of[k]
         per = pers[f]
@@ -68,12 +78,35 @@ def assign_pairs(
         best = np.inf
         j = -1
         if t >= 0:
+            # By site group: `low + transfer` bounds each group's costs from below (both
+            # sums are within a few ulps of the exact one, all terms are not negative),
+            # so the cheapest candidates, ties included, lie in the groups whose bound
+            # is within a relative 1e-12 of an actual cost; only those are priced.
             tr = transfers[t]
-            for c in range(n):
+            lows = low_of[f]
+            g_best = 0
+            bound = lows[0] + tr[group_site[0]]
+            for g in range(1, groups):
+                v = lows[g] + tr[group_site[g]]
+                if v < bound:
+                    bound = v
+                    g_best = g
+            upper = np.inf
+            for i in range(group_off[g_best], group_off[g_best + 1]):
+                c = members[i]
                 v = (base[c] + tr[site[c]]) + per[c]
-                if v < best or j < 0:
-                    best = v
-                    j = c
+                if v < upper:
+                    upper = v
+            cut = upper * (1.0 + 1e-12)
+            for g in range(groups):
+                if lows[g] + tr[group_site[g]] > cut:
+                    continue
+                for i in range(group_off[g], group_off[g + 1]):
+                    c = members[i]
+                    v = (base[c] + tr[site[c]]) + per[c]
+                    if j < 0 or v < best or (v == best and c < j):
+                        best = v
+                        j = c
         else:
             for c in range(n):
                 v = base[c] + per[c]
@@ -99,5 +132,19 @@ def assign_pairs(
             idle -= 1
         backlog[j] += a
         base[j] = backlog[j] / rate[j] + wait[j]
+        g = group_of[j]
+        for f2 in range(pers.shape[0]):
+            low_of[f2, g] = _group_low(base, pers[f2], members, group_off[g], group_off[g + 1])
         out[k] = j
     return idle
+
+
+@compiled
+def _group_low(base: Array, per: Array, members: Array, start: int, end: int) -> float:
+    low = np.inf
+    for i in range(start, end):
+        c = members[i]
+        v = base[c] + per[c]
+        if v < low:
+            low = v
+    return low

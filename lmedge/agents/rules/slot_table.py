@@ -321,6 +321,7 @@ class SlotTable:
             np.array(floor_of, np.int64),
             np.stack([self._per(cols, p) for p in counts]),
             floors,
+            *self._site_groups(cols),
             horizon is not None,
             0.0 if horizon is None else horizon,
             cols.idle,
@@ -333,6 +334,15 @@ class SlotTable:
             if not np.isnan(floors[f]):
                 cols.floor[p] = float(floors[f])
         return chosen.tolist()
+
+    @staticmethod
+    def _site_groups(cols: LmColumns) -> tuple[Ints, Ints, Ints, Ints]:
+        """The candidates by site: each one's group, the members group by group, the
+        groups' offsets into them and each group's site (routing_kernel.py)."""
+        sites, group_of = np.unique(cols.site, return_inverse=True)
+        members = np.argsort(group_of, kind="stable").astype(np.int64)
+        offsets = np.searchsorted(group_of[members], np.arange(len(sites) + 1)).astype(np.int64)
+        return group_of.astype(np.int64), members, offsets, sites.astype(np.int64)
 
     def _transfer_rows(self, keys: list[tuple[int, int]], request_kib: float) -> Floats:
         """Uplink seconds to each site for each (link table id, prompts), as `transfer_s`."""

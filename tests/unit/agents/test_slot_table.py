@@ -194,6 +194,10 @@ def test_routing_kernel_gives_a_cost_tie_to_the_own_node_only_at_equal_weight(
         np.array([0], np.int64),  # floor_of
         np.array([[1.0, 1.0]]),  # pers
         np.array([np.nan]),  # floors
+        np.array([0, 1], np.int64),  # group_of: one site group per column
+        np.array([0, 1], np.int64),  # members
+        np.array([0, 1, 2], np.int64),  # group_off
+        np.array([1, 0], np.int64),  # group_site
         False,
         0.0,
         1,
