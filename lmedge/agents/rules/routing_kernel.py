@@ -4,7 +4,9 @@ At 10,000 workers a slot has ~100,000 (origin, LM) pairs and an LM up to
 ~5,000 priced candidates. Each pair's choice moves the queue the next one
 sees, so the pairs go one after another; as numpy calls (`slot_table.py`
 before this module) a pair cost a few array passes and their call overhead,
-most of two seconds a slot. Compiled, a pair is one loop over the candidates.
+most of two seconds a slot. Compiled, a pair is a pass over the LM's site
+groups (uplink seconds depend on the site alone) and over the candidates of
+the few groups whose lower bound reaches the cheapest actual cost.
 
 The arithmetic is `slot_table.py`'s, term for term and in its order
 (IEEE float64 both ways, no fast-math), so every choice is the same:

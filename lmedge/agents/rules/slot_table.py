@@ -16,7 +16,7 @@ unit tests compare the two on random clusters. The usable tier (planned
 nodes, else draining ones, else the inactive-target conflicts) is fixed per
 slot too, so only that tier's nodes are priced.
 
-What a pair still costs is one pass over the LM's candidates: each
+What a pair still costs is one pass over the LM's site groups: each
 candidate's queue term `backlog / rate + wait` is kept per candidate and
 re-priced only where a pair is added, the uplink seconds are one row per
 (origin link table, prompts) over the sites and `prompts / rate` one row per
