@@ -212,7 +212,7 @@ def test_metro_10000_control_plane() -> None:
         f"{got['deployer_p95_ms']:.2f} ms, CPU {got['deployer_cpu_p95_ms']:.2f} ms (target "
         f"{t['deployer_p95_ms']}); prompt tokens {got['prompt_tokens']} (target {t['tokens']}); "
         f"peak RSS {got['peak_rss_mib']:.0f} MiB (target {t['rss_mib']:.0f}); load "
-        f"{got['load_s']:.0f} s"
+        f"{got['load_s']:.0f} s; load average {got['load_average']}"
     )
     assert got["workers"] == 10_000 and got["serial_ms_max"] > 0
 

@@ -152,39 +152,64 @@ def check_routing_map(
     rejection is a violation. A pair with arrivals is routed or rejected.
     """
     out: list[Violation] = []
-    seen: dict[tuple[str, str], int] = {}
     rejected = _check_rejections(routing, ctx, allow_rejections, out)
-    # Most routes name an LM itself on a node that can host it: those pass on
-    # set lookups alone (~14,000 routes a slot at 1,000 nodes); anything else
-    # takes the full path below, which says what is wrong.
-    hosts = {lm: frozenset(ctx.feasible_nodes(lm)) for lm in ctx.lm_names}
-    for i, r in enumerate(routing.routes):
-        key = (r.origin, r.lm)
-        if key in seen or key in rejected:
+    seen = _plain_routes(routing, ctx, rejected)
+    if seen is None:
+        seen = {}
+        for i, r in enumerate(routing.routes):
+            key = (r.origin, r.lm)
             path = f"routes[{i}]"
             if key in seen:
                 out.append(Violation(path, f"({r.origin}, {r.lm}) is routed twice"))
             if key in rejected:
                 out.append(Violation(path, f"({r.origin}, {r.lm}) is both routed and rejected"))
-        seen[key] = i
-        on = hosts.get(r.lm) if r.model is None else None
-        if on is not None and r.destination in on and ctx.has_node(r.origin):
-            continue
-        path = f"routes[{i}]"
-        if not ctx.has_node(r.origin):
-            out.append(Violation(path, f"unknown origin node {r.origin!r}"))
-        model = _route_model(ctx, r.lm, r.model, path, out)
-        if model is None:
-            continue
-        if not ctx.has_node(r.destination):
-            out.append(Violation(path, f"unknown destination node {r.destination!r}"))
-        elif not ctx.can_host(r.destination, model):
-            out.append(Violation(path, _why_not_host(ctx, r.destination, model)))
-    for a in arrivals:
-        key = (a.origin, a.lm)
-        if a.requests > 0 and key not in seen and key not in rejected and _servable(ctx, a.lm):
+            seen[key] = i
+            if not ctx.has_node(r.origin):
+                out.append(Violation(path, f"unknown origin node {r.origin!r}"))
+            model = _route_model(ctx, r.lm, r.model, path, out)
+            if model is None:
+                continue
+            if not ctx.has_node(r.destination):
+                out.append(Violation(path, f"unknown destination node {r.destination!r}"))
+            elif not ctx.can_host(r.destination, model):
+                out.append(Violation(path, _why_not_host(ctx, r.destination, model)))
+    unrouted = [a for a in arrivals if a.requests > 0 and (a.origin, a.lm) not in seen]
+    for a in unrouted:
+        if (a.origin, a.lm) not in rejected and _servable(ctx, a.lm):
             out.append(Violation("routes", f"no destination for ({a.origin}, {a.lm})"))
     return out
+
+
+def _plain_routes(
+    routing: RoutingMap, ctx: ClusterContext, rejected: set[tuple[str, str]]
+) -> dict[tuple[str, str], int] | None:
+    """The routed pairs (each to its route's index), or None unless every route is plain.
+
+    A plain route names a known origin and an LM itself (no `model`) on a
+    node that can host it, a pair routed once and not rejected: nothing to
+    report. Most maps are all plain (~100,000 routes a slot at 10,000
+    workers), and that is settled on set lookups alone; anything else takes
+    `check_routing_map`'s full pass, which says what is wrong.
+    """
+    routes = routing.routes
+    seen = {(r.origin, r.lm): i for i, r in enumerate(routes)}
+    if len(seen) < len(routes) or not rejected.isdisjoint(seen):
+        return None
+    hosts = _hosts(ctx)
+    nodes = ctx._nodes
+    for r in routes:
+        if r.model is not None or r.destination not in hosts.get(r.lm, ()) or r.origin not in nodes:
+            return None
+    return seen
+
+
+def _hosts(ctx: ClusterContext) -> dict[str, frozenset[str]]:
+    """Each LM's feasible nodes as a set, kept with the context (it depends on nothing else)."""
+    hosts: dict[str, frozenset[str]] | None = ctx.memo.get("feasibility.hosts")
+    if hosts is None:
+        hosts = {lm: frozenset(ctx.feasible_nodes(lm)) for lm in ctx.lm_names}
+        ctx.memo["feasibility.hosts"] = hosts
+    return hosts
 
 
 def _check_rejections(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import gc
 import math
+import os
 import resource
 import statistics
 import time
@@ -313,4 +314,6 @@ def measure_control_plane(path: Path, profile: str = "ma", slots: int = 3) -> di
         "prompt_tokens": tokens,
         "prompt_tokens_s": round(tokens_s, 1),
         "peak_rss_mib": round(peak_rss_mib(), 1),
+        # the machine's 1-minute load average at the end: CPU times grow under load too
+        "load_average": round(os.getloadavg()[0], 2),
     }

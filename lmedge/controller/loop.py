@@ -85,7 +85,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from lmedge.api import (
     ActuationResult,
@@ -413,9 +413,9 @@ class ControlLoop:
         timing.router_s = d_route.latency_s
         decisions.append(d_route)
         self.backend.publish_routing(slot, d_route.value)
-        index = route_index(d_route.value)
-        self._count_off_role(d_route.value, arrivals, index)
-        backlog = routed_backlog(snapshot, d_route.value, arrivals, index)
+        tally = tally_routes(d_route.value, arrivals)
+        self._count_off_role(d_route.value, arrivals, tally)
+        backlog = routed_backlog(snapshot, d_route.value, arrivals, tally)
         deploy_cpu = time.thread_time()
         d_places = self._deploy(epoch, slot, backlog, timing.node_s, timing.node_cpu_s)
         timing.deployers_s = sum(timing.node_s)
@@ -438,7 +438,7 @@ class ControlLoop:
             lm = a.lm if self.ctx.has_service(a.lm) else self.ctx.default_model(a.lm) or a.lm
             self._epoch_traffic[lm] = self._epoch_traffic.get(lm, 0) + a.prompts
 
-        del snapshot, arrivals, index, backlog  # not walked by the collection below
+        del snapshot, arrivals, tally, backlog  # not walked by the collection below
         # After actuating, before the slot's wait: idle time for a controller on a
         # cluster. The full collection once an epoch runs just after the epoch's
         # metric rows were let go, so it does not walk them.
@@ -612,25 +612,23 @@ class ControlLoop:
         self,
         routing: RoutingMap,
         arrivals: Sequence[Arrival],
-        index: dict[tuple[str, str], Route] | None = None,
+        tally: RoutedTally | None = None,
     ) -> None:
         """Count requests routed to a node whose role intent leaves out their LM.
 
         The paper's planner is told "the micro router had an off-role ratio of
         x%" (§V-D2): how far the slot-level router strayed from the macro
         policy's node roles. Only the loop sees both, so it measures it here.
+        `tally` is `tally_routes(routing, arrivals)` when the caller has it.
         """
         if self._macro is None:
             return
-        roles = {node: set(lms) for node, lms in self._macro.role_map().items()}
-        routes = route_index(routing) if index is None else index
-        for a in arrivals:
-            route = routes.get((a.origin, a.lm))
-            if route is None or a.requests <= 0:
-                continue
-            self._epoch_routed += a.requests
-            if route.serving_lm not in roles.get(route.destination, set()):
-                self._epoch_off_role += a.requests
+        roles = self._macro.role_map()
+        counted = tally_routes(routing, arrivals) if tally is None else tally
+        for (node, lm), requests in counted.requests.items():
+            self._epoch_routed += requests
+            if lm not in roles.get(node, ()):
+                self._epoch_off_role += requests
 
     def epoch_metrics(self) -> EpochMetrics:
         """The metrics of the epoch under way: its requests that finished so far.
@@ -693,11 +691,41 @@ def route_index(routing: RoutingMap) -> dict[tuple[str, str], Route]:
     return {(r.origin, r.lm): r for r in routing.routes}
 
 
+class RoutedTally(NamedTuple):
+    """One pass over a slot's arrivals through its routing map.
+
+    `requests`: requests routed per (destination, serving LM), arrivals with
+    at least one request. `prompts`: prompts routed per destination and
+    serving LM, in the order the arrivals first reach each (arrivals with at
+    least one request and one prompt); what `routed_backlog` adds.
+    """
+
+    requests: dict[tuple[str, str], int]
+    prompts: dict[str, dict[str, int]]
+
+
+def tally_routes(routing: RoutingMap, arrivals: Sequence[Arrival]) -> RoutedTally:
+    """Walk `arrivals` once through `routing` (see `RoutedTally`); unrouted arrivals are skipped."""
+    routes = route_index(routing)
+    requests: dict[tuple[str, str], int] = {}
+    prompts: dict[str, dict[str, int]] = {}
+    for a in arrivals:
+        route = routes.get((a.origin, a.lm))
+        if route is None or a.requests <= 0:
+            continue
+        key = (route.destination, route.serving_lm)
+        requests[key] = requests.get(key, 0) + a.requests
+        if a.prompts > 0:
+            per = prompts.setdefault(route.destination, {})
+            per[route.serving_lm] = per.get(route.serving_lm, 0) + a.prompts
+    return RoutedTally(requests, prompts)
+
+
 def routed_backlog(
     snapshot: Snapshot,
     routing: RoutingMap,
     arrivals: Sequence[Arrival],
-    index: dict[tuple[str, str], Route] | None = None,
+    tally: RoutedTally | None = None,
 ) -> Snapshot:
     """`snapshot` with this slot's routed prompts added to each destination's backlog.
 
@@ -705,17 +733,10 @@ def routed_backlog(
     must keep serving is the queue at the slot start plus what the routing map
     has just sent there; counted per serving LM (a request class counts as the
     model its route names). Routes to a node the snapshot lacks are ignored
-    (that node has no deployer observation to update). `index` is
-    `route_index(routing)` when the caller has it already.
+    (that node has no deployer observation to update). `tally` is
+    `tally_routes(routing, arrivals)` when the caller has it already.
     """
-    routes = route_index(routing) if index is None else index
-    added: dict[str, dict[str, int]] = {}
-    for a in arrivals:
-        route = routes.get((a.origin, a.lm))
-        if route is None or a.requests <= 0 or a.prompts <= 0:
-            continue
-        per = added.setdefault(route.destination, {})
-        per[route.serving_lm] = per.get(route.serving_lm, 0) + a.prompts
+    added = (tally_routes(routing, arrivals) if tally is None else tally).prompts
     if not added:
         return snapshot
     nodes = []

@@ -52,9 +52,10 @@ requests. The same ranking (top-k per LM) is what the LLM prompt shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from lmedge.agents.rules.capacity import best_rate, instance_rate
-from lmedge.agents.rules.slot_table import LmColumns, SlotTable
+from lmedge.agents.rules.slot_table import SlotTable
 from lmedge.api import (
     Arrival,
     ClusterContext,
@@ -84,6 +85,14 @@ def admission_horizon_s(ctx: ClusterContext, lm: str, admit_fraction: float) -> 
     states it (rendering.py), so what the LLM is told is what the rule applies.
     """
     return admit_fraction * ctx.deadline_s(lm)
+
+
+#: The maps' order; among equal pairs (not a valid map), the routing order.
+_PAIR_ATTRS = attrgetter("origin", "lm", "prompts")
+
+
+def _pair_largest_first(a: Arrival) -> tuple[str, str, int]:
+    return (a.origin, a.lm, -a.prompts)
 
 
 #: Candidate statuses chosen only when no planned node is usable.
@@ -196,49 +205,55 @@ def rule_routing(
 
     `admit_fraction=None` turns admission control off (every set is admitted).
     """
-    routes: list[Route] = []
-    rejections: list[Rejection] = []
     plan = Plan.of(ctx, macro)
     # The same choice as the first usable element of `candidates()`, priced
     # with per-slot arrays (slot_table.py): at 1,000 nodes the per-pair
     # Python candidates cost minutes per slot.
     table = SlotTable(ctx, plan.weights, plan.roles, states)
-    # per LM, once a slot: its columns, request size and admission horizon
-    per_lm: dict[str, tuple[LmColumns, float, float | None] | None] = {}
-    sign = 1 if admit_fraction is not None else -1
-    for a in sorted(arrivals, key=lambda x: (sign * x.prompts, x.origin, x.lm)):
-        if a.requests <= 0:
+    # An LM's pairs change only that LM's columns, so each LM's pairs are
+    # routed together, in the order the whole slot's would take them: by
+    # prompts (smallest first with admission control, largest first without),
+    # then origin. The pairs are put in the maps' order (origin, LM) first, so
+    # an LM's are in origin order and one stable sort by prompts routes them,
+    # and the maps need no sort.
+    live = sorted(
+        (a for a in arrivals if a.requests > 0),
+        key=_PAIR_ATTRS if admit_fraction is not None else _pair_largest_first,
+    )
+    by_lm: dict[str, list[int]] = {}
+    for k, a in enumerate(live):
+        by_lm.setdefault(a.lm, []).append(k)
+    prompts = [a.prompts for a in live]
+    chosen: list[str | None] = [None] * len(live)
+    refused = [False] * len(live)
+    for lm, mine in by_lm.items():
+        cols = table.columns(lm) if ctx.has_service(lm) else None
+        if cols is None:
             continue
-        if a.lm not in per_lm:
-            cols = table.columns(a.lm) if ctx.has_service(a.lm) else None
-            per_lm[a.lm] = (
-                None
-                if cols is None
-                else (
-                    cols,
-                    ctx.service(a.lm).spec.profile.request_kib,
-                    None
-                    if admit_fraction is None
-                    else admission_horizon_s(ctx, a.lm, admit_fraction),
-                )
-            )
-        known = per_lm[a.lm]
-        if known is None:
-            continue
-        cols, request_kib, horizon = known
-        prompts = max(1, a.prompts)
-        if horizon is not None and table.surely_rejected(cols, prompts, horizon):
-            rejections.append(built(Rejection, {"origin": a.origin, "lm": a.lm}))
-            continue
-        best = table.pick(cols, a.origin, prompts, request_kib)
-        if horizon is not None and best.backlog > 0 and best.cost_s > horizon:
-            rejections.append(built(Rejection, {"origin": a.origin, "lm": a.lm}))
-            continue
-        table.add(cols, best.column, a.prompts)
-        # names from the context and the arrivals: built without validating (~10,000 a slot)
-        routes.append(
-            built(Route, {"origin": a.origin, "lm": a.lm, "destination": best.node, "model": None})
+        mine.sort(key=prompts.__getitem__, reverse=admit_fraction is None)
+        horizon = None if admit_fraction is None else admission_horizon_s(ctx, lm, admit_fraction)
+        picked = table.assign(
+            cols,
+            [live[k].origin for k in mine],
+            [prompts[k] for k in mine],
+            ctx.service(lm).spec.profile.request_kib,
+            horizon,
         )
-    routes.sort(key=lambda r: (r.origin, r.lm))
-    rejections.sort(key=lambda r: (r.origin, r.lm))
+        nodes = cols.nodes
+        for k, j in zip(mine, picked, strict=True):
+            if j < 0:
+                refused[k] = True
+            else:
+                chosen[k] = nodes[j]
+    # names from the context and the arrivals: built without validating (~100,000 a slot)
+    routes = [
+        built(Route, {"origin": a.origin, "lm": a.lm, "destination": d, "model": None})
+        for a, d in zip(live, chosen, strict=True)
+        if d is not None
+    ]
+    rejections = [
+        built(Rejection, {"origin": a.origin, "lm": a.lm})
+        for a, r in zip(live, refused, strict=True)
+        if r
+    ]
     return RoutingMap(routes=routes, rejections=rejections)

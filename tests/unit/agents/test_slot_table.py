@@ -139,3 +139,68 @@ def test_slot_table_equals_candidates_on_a_multi_site_sixteen_lm_cluster(tmp_pat
             compared += len(want.routes)
             rejected += len(want.rejections)
     assert compared > 0 and rejected > 0
+
+
+def test_compiled_routing_breaks_ties_and_prices_non_node_origins_as_the_ranking(
+    tmp_path: Path,
+) -> None:
+    # An idle cluster of identical workers without a macro policy: every candidate ties
+    # on cost until the first pairs land, so the weight-then-name tie-break decides;
+    # and pairs from an origin that is no node (a gateway) carry no transfer.
+    from lmedge.bench.scale import scale_scenario
+
+    path = scale_scenario(tmp_path, 32, sites=4)
+    backend = emulated_backend(load_scenario(path), 3)
+    ctx = backend.context()
+    states = {n.name: n for n in backend.snapshot(0).nodes}
+    arrivals = backend.arrivals(0)
+    gateway = [a.model_copy(update={"origin": "gateway"}) for a in arrivals[:20]]
+    assert gateway and not ctx.has_node("gateway")
+    routed = 0
+    for admit in (0.3, None, 0.001):
+        got = rule_routing(ctx, None, states, arrivals + gateway, admit)
+        want = reference_routing(ctx, None, states, arrivals + gateway, admit)
+        assert got == want, admit
+        routed += len(want.routes)
+    assert routed > 0
+
+
+@pytest.mark.parametrize(
+    ("weights", "want"),
+    [((0.5, 0.5), 1), ((0.6, 0.4), 0)],
+    ids=["equal-weight-own-node-wins", "higher-weight-wins"],
+)
+def test_routing_kernel_gives_a_cost_tie_to_the_own_node_only_at_equal_weight(
+    weights: tuple[float, float], want: int
+) -> None:
+    # Column 0 at another site: 0 queue + 0.5 s uplink + 1 s service; column 1 is the
+    # origin's own node: 0.5 s queue + 1 s service, no uplink. Both cost 1.5 s.
+    import numpy as np
+
+    from lmedge.agents.rules.routing_kernel import assign_pairs
+
+    out = np.empty(1, np.int64)
+    assign_pairs(
+        np.array([0.0, 0.5]),  # base
+        np.array([0, 1], np.int64),  # backlog
+        np.array([1.0, 1.0]),  # rate
+        np.array([0.0, 0.0]),  # wait
+        np.array(weights),
+        np.array([1, 0], np.intp),  # site
+        np.array([[0.1, 0.5]]),  # transfers: the origin's row
+        np.array([0], np.int64),  # row
+        np.array([1], np.int64),  # own
+        np.array([1], np.int64),  # added
+        np.array([0], np.int64),  # floor_of
+        np.array([[1.0, 1.0]]),  # pers
+        np.array([np.nan]),  # floors
+        np.array([0, 1], np.int64),  # group_of: one site group per column
+        np.array([0, 1], np.int64),  # members
+        np.array([0, 1, 2], np.int64),  # group_off
+        np.array([1, 0], np.int64),  # group_site
+        False,
+        0.0,
+        1,
+        out,
+    )
+    assert out.tolist() == [want]

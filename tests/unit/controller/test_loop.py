@@ -467,6 +467,32 @@ def test_routed_backlog_counts_prompts_per_serving_lm() -> None:
     assert snap.nodes[0].backlog == {"lm1": 4}, "the snapshot itself is not changed"
 
 
+def test_tally_routes_counts_requests_and_prompts_in_one_pass() -> None:
+    from lmedge.api import Route
+    from lmedge.controller.loop import tally_routes
+
+    routing = RoutingMap(
+        routes=[
+            Route(origin="a", lm="lm1", destination="w1"),
+            Route(origin="b", lm="chat", destination="w1", model="lm2"),
+            Route(origin="c", lm="lm1", destination="w2"),
+            Route(origin="e", lm="lm1", destination="w2"),
+        ]
+    )
+    arrivals = [
+        Arrival(origin="a", lm="lm1", requests=1, prompts=3),
+        Arrival(origin="b", lm="chat", requests=2, prompts=5),
+        Arrival(origin="a", lm="lm1", requests=2, prompts=4),
+        Arrival(origin="c", lm="lm1", requests=1, prompts=0),  # requests, no prompts
+        Arrival(origin="e", lm="lm1", requests=0, prompts=6),  # no requests: not counted
+        Arrival(origin="d", lm="lm1", requests=1, prompts=9),  # unrouted
+    ]
+    tally = tally_routes(routing, arrivals)
+    assert tally.requests == {("w1", "lm1"): 3, ("w1", "lm2"): 2, ("w2", "lm1"): 1}
+    # w2 got requests but no prompts: its backlog gains no entry
+    assert tally.prompts == {"w1": {"lm1": 7, "lm2": 5}}
+
+
 # -- long runs, background planning, live changes ------------------------------------
 
 
