@@ -39,7 +39,7 @@ from lmedge.api import (
 )
 from lmedge.backends.emulated.backend import EmulatedBackend
 from lmedge.controller.assembly import PolicyChoice, build_plugins
-from lmedge.controller.loop import ControlLoop
+from lmedge.controller.loop import FIRST_TRAFFIC_SLOTS, ControlLoop
 from lmedge.sim.scenario import load_scenario
 from tests.fixtures.llm_server import LLMServer
 
@@ -313,7 +313,11 @@ def test_ma_runs_end_to_end_on_the_llm_path(llm_server: LLMServer) -> None:
     assert kinds == {"planner", "scheduler", "deployer"}
     routed = [d for d in result.decisions if d.agent != "scheduler" or d.raw is not None]
     assert routed and all(d.source == "llm" and d.outcome == "accepted" for d in routed)
-    assert sum(1 for d in result.decisions if d.agent == "planner") == 2
+    # slot 0 (no traffic yet), the re-plan once traffic is seen (`ma` follows the
+    # traffic), and the epoch boundary at slot 10
+    plans = [d for d in result.decisions if d.agent == "planner"]
+    assert [d.slot for d in plans] == [0, FIRST_TRAFFIC_SLOTS, 10]
+    assert (plans[1].trigger or "").startswith("first traffic")
     # Every decision asked the LLM; a slow reply may be retried once (max_retries=1),
     # so the count of bodies is bounded, not exact.
     assert len(routed) <= len(llm_server.bodies) <= 2 * len(routed)
