@@ -197,39 +197,50 @@ class HttpClients:
         path, body = protocol.request(call)
         target = url.rstrip("/") + path
         async with self._models.client() as client:
-            try:
-                async with client.stream(
-                    "POST", target, json=body, timeout=self._timeout(timeout_s)
-                ) as response:
-                    if response.status_code in (502, 503, 504):
-                        raise ModelUnavailable(
-                            f"model server at {url} not ready ({response.status_code})"
-                        )
-                    if response.status_code != 200:
-                        reason = _reason((await response.aread()).decode(errors="replace"))
-                        if 400 <= response.status_code < 500:
-                            raise BadRequest(f"the model refused the request: {reason}")
-                        raise ModelFailed(f"{response.status_code}: {reason}")
-                    reader = protocol.reader()
-                    decoder = SseDecoder()
-                    try:
-                        async for line in response.aiter_lines():
-                            event = decoder.line(line)
-                            piece = reader.event(event) if event is not None else None
-                            if piece is not None:
-                                yield piece
-                        last = decoder.end()
-                        if last is not None:
-                            reader.event(last)
-                    except httpx.HTTPError as exc:
-                        raise ModelFailed(
-                            f"stream from the model server at {url} broke: {_describe(exc)}"
-                        ) from exc
-                    yield reader.finish()
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                raise ModelUnavailable(f"model server at {url}: {_describe(exc)}") from exc
-            except httpx.HTTPError as exc:
-                raise ModelFailed(f"model server at {url}: {_describe(exc)}") from exc
+            for attempt in range(_RETRIES + 1):
+                opened = False
+                try:
+                    async with client.stream(
+                        "POST", target, json=body, timeout=self._timeout(timeout_s)
+                    ) as response:
+                        opened = True
+                        if response.status_code in (502, 503, 504):
+                            raise ModelUnavailable(
+                                f"model server at {url} not ready ({response.status_code})"
+                            )
+                        if response.status_code != 200:
+                            reason = _reason((await response.aread()).decode(errors="replace"))
+                            if 400 <= response.status_code < 500:
+                                raise BadRequest(f"the model refused the request: {reason}")
+                            raise ModelFailed(f"{response.status_code}: {reason}")
+                        reader = protocol.reader()
+                        decoder = SseDecoder()
+                        try:
+                            async for line in response.aiter_lines():
+                                event = decoder.line(line)
+                                piece = reader.event(event) if event is not None else None
+                                if piece is not None:
+                                    yield piece
+                            last = decoder.end()
+                            if last is not None:
+                                reader.event(last)
+                        except httpx.HTTPError as exc:
+                            raise ModelFailed(
+                                f"stream from the model server at {url} broke: {_describe(exc)}"
+                            ) from exc
+                        yield reader.finish()
+                        return
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    raise ModelUnavailable(f"model server at {url}: {_describe(exc)}") from exc
+                except _RETRYABLE as exc:
+                    # A pooled keep-alive connection the server closed as the request
+                    # was written on it: no response, so nothing reached the client and
+                    # the request is sent again on a fresh connection (as `_post`).
+                    if opened or attempt == _RETRIES:
+                        raise ModelFailed(f"model server at {url}: {_describe(exc)}") from exc
+                    await asyncio.sleep(_BACKOFF_S * (attempt + 1))
+                except httpx.HTTPError as exc:
+                    raise ModelFailed(f"model server at {url}: {_describe(exc)}") from exc
 
     async def forward_stream(
         self, base_url: str, request: StreamForward, timeout_s: float

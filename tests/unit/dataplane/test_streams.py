@@ -167,6 +167,32 @@ def test_pod_stream_reads_pieces() -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(("closes", "served"), [(1, True), (3, False)])
+def test_pod_stream_resends_on_a_connection_closed_before_any_answer(
+    closes: int, served: bool
+) -> None:
+    """A pooled keep-alive connection the pod closed as the request went out: the
+    request is sent again (up to twice); only a pod that keeps closing fails it."""
+    calls = []
+    body = 'data: {"text": "a"}\n\ndata: {"done": true}\n\n'
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) <= closes:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, content=body.encode())
+
+    transport = httpx.MockTransport(handle)
+    clients = HttpClients(model_transport=transport, peer_transport=transport)
+    if served:
+        got = asyncio.run(_collect(clients, PipelineProtocol()))
+        assert got == [Piece("a"), Finish(finish_reason="stop")] and len(calls) == 2
+    else:
+        with pytest.raises(ModelFailed, match="disconnected"):
+            asyncio.run(_collect(clients, PipelineProtocol()))
+        assert len(calls) == 3
+
+
 FWD = StreamForward(id="s1", lm="lm1", origin="worker-1", prompt=Prompt(text="x"), sent_at=1.0,
                     budget_s=5)  # fmt: skip
 
